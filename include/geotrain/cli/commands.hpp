@@ -1,0 +1,29 @@
+// Subcommands of the geotrain executable. Each returns the process exit code.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace geotrain::cli {
+
+struct PlanCommandOptions {
+  std::string scenario;
+  int pp = 0, dp = 0;  // 0: from the scenario file
+  unsigned long long seed = 1;
+  int candidates = 5000;
+  int random_samples = 5000;
+  std::string local_search = "swap";
+  bool paper_exact = false;
+  int islands = 1;
+  int threads = 1;
+  bool json = false;
+  bool skip_baselines = false;
+};
+
+void add_plan_command(CLI::App& app, PlanCommandOptions& options);
+int run_plan_command(const PlanCommandOptions& options);
+
+}  // namespace geotrain::cli

@@ -1,0 +1,72 @@
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "geotrain/cli/commands.hpp"
+#include "geotrain/io/errors.hpp"
+#include "geotrain/plan/search.hpp"
+#include "plan_report.hpp"
+
+namespace geotrain::cli {
+
+void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
+  CLI::App* plan = app.add_subcommand("plan", "Compute the tasklet allocation for a network scenario");
+  plan->add_option("--scenario", o.scenario, "scenario TOML file (site-based or full matrix)")->required();
+  plan->add_option("--pp", o.pp, "pipeline stages D_pp (default: the file's [workload])")->check(CLI::PositiveNumber);
+  plan->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the file's [workload])")->check(CLI::PositiveNumber);
+  plan->add_option("--seed", o.seed, "random seed; the same seed gives the same plan");
+  plan->add_option("--candidates", o.candidates, "evaluated candidates per island (initial population included)")
+      ->check(CLI::Range(2, 100000000));
+  plan->add_option("--random-samples", o.random_samples, "random placements for the random-best baseline")
+      ->check(CLI::Range(1, 100000000));
+  plan->add_option("--local-search", o.local_search, "swap (geotrain), paper (the original's), none")
+      ->check(CLI::IsMember({"swap", "paper", "none"}));
+  plan->add_flag("--paper-exact", o.paper_exact,
+                 "the original scheduler exactly: paper local search, its replacement and off-by-one bugs, "
+                 "random initial population");
+  plan->add_option("--islands", o.islands, "independent populations; the best wins")->check(CLI::Range(1, 1024));
+  plan->add_option("--threads", o.threads, "threads running islands (does not change the result)")
+      ->check(CLI::Range(1, 1024));
+  plan->add_flag("--json", o.json, "print one JSON object instead of the table");
+  plan->add_flag("--no-baselines", o.skip_baselines, "skip the baselines (faster on large networks)");
+}
+
+int run_plan_command(const PlanCommandOptions& o) {
+  io::WorkloadOverrides overrides;
+  if (o.pp > 0) overrides.pipeline_stages = o.pp;
+  if (o.dp > 0) overrides.data_parallel = o.dp;
+  const io::Scenario scenario = io::load_scenario(o.scenario, overrides);
+  const plan::CostModel model(scenario.network, scenario.workload);
+
+  plan::SearchOptions options;
+  if (o.paper_exact) {
+    options = plan::SearchOptions::paper_configuration(o.seed);
+  } else {
+    options.seed = o.seed;
+    plan::parse_local_search(o.local_search, &options.local_search);
+    options.islands = o.islands;
+    options.threads = o.threads;
+  }
+  options.candidates = o.candidates;
+  const plan::SearchResult result = plan::search_plan(model, options);
+
+  PlanReport report{&scenario, &options, &result, {}, plan::cost_lower_bound(model)};
+  if (!o.skip_baselines) {
+    const int k = scenario.workload.pipeline_stages, d = scenario.workload.data_parallel;
+    report.baselines.rank_order_cost_s =
+        plan::literal_plan(model, plan::megatron_rank_order(k, d)).cost.total_s();
+    report.baselines.dtfm_rank_order_cost_s =
+        plan::literal_plan(model, plan::dtfm_rank_order(k, d)).cost.total_s();
+    report.baselines.random_best_cost_s =
+        plan::random_best(model, o.random_samples, o.seed).plan.cost.total_s();
+    report.baselines.random_samples = o.random_samples;
+    plan::SearchOptions without = options;
+    without.local_search = plan::LocalSearch::none;
+    without.structured_seeds = false;
+    report.baselines.no_local_search_cost_s = plan::search_plan(model, without).plan.cost.total_s();
+    report.baselines.computed = true;
+  }
+  std::cout << (o.json ? render_plan_json(report) : render_plan_table(report));
+  return 0;
+}
+
+}  // namespace geotrain::cli

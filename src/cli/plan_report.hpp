@@ -1,0 +1,30 @@
+// Renders a planning result as a table for people or as JSON for tools.
+#pragma once
+#include <string>
+
+#include "geotrain/io/scenario.hpp"
+#include "geotrain/plan/search.hpp"
+
+namespace geotrain::cli {
+
+struct PlanBaselines {
+  double rank_order_cost_s = 0;        // Megatron/DeepSpeed default placement, literal
+  double dtfm_rank_order_cost_s = 0;   // DT-FM runtime's default placement, literal
+  double random_best_cost_s = 0;       // best of K random placements, literal
+  int random_samples = 0;
+  double no_local_search_cost_s = 0;   // the GA without local search, same budget
+  bool computed = false;
+};
+
+struct PlanReport {
+  const io::Scenario* scenario;
+  const plan::SearchOptions* options;
+  const plan::SearchResult* result;
+  PlanBaselines baselines;
+  double lower_bound_s = 0;
+};
+
+std::string render_plan_table(const PlanReport& report);
+std::string render_plan_json(const PlanReport& report);
+
+}  // namespace geotrain::cli

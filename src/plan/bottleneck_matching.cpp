@@ -1,0 +1,149 @@
+#include "geotrain/plan/bottleneck_matching.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace geotrain::plan {
+namespace {
+
+// Augmenting-path search state for one threshold. Rows are "left", columns
+// "right"; an edge (r, c) exists while cost[r][c] <= threshold.
+struct Matcher {
+  const double* cost = nullptr;
+  int n = 0;
+  double threshold = 0;
+  std::vector<int> column_of_row, row_of_column;
+  std::vector<char> row_seen, column_seen;
+  std::vector<int> stack_row, stack_next;
+
+  // Reuses the buffers: the search calls this millions of times.
+  void reset(const double* c, int size) {
+    cost = c;
+    n = size;
+    threshold = 0;
+    column_of_row.assign(size, -1);
+    row_of_column.assign(size, -1);
+    row_seen.resize(size);
+    column_seen.resize(size);
+    stack_row.resize(size);
+    stack_next.resize(size);
+  }
+
+  // Iterative DFS for an augmenting path from free row `start`; flips it on success.
+  bool augment(int start) {
+    std::fill(row_seen.begin(), row_seen.end(), 0);
+    std::fill(column_seen.begin(), column_seen.end(), 0);
+    int depth = 0;
+    stack_row[0] = start;
+    stack_next[0] = 0;
+    row_seen[start] = 1;
+    while (depth >= 0) {
+      const int r = stack_row[depth];
+      int& c = stack_next[depth];
+      bool descended = false;
+      for (; c < n; ++c) {
+        if (column_seen[c] || cost[r * n + c] > threshold) continue;
+        column_seen[c] = 1;
+        const int owner = row_of_column[c];
+        if (owner < 0) {  // free column: flip the path start..r, c
+          int column = c;
+          for (int level = depth; level >= 0; --level) {
+            const int row = stack_row[level];
+            const int previous = column_of_row[row];
+            column_of_row[row] = column;
+            row_of_column[column] = row;
+            column = previous;
+          }
+          return true;
+        }
+        if (!row_seen[owner]) {
+          row_seen[owner] = 1;
+          ++c;
+          ++depth;
+          stack_row[depth] = owner;
+          stack_next[depth] = 0;
+          descended = true;
+          break;
+        }
+      }
+      if (!descended) --depth;
+    }
+    return false;
+  }
+
+  // Cheapest edge leaving the alternating tree of the last failed search:
+  // from a reached row to an unreached column. No smaller threshold can make
+  // that search succeed, so raising to it keeps the threshold a lower bound.
+  double next_threshold() const {
+    double best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < n; ++r) {
+      if (!row_seen[r]) continue;
+      for (int c = 0; c < n; ++c) {
+        if (!column_seen[c]) best = std::min(best, cost[r * n + c]);
+      }
+    }
+    return best;
+  }
+};
+
+// Every row and every column must use at least its cheapest edge.
+double trivial_lower_bound(const double* cost, int n) {
+  double bound = -std::numeric_limits<double>::infinity();
+  std::vector<double> column_min(n, std::numeric_limits<double>::infinity());
+  for (int r = 0; r < n; ++r) {
+    double row_min = std::numeric_limits<double>::infinity();
+    for (int c = 0; c < n; ++c) {
+      const double x = cost[r * n + c];
+      row_min = std::min(row_min, x);
+      column_min[c] = std::min(column_min[c], x);
+    }
+    bound = std::max(bound, row_min);
+  }
+  for (double x : column_min) bound = std::max(bound, x);
+  return bound;
+}
+
+const Matcher& solve(const double* cost, int n) {
+  thread_local Matcher m;
+  m.reset(cost, n);
+  m.threshold = trivial_lower_bound(cost, n);
+  // Greedy start: cheap and usually matches most rows at the lower bound.
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < n; ++c) {
+      if (m.row_of_column[c] < 0 && cost[r * n + c] <= m.threshold) {
+        m.column_of_row[r] = c;
+        m.row_of_column[c] = r;
+        break;
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    if (m.column_of_row[r] >= 0) continue;
+    while (!m.augment(r)) m.threshold = m.next_threshold();
+  }
+  return m;
+}
+
+}  // namespace
+
+Matching bottleneck_matching(const double* cost, int n) {
+  Matching result;
+  if (n == 0) return result;
+  const Matcher& m = solve(cost, n);
+  result.partner = m.column_of_row;
+  result.bottleneck = -std::numeric_limits<double>::infinity();
+  for (int r = 0; r < n; ++r) {
+    result.bottleneck = std::max(result.bottleneck, cost[r * n + result.partner[r]]);
+  }
+  return result;
+}
+
+double bottleneck_value(const double* cost, int n) {
+  if (n == 0) return 0;
+  const Matcher& m = solve(cost, n);
+  double value = -std::numeric_limits<double>::infinity();
+  for (int r = 0; r < n; ++r) value = std::max(value, cost[r * n + m.column_of_row[r]]);
+  return value;
+}
+
+}  // namespace geotrain::plan

@@ -1,0 +1,45 @@
+#include "geotrain/plan/cost_model.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace geotrain::plan {
+
+CostModel::CostModel(const Network& network, const Workload& workload)
+    : n_(network.device_count),
+      stages_(workload.pipeline_stages),
+      dp_(workload.data_parallel),
+      datap_pair_(static_cast<size_t>(n_) * n_, 0.0),
+      link_(static_cast<size_t>(n_) * n_, 0.0) {
+  if (stages_ < 1 || dp_ < 1 || stages_ * dp_ != n_) {
+    throw std::invalid_argument("CostModel: pipeline_stages * data_parallel must equal devices");
+  }
+  const double shard_bytes = workload.c_dp_bytes / dp_;
+  for (int u = 0; u < n_; ++u) {
+    for (int v = 0; v < n_; ++v) {
+      if (u == v) continue;
+      // §2.2: one shard each way; §2.3: activation forward, gradient back.
+      datap_pair_[u * n_ + v] =
+          network.transfer_s(u, v, shard_bytes) + network.transfer_s(v, u, shard_bytes);
+      link_[u * n_ + v] = network.transfer_s(u, v, workload.c_pp_bytes) +
+                          network.transfer_s(v, u, workload.c_pp_bytes);
+    }
+  }
+}
+
+double CostModel::datap_of_device(int u, const int* members, int count) const {
+  double sum = 0;
+  for (int i = 0; i < count; ++i) sum += datap_pair_[u * n_ + members[i]];  // diagonal is 0
+  return sum;
+}
+
+double CostModel::datap(const Assignment& assignment) const {
+  double worst = 0;
+  for (int g = 0; g < stages_; ++g) {
+    const int* members = assignment.data() + g * dp_;
+    for (int i = 0; i < dp_; ++i) worst = std::max(worst, datap_of_device(members[i], members, dp_));
+  }
+  return worst;
+}
+
+}  // namespace geotrain::plan

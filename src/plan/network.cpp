@@ -1,0 +1,35 @@
+#include "geotrain/plan/network.hpp"
+
+#include <stdexcept>
+
+namespace geotrain::plan {
+
+Network network_from_sites(const std::vector<int>& site_index_of_device,
+                           const std::vector<std::string>& site_names,
+                           const std::vector<double>& site_latency_s,
+                           const std::vector<double>& site_bandwidth_bytes_per_s) {
+  const int sites = static_cast<int>(site_names.size());
+  if (site_latency_s.size() != static_cast<size_t>(sites) * sites ||
+      site_bandwidth_bytes_per_s.size() != static_cast<size_t>(sites) * sites) {
+    throw std::invalid_argument("network_from_sites: site tables must be S*S");
+  }
+  Network network;
+  const int n = static_cast<int>(site_index_of_device.size());
+  network.device_count = n;
+  network.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
+  network.bandwidth_bytes_per_s.assign(static_cast<size_t>(n) * n, 0.0);
+  network.site_of_device.reserve(n);
+  for (int u = 0; u < n; ++u) {
+    const int su = site_index_of_device[u];
+    if (su < 0 || su >= sites) throw std::invalid_argument("network_from_sites: bad site index");
+    network.site_of_device.push_back(site_names[su]);
+    for (int v = 0; v < n; ++v) {
+      const int sv = site_index_of_device[v];
+      network.latency_s[u * n + v] = site_latency_s[su * sites + sv];
+      network.bandwidth_bytes_per_s[u * n + v] = site_bandwidth_bytes_per_s[su * sites + sv];
+    }
+  }
+  return network;
+}
+
+}  // namespace geotrain::plan

@@ -1,0 +1,41 @@
+#include "geotrain/plan/workload.hpp"
+
+namespace geotrain::plan {
+
+double model_parameters(const ModelShape& m) {
+  const double h = m.hidden;
+  // Per block: QKV (3h^2 + 3h), output (h^2 + h), MLP (8h^2 + 5h), two norms (4h).
+  const double per_layer = 12.0 * h * h + 13.0 * h;
+  const double embeddings = static_cast<double>(m.vocabulary) * h +
+                            static_cast<double>(m.sequence_length) * h;
+  return m.layers * per_layer + embeddings + 2.0 * h;  // + final norm
+}
+
+Workload workload_from_model(const ModelShape& model, int pipeline_stages, int data_parallel) {
+  Workload w;
+  w.pipeline_stages = pipeline_stages;
+  w.data_parallel = data_parallel;
+  w.model = model;
+  w.origin = "model";
+  // Each replica pushes its share of the global batch through every boundary.
+  w.c_pp_bytes = model.tokens_per_step / data_parallel * model.hidden * model.activation_bytes;
+  // Each stage exchanges the gradient of its share of the parameters.
+  w.c_dp_bytes = model_parameters(model) / pipeline_stages * model.gradient_bytes;
+  return w;
+}
+
+Workload dtfm_original_workload(int pipeline_stages, int data_parallel) {
+  Workload w;
+  w.pipeline_stages = pipeline_stages;
+  w.data_parallel = data_parallel;
+  w.origin = "dtfm-original";
+  // The original scheduler's constants, verbatim (reference §2.1): activations
+  // 2024 (sic, for 2048) tokens * 2048 hidden * 2 bytes * 1.25e5/2048
+  // sequences, divided by 2^30 and then read as "GB" = 1e9 bytes; gradients
+  // 1.3e9 params * 4 bytes * 3/24 layers. They do not depend on D_pp, D_dp.
+  w.c_pp_bytes = 2024.0 * 2048.0 * 2.0 * (1.25e5 / 2048.0) / 1073741824.0 * 1e9;
+  w.c_dp_bytes = 1.3e9 * 4.0 * 3.0 / 24.0;
+  return w;
+}
+
+}  // namespace geotrain::plan

@@ -1,0 +1,138 @@
+// Small networks and brute-force references for the planner tests.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "geotrain/plan/cost_model.hpp"
+
+namespace geotrain::plan::testing {
+
+// Two-site network of reference §8.3 (example A) with its c_DP and c_PP.
+inline Network example_a_network() {
+  Network net;
+  net.device_count = 4;
+  for (int u = 0; u < 4; ++u) {
+    for (int v = 0; v < 4; ++v) {
+      const bool same_site = (u < 2) == (v < 2);
+      net.latency_s.push_back(same_site ? 0.001 : 0.050);
+      net.bandwidth_bytes_per_s.push_back((same_site ? 10.0 : 1.0) * kBytesPerGbit);
+    }
+  }
+  return net;
+}
+
+inline Workload example_a_workload() {
+  Workload w;
+  w.pipeline_stages = 2;
+  w.data_parallel = 2;
+  w.c_dp_bytes = 1.25e9;  // 10 Gbit
+  w.c_pp_bytes = 1.25e8;  // 1 Gbit
+  return w;
+}
+
+// Random network, possibly asymmetric, with a few clusters so that ties and
+// structure both occur. Integer-ish values create ties deliberately.
+inline Network random_network(int n, std::mt19937_64& rng, bool symmetric) {
+  std::uniform_int_distribution<int> site(0, 2), lat(0, 40), bw(1, 20);
+  std::vector<int> site_of(n);
+  for (auto& s : site_of) s = site(rng);
+  Network net;
+  net.device_count = n;
+  net.latency_s.assign(n * n, 0.0);
+  net.bandwidth_bytes_per_s.assign(n * n, 1.0);
+  for (int u = 0; u < n; ++u) {
+    for (int v = 0; v < n; ++v) {
+      if (u == v || (symmetric && v < u)) continue;
+      const bool same = site_of[u] == site_of[v];
+      const double latency = (same ? 1 : 10 + lat(rng)) * 1e-3;
+      const double bandwidth = (same ? 10 + bw(rng) : bw(rng) / 4.0) * kBytesPerGbit;
+      net.latency_s[u * n + v] = latency;
+      net.bandwidth_bytes_per_s[u * n + v] = bandwidth;
+      if (symmetric) {
+        net.latency_s[v * n + u] = latency;
+        net.bandwidth_bytes_per_s[v * n + u] = bandwidth;
+      }
+    }
+  }
+  return net;
+}
+
+inline Workload small_workload(int pp, int dp) {
+  Workload w;
+  w.pipeline_stages = pp;
+  w.data_parallel = dp;
+  w.c_pp_bytes = 2e8;
+  w.c_dp_bytes = 6e8;
+  return w;
+}
+
+// Calls `visit` with every partition of 0..n-1 into groups of `size`
+// (unlabelled: each partition exactly once), as an Assignment.
+inline void for_each_partition(int n, int size, const std::function<void(const Assignment&)>& visit) {
+  Assignment current;
+  std::vector<char> used(n, 0);
+  std::function<void(int)> place = [&](int last) {
+    if (static_cast<int>(current.size()) == n) {
+      visit(current);
+      return;
+    }
+    auto take = [&](int v) {
+      used[v] = 1;
+      current.push_back(v);
+      place(v);
+      current.pop_back();
+      used[v] = 0;
+    };
+    if (current.size() % size == 0) {  // a new group opens with the lowest unused device
+      int first = 0;
+      while (used[first]) ++first;
+      take(first);
+      return;
+    }
+    for (int v = last + 1; v < n; ++v) {
+      if (!used[v]) take(v);
+    }
+  };
+  place(-1);
+}
+
+// The true optimum by brute force over partitions, stage orders and all
+// matchings (every permutation), straight from the definitions in §2.
+inline double brute_force_total(const CostModel& model, const Assignment& a) {
+  const int k = model.groups(), d = model.group_size();
+  auto group_cost = [&](int g, int h) {
+    std::vector<int> perm(d);
+    std::iota(perm.begin(), perm.end(), 0);
+    double best = std::numeric_limits<double>::infinity();
+    do {
+      double worst = 0;
+      for (int i = 0; i < d; ++i) worst = std::max(worst, model.pipeline_link(a[g * d + i], a[h * d + perm[i]]));
+      best = std::min(best, worst);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    return best;
+  };
+  std::vector<int> order(k);
+  std::iota(order.begin(), order.end(), 0);
+  double best_path = std::numeric_limits<double>::infinity();
+  do {
+    double length = 0;
+    for (int s = 1; s < k; ++s) length += group_cost(order[s - 1], order[s]);
+    best_path = std::min(best_path, length);
+  } while (std::next_permutation(order.begin(), order.end()));
+  double datap = 0;
+  for (int g = 0; g < k; ++g) {
+    for (int i = 0; i < d; ++i) {
+      double sum = 0;
+      for (int j = 0; j < d; ++j) sum += model.datap_pair(a[g * d + i], a[g * d + j]);
+      datap = std::max(datap, sum);
+    }
+  }
+  return datap + best_path;
+}
+
+}  // namespace geotrain::plan::testing
