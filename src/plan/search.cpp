@@ -194,7 +194,7 @@ Island run_island(const CostModel& model, const SearchOptions& options, std::uin
     population.push_back({a, record(a)});
   }
 
-  const int move_budget = options.swap_moves > 0 ? options.swap_moves : 4 * n;
+  const int move_budget = options.swap_moves > 0 ? options.swap_moves : std::min(4 * n, 512);
   for (long offspring = population_size; offspring < options.candidates; ++offspring) {
     const int i = rng.below(population_size), j = rng.below(population_size);
     Assignment child = crossover(population[i].assignment, population[j].assignment,

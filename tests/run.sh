@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test: the release build's
+# full ctest suite, the unit tests again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, and a compile + link of the CUDA backend when
+# nvcc exists (no GPU needed). Exit status is non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash jobs/install-deps.sh
+jobs=$(nproc)
+
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$jobs"
+ctest --preset release -j "$jobs"
+
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests
+ctest --preset asan -j "$jobs" -R '^unit\.' 
+
+if command -v nvcc >/dev/null 2>&1; then
+  cmake --preset cuda >/dev/null
+  cmake --build --preset cuda -j "$jobs" --target geotrain
+  build/cuda/geotrain --version
+else
+  echo "tests/run.sh: nvcc not found: CUDA backend not compiled"
+fi
