@@ -2,7 +2,8 @@
 // published runs (reference §7) and our reimplementation of its algorithm in
 // the same run, then growth with N on world-wide-like networks.
 //
-//   build/bench/bench_planner [--candidates 5000] [--seed 1] [--scaling-max 1024] [--markdown]
+//   build/release/bench/bench_planner [--candidates 5000] [--seed 1] [--paper 1]
+//                                     [--scaling-min 64] [--scaling-max 1024]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -73,7 +74,7 @@ plan::CostModel world_wide_like(const io::Scenario& world, int pp, int dp) {
                          plan::dtfm_original_workload(pp, dp));
 }
 
-void scaling_table(int candidates, unsigned long long seed, int max_devices) {
+void scaling_table(int candidates, unsigned long long seed, int min_devices, int max_devices) {
   const io::Scenario world =
       io::load_scenario(std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/scenarios/world-wide.toml");
   std::printf("\n| devices | stages x replicas | ours cost | planner time (s) | rank order (Megatron) | "
@@ -82,6 +83,7 @@ void scaling_table(int candidates, unsigned long long seed, int max_devices) {
   for (const auto& shape : shapes) {
     const int pp = shape[0], dp = shape[1];
     if (pp * dp > max_devices) break;
+    if (pp * dp < min_devices) continue;
     const plan::CostModel model = world_wide_like(world, pp, dp);
     plan::SearchOptions ours;
     ours.seed = seed;
@@ -97,19 +99,22 @@ void scaling_table(int candidates, unsigned long long seed, int max_devices) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int candidates = 5000, scaling_max = 1024;
+  int candidates = 5000, scaling_min = 64, scaling_max = 1024;
+  bool paper = true;
   unsigned long long seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--candidates")) candidates = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--scaling-max")) scaling_max = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--scaling-min")) scaling_min = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--paper")) paper = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "bench_planner: unknown option %s\n", argv[i]);
       return 2;
     }
   }
   std::printf("Planner on the paper's five scenarios (%d candidates, seed %llu, one thread)\n\n", candidates, seed);
-  paper_table(candidates, seed);
-  scaling_table(candidates, seed, scaling_max);
+  if (paper) paper_table(candidates, seed);
+  scaling_table(candidates, seed, scaling_min, scaling_max);
   return 0;
 }

@@ -1,6 +1,8 @@
 #include "geotrain/plan/bottleneck_matching.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <limits>
 
 namespace geotrain::plan {
@@ -103,6 +105,96 @@ double trivial_lower_bound(const double* cost, int n) {
   return bound;
 }
 
+// The same algorithm for n <= 64 with each row's edges at the current
+// threshold as one 64-bit word: the search inside the planner's loop runs
+// millions of these, and the bit version is several times faster.
+struct SmallMatcher {
+  const double* cost = nullptr;
+  int n = 0;
+  double threshold = 0;
+  std::uint64_t adjacency[64];
+  int column_of_row[64], row_of_column[64], stack_row[64];
+  std::uint64_t rows_seen = 0, columns_seen = 0;
+
+  void build_adjacency() {
+    for (int r = 0; r < n; ++r) {
+      std::uint64_t mask = 0;
+      for (int c = 0; c < n; ++c) mask |= static_cast<std::uint64_t>(cost[r * n + c] <= threshold) << c;
+      adjacency[r] = mask;
+    }
+  }
+
+  bool augment(int start) {
+    rows_seen = std::uint64_t{1} << start;
+    columns_seen = 0;
+    int depth = 0;
+    stack_row[0] = start;
+    while (depth >= 0) {
+      const int r = stack_row[depth];
+      const std::uint64_t open = adjacency[r] & ~columns_seen;
+      if (!open) {
+        --depth;
+        continue;
+      }
+      const int c = std::countr_zero(open);
+      columns_seen |= std::uint64_t{1} << c;
+      const int owner = row_of_column[c];
+      if (owner < 0) {
+        int column = c;
+        for (int level = depth; level >= 0; --level) {
+          const int row = stack_row[level];
+          const int previous = column_of_row[row];
+          column_of_row[row] = column;
+          row_of_column[column] = row;
+          column = previous;
+        }
+        return true;
+      }
+      if (!(rows_seen >> owner & 1)) {
+        rows_seen |= std::uint64_t{1} << owner;
+        stack_row[++depth] = owner;
+      }
+    }
+    return false;
+  }
+
+  double next_threshold() const {
+    double best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < n; ++r) {
+      if (!(rows_seen >> r & 1)) continue;
+      for (int c = 0; c < n; ++c) {
+        if (!(columns_seen >> c & 1)) best = std::min(best, cost[r * n + c]);
+      }
+    }
+    return best;
+  }
+
+  void solve(const double* c, int size) {
+    cost = c;
+    n = size;
+    threshold = trivial_lower_bound(cost, n);
+    build_adjacency();
+    std::uint64_t free_columns = n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
+    for (int r = 0; r < n; ++r) row_of_column[r] = -1;
+    for (int r = 0; r < n; ++r) {
+      column_of_row[r] = -1;
+      const std::uint64_t open = adjacency[r] & free_columns;
+      if (!open) continue;
+      const int col = std::countr_zero(open);
+      column_of_row[r] = col;
+      row_of_column[col] = r;
+      free_columns &= ~(std::uint64_t{1} << col);
+    }
+    for (int r = 0; r < n; ++r) {
+      if (column_of_row[r] >= 0) continue;
+      while (!augment(r)) {
+        threshold = next_threshold();
+        build_adjacency();
+      }
+    }
+  }
+};
+
 const Matcher& solve(const double* cost, int n) {
   thread_local Matcher m;
   m.reset(cost, n);
@@ -129,8 +221,13 @@ const Matcher& solve(const double* cost, int n) {
 Matching bottleneck_matching(const double* cost, int n) {
   Matching result;
   if (n == 0) return result;
-  const Matcher& m = solve(cost, n);
-  result.partner = m.column_of_row;
+  if (n <= 64) {
+    thread_local SmallMatcher small;
+    small.solve(cost, n);
+    result.partner.assign(small.column_of_row, small.column_of_row + n);
+  } else {
+    result.partner = solve(cost, n).column_of_row;
+  }
   result.bottleneck = -std::numeric_limits<double>::infinity();
   for (int r = 0; r < n; ++r) {
     result.bottleneck = std::max(result.bottleneck, cost[r * n + result.partner[r]]);
@@ -140,9 +237,15 @@ Matching bottleneck_matching(const double* cost, int n) {
 
 double bottleneck_value(const double* cost, int n) {
   if (n == 0) return 0;
-  const Matcher& m = solve(cost, n);
   double value = -std::numeric_limits<double>::infinity();
-  for (int r = 0; r < n; ++r) value = std::max(value, cost[r * n + m.column_of_row[r]]);
+  if (n <= 64) {
+    thread_local SmallMatcher small;
+    small.solve(cost, n);
+    for (int r = 0; r < n; ++r) value = std::max(value, cost[r * n + small.column_of_row[r]]);
+  } else {
+    const Matcher& m = solve(cost, n);
+    for (int r = 0; r < n; ++r) value = std::max(value, cost[r * n + m.column_of_row[r]]);
+  }
   return value;
 }
 

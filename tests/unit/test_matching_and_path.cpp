@@ -54,19 +54,31 @@ TEST(BottleneckMatching, AgreesWithBruteForceOnRandomInstances) {
   }
 }
 
-TEST(BottleneckMatching, LargeInstanceAchievesItsValue) {
+// Sizes on both sides of the 64-row bit-parallel path, random and clustered
+// costs: the matching is a permutation achieving the value, and the value is
+// optimal (certificate: with only the edges strictly below it, even the
+// general path finds no perfect matching: a 0/1 instance has value 1).
+TEST(BottleneckMatching, LargeInstancesAreOptimalAndAchieved) {
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> real(0.0, 1.0);
-  const int n = 64;
-  std::vector<double> cost(n * n);
-  for (auto& c : cost) c = real(rng);
-  const Matching m = bottleneck_matching(cost.data(), n);
-  // Optimality certificate: with every edge below the value removed, no
-  // perfect matching may exist -> the value is one of the edges and raising
-  // it is required. Check via the matcher on the strictly-smaller graph.
-  std::vector<double> strict(cost);
-  for (auto& c : strict) c = c < m.bottleneck ? 0.0 : 1.0;
-  EXPECT_EQ(bottleneck_value(strict.data(), n), 1.0);
+  for (int n : {31, 63, 64, 65, 100}) {
+    for (int clustered = 0; clustered < 2; ++clustered) {
+      std::vector<double> cost(n * n);
+      for (int r = 0; r < n; ++r) {
+        for (int c = 0; c < n; ++c) cost[r * n + c] = clustered ? std::floor(4 * real(rng)) + ((r % 4) != (c % 4)) * 3 : real(rng);
+      }
+      const Matching m = bottleneck_matching(cost.data(), n);
+      ASSERT_EQ(bottleneck_value(cost.data(), n), m.bottleneck);
+      std::vector<int> seen(n, 0);
+      double worst = -1;
+      for (int i = 0; i < n; ++i) ++seen[m.partner[i]], worst = std::max(worst, cost[i * n + m.partner[i]]);
+      EXPECT_EQ(*std::min_element(seen.begin(), seen.end()), 1) << n;
+      EXPECT_EQ(worst, m.bottleneck) << n;
+      std::vector<double> strict(cost);
+      for (auto& c : strict) c = c < m.bottleneck ? 0.0 : 1.0;
+      EXPECT_EQ(bottleneck_value(strict.data(), n), 1.0) << n;
+    }
+  }
 }
 
 TEST(OpenPath, HeldKarpAgreesWithBruteForce) {
