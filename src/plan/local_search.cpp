@@ -171,18 +171,30 @@ class SwapState {
     }
     datap = std::max({datap, swapped_group_max(ga, x, y), swapped_group_max(gb, y, x)});
     double pipeline = path_length_;
-    std::vector<std::pair<int, int>> touched;
+    touched_.clear();
     for (int p = 1; p < k_; ++p) {
       const int g = order_[p - 1], h = order_[p];
       if (g == ga || g == gb || h == ga || h == gb) {
         pipeline -= pair_cost_[g * k_ + h];
-        touched.emplace_back(g, h);
+        touched_.push_back(p);
       }
     }
+    // Cheap bounds first. Upper: the boundary's current optimal matching
+    // with the exchanged devices re-paired in place. Lower: the newcomer
+    // must be matched to someone. Only undecided moves pay for exact
+    // bottleneck matchings.
+    double upper = datap + pipeline, lower = datap + pipeline;
+    for (int p : touched_) {
+      const auto [lo, hi] = boundary_bounds(p, x, y);
+      lower += lo;
+      upper += hi;
+    }
+    if (upper < bar) return upper;
+    if (lower >= bar) return std::numeric_limits<double>::infinity();
     double total = datap + pipeline;
-    for (auto [g, h] : touched) {
+    for (int p : touched_) {
       if (total >= bar) return std::numeric_limits<double>::infinity();
-      total += boundary(g, h, x, y);
+      total += boundary(order_[p - 1], order_[p], x, y);
     }
     return total;
   }
@@ -260,6 +272,65 @@ class SwapState {
     order_ = path.order;
     path_length_ = path.length;
     total_ = *std::max_element(group_max_.begin(), group_max_.end()) + path_length_;
+    // Optimal matchings of the boundaries on the path, for the move bounds.
+    links_.resize(k_);
+    for (int p = 1; p < k_; ++p) {
+      const int g = order_[p - 1], h = order_[p];
+      std::vector<double> block(static_cast<size_t>(d_) * d_);
+      for (int i = 0; i < d_; ++i) {
+        for (int j = 0; j < d_; ++j) block[i * d_ + j] = m_.pipeline_link(a_[g * d_ + i], a_[h * d_ + j]);
+      }
+      PathLink& link = links_[p];
+      link.partner = bottleneck_matching(block.data(), d_).partner;
+      link.inverse.assign(d_, 0);
+      link.edge.assign(d_, 0.0);
+      for (int i = 0; i < d_; ++i) {
+        link.inverse[link.partner[i]] = i;
+        link.edge[i] = block[i * d_ + link.partner[i]];
+      }
+      std::vector<int> rows(d_);
+      std::iota(rows.begin(), rows.end(), 0);
+      const int top = std::min(d_, 3);
+      std::partial_sort(rows.begin(), rows.begin() + top, rows.end(),
+                        [&](int a, int b) { return link.edge[a] > link.edge[b]; });
+      link.top.assign(rows.begin(), rows.begin() + top);
+    }
+  }
+
+  // Lower and upper bound on boundary p (groups order_[p-1], order_[p])
+  // after exchanging x and y.
+  std::pair<double, double> boundary_bounds(int p, int x, int y) const {
+    const int g = order_[p - 1], h = order_[p];
+    const PathLink& link = links_[p];
+    // Rows are slots of g, columns slots of h. Re-pair in place: whoever
+    // leaves hands its partner to whoever arrives in its slot.
+    int skip1 = -1, skip2 = -1;
+    double repaired = 0, newcomer_best = std::numeric_limits<double>::infinity();
+    auto device_at = [&](int group, int slot) { return member(group, slot, x, y); };
+    if (group_of_[x] == g || group_of_[y] == g) {
+      const int slot = group_of_[x] == g ? slot_of_[x] : slot_of_[y];
+      skip1 = slot;
+      const int arrived = device_at(g, slot);
+      repaired = std::max(repaired, m_.pipeline_link(arrived, device_at(h, link.partner[slot])));
+      for (int j = 0; j < d_; ++j) newcomer_best = std::min(newcomer_best, m_.pipeline_link(arrived, device_at(h, j)));
+    }
+    if (group_of_[x] == h || group_of_[y] == h) {
+      const int slot = group_of_[x] == h ? slot_of_[x] : slot_of_[y];
+      const int row = link.inverse[slot];
+      skip2 = row;
+      const int arrived = device_at(h, slot);
+      repaired = std::max(repaired, m_.pipeline_link(device_at(g, row), arrived));
+      double best = std::numeric_limits<double>::infinity();
+      for (int i = 0; i < d_; ++i) best = std::min(best, m_.pipeline_link(device_at(g, i), arrived));
+      newcomer_best = skip1 >= 0 ? std::max(newcomer_best, best) : best;
+    }
+    for (int row : link.top) {
+      if (row != skip1 && row != skip2) {
+        repaired = std::max(repaired, link.edge[row]);
+        break;
+      }
+    }
+    return {newcomer_best, repaired};
   }
 
   const CostModel& m_;
@@ -272,6 +343,12 @@ class SwapState {
   std::vector<double> pair_cost_;
   std::vector<int> order_;
   double path_length_ = 0, total_ = 0;
+  struct PathLink {
+    std::vector<int> partner, inverse, top;  // top: rows of the 3 dearest edges
+    std::vector<double> edge;                // edge[row] = link cost of row's pair
+  };
+  std::vector<PathLink> links_;  // indexed by path position 1..k-1
+  std::vector<int> touched_;
 };
 
 }  // namespace

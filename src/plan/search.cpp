@@ -194,7 +194,10 @@ Island run_island(const CostModel& model, const SearchOptions& options, std::uin
     population.push_back({a, record(a)});
   }
 
-  const int move_budget = options.swap_moves > 0 ? options.swap_moves : std::min(4 * n, 512);
+  // One move costs up to four d x d bottleneck matchings: keep the work per
+  // offspring roughly constant as groups grow.
+  const int move_budget = options.swap_moves > 0 ? options.swap_moves
+                                                 : std::min({4 * n, 512, std::max(32, 131072 / (d * d))});
   for (long offspring = population_size; offspring < options.candidates; ++offspring) {
     const int i = rng.below(population_size), j = rng.below(population_size);
     Assignment child = crossover(population[i].assignment, population[j].assignment,

@@ -27,7 +27,7 @@ struct SearchOptions {
   int islands = 1;                     // independent populations, best one wins
   int threads = 1;                     // islands run concurrently; result independent of it
   int exact_path_limit = 12;
-  int swap_moves = 0;                  // move evaluations per swap local search; 0: min(4 N, 512)           // Held-Karp inside the loop up to this many groups
+  int swap_moves = 0;                  // move evaluations per offspring; 0: min(4N, 512, max(32, 131072/D_dp^2))           // Held-Karp inside the loop up to this many groups
   // The original code exactly: paper local search, replacement bug, random
   // initial population only, one island.
   static SearchOptions paper_configuration(std::uint64_t seed);
