@@ -1,0 +1,53 @@
+// The run configuration: one flat struct, loaded from a TOML file, then
+// `--section.key=value` overrides; unknown keys are fatal, every field has a
+// default, a unit in its name where it has one, and a check.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace geotrain::io {
+
+struct Config {
+  // [model]: the shape file (inputs/models/*.toml) and its overrides
+  std::string model_file = "inputs/models/tiny.toml";  // defaults: relative to the working directory
+  // [device]
+  std::string device = "auto";             // auto | cpu | cuda
+  std::string matmul_precision = "fp32";   // fp32 | bf16
+  double device_peak_tflops = 0;           // for MFU; 0: the backend's default
+  // [data]
+  std::string data_train = "inputs/data/corpus_train.bin";  // paths in a file: relative to the file
+  std::string data_validation = "inputs/data/corpus_val.bin";
+  // [train]
+  int train_steps = 300;
+  int micro_batch_sequences = 8;           // B per micro-batch
+  int gradient_accumulation = 1;           // micro-batches per step on one rank
+  std::uint64_t seed = 1;
+  int eval_every_steps = 50;               // 0: only at the end
+  int eval_batches = 8;
+  int log_every_steps = 1;
+  bool quiet = false;
+  bool log_json = false;
+  // [optimizer]
+  double learning_rate = 1e-3;
+  double min_learning_rate_fraction = 0.1;
+  int warmup_steps = 20;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double epsilon = 1e-8;
+  double weight_decay = 0.1;
+  double gradient_clip = 1.0;
+
+  std::string source;  // the file it came from, for messages
+};
+
+// Reads `path` (paths inside are relative to the file's folder), then applies
+// `overrides` ("section.key=value", as given after --). Throws InputError
+// naming the file or "command line" and the key.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Defaults only (no file), then overrides.
+Config default_config(const std::vector<std::string>& overrides = {});
+// Every key with its value, "section.key = value" lines (for logs and checkpoints).
+std::string describe(const Config& config);
+
+}  // namespace geotrain::io

@@ -1,0 +1,117 @@
+// The compute backend: every op of the GPT model, forward and backward side
+// by side, behind one interface. Implementations: CPU (src/kernels/*.cpu.cpp,
+// OpenBLAS sgemm + OpenMP loops) and CUDA (src/kernels/*.cu, cuBLAS +
+// hand-written kernels). Every op has a CPU twin and a parity test.
+//
+// Conventions (all row-major, fp32 unless a method says otherwise):
+//   B batch (sequences), T sequence length, C channels (hidden), NH heads,
+//   V vocabulary, N = B*T rows. Pointers are device pointers of the backend
+//   (host memory for the CPU backend). Backward ops ACCUMULATE (+=) into
+//   parameter gradients and into activation gradients marked "accumulates";
+//   the caller zeroes them once per step.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace geotrain::kernels {
+
+enum class DeviceKind { cpu, cuda };
+// Precision of matmul/attention inputs on the wire to the math units. The
+// master weights, optimizer state, layernorm and softmax statistics are
+// always fp32; bf16 rounds the GEMM operands (CUDA: bf16 tensor cores with
+// fp32 accumulation; CPU: emulated by rounding, for parity tests only).
+enum class MatmulPrecision { fp32, bf16 };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string description() const = 0;  // e.g. "CPU, OpenBLAS (Haswell), 2 threads"
+
+  // ---- memory
+  virtual float* alloc(std::size_t count) = 0;             // zero-initialised
+  virtual int* alloc_tokens(std::size_t count) = 0;        // zero-initialised
+  virtual void release(void* pointer) = 0;
+  virtual void upload(float* device, const float* host, std::size_t count) = 0;
+  virtual void upload_tokens(int* device, const int* host, std::size_t count) = 0;
+  virtual void download(float* host, const float* device, std::size_t count) = 0;
+  virtual void fill_zero(float* device, std::size_t count) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
+                                 int B, int T, int C) = 0;
+  // dwte, dwpe accumulate.
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                                  int B, int T, int C) = 0;
+
+  // ---- layernorm over the last dim (eps 1e-5): out = (x-mean)*rstd*weight + bias
+  // mean[N], rstd[N] are saved for backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) = 0;
+  // dinp, dweight, dbias accumulate.
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+
+  // ---- matmul: out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null)
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC) = 0;
+  // dinp[N,C] accumulates; dweight[OC,C], dbias[OC] accumulate (dbias may be null).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  virtual void set_matmul_precision(MatmulPrecision precision) = 0;
+
+  // ---- causal multi-head self-attention.
+  // qkv[B,T,3C] holds q, k, v (each C = NH heads x C/NH) per token.
+  // out[B,T,C]; att[B,NH,T,T] softmax probabilities saved for backward
+  // (scale 1/sqrt(C/NH), entries above the diagonal are 0).
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv accumulates; datt[B,NH,T,T] is scratch.
+  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int C, int NH) = 0;
+
+  // ---- GELU, tanh approximation (as GPT-2)
+  virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
+  // dinp accumulates.
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+
+  // ---- residual: out = a + b (backward: the gradient flows to both unchanged)
+  virtual void residual_forward(float* out, const float* a, const float* b, std::size_t n) = 0;
+  // y += x
+  virtual void accumulate(float* y, const float* x, std::size_t n) = 0;
+  // x *= factor
+  virtual void scale(float* x, float factor, std::size_t n) = 0;
+  // sum of squares of x (for gradient-norm clipping), returned to the host
+  virtual double sum_of_squares(const float* x, std::size_t n) = 0;
+
+  // ---- softmax + cross-entropy, fused. logits[N,V] -> losses[N] (per token,
+  // natural log). targets[N] in [0, V). Backward: dlogits[N,V] =
+  // (softmax(logits) - onehot(target)) * dloss where dloss = 1/(number of
+  // tokens in the loss); dlogits is overwritten (not accumulated).
+  virtual void crossentropy_forward(float* losses, const float* logits, const int* targets, int N,
+                                    int V) = 0;
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const int* targets,
+                                     float dloss, int N, int V) = 0;
+
+  // ---- AdamW (decoupled weight decay), one step, bias-corrected:
+  // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  // p -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + weight_decay * p )
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int step) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Throws geotrain::RunError with a clear message if the CUDA backend was not
+// compiled in or no GPU is usable.
+std::unique_ptr<Backend> make_cuda_backend();
+// "cpu", "cuda", or "auto" (CUDA if compiled and a GPU is usable, else CPU).
+// Throws geotrain::InputError for any other name.
+std::unique_ptr<Backend> make_backend(const std::string& device);
+bool cuda_compiled();
+
+}  // namespace geotrain::kernels

@@ -1,0 +1,116 @@
+// The GPT model as pipeline stages. A stage owns layers [first_layer,
+// last_layer) plus the token/position embedding (first stage) or the final
+// layernorm and the LM head tied to the token embedding (last stage), and
+// runs forward and backward on one micro-batch: the interface the pipeline
+// runtime calls. A single-rank run is one stage that is both first and last.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "geotrain/kernels/backend.hpp"
+
+namespace geotrain::model {
+
+struct GptConfig {
+  std::string name = "tiny";
+  int layers = 4;
+  int hidden = 128;
+  int heads = 4;
+  int vocabulary = 256;
+  int sequence_length = 128;
+};
+
+struct StageSpec {
+  int first_layer = 0;
+  int last_layer = 0;  // exclusive
+  bool has_embedding = true;
+  bool has_head = true;
+  static StageSpec whole(const GptConfig& config) { return {0, config.layers, true, true}; }
+};
+
+// One named parameter tensor inside a stage's contiguous parameter buffer.
+// Names and shapes are global (independent of the stage layout), e.g.
+// "h.3.attn.qkv.weight" [3C, C], so checkpoints and initial values do not
+// depend on how the model is cut.
+struct ParameterView {
+  std::string name;
+  std::vector<int> shape;
+  std::size_t offset = 0;  // in floats, into params() / grads()
+  std::size_t count = 0;
+  bool decays = false;     // weight decay applies to matrices, not to biases / norms
+};
+
+class Stage {
+ public:
+  // `slots`: activation sets kept for backward (GPipe: the micro-batch
+  // count; 1F1B: the number of stages; single rank: 1). B sequences of T
+  // tokens per micro-batch.
+  Stage(const GptConfig& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
+        int slots);
+  ~Stage();
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  const GptConfig& config() const { return config_; }
+  const StageSpec& spec() const { return spec_; }
+  const std::vector<ParameterView>& parameters() const { return views_; }
+  std::size_t parameter_count() const { return parameter_count_; }
+  float* params() { return params_; }
+  float* grads() { return grads_; }
+  const ParameterView* find(const std::string& name) const;
+
+  // GPT-2 initialisation, each tensor from its own stream seeded by (seed,
+  // name): identical values whatever the stage layout.
+  void initialize(std::uint64_t seed);
+  void zero_grads();
+
+  // Forward on micro-batch `slot`. First stage: `tokens` [B*T] (host), else
+  // `input` [B,T,C] (device). Last stage: `targets` [B*T] (host), and the
+  // mean loss of this micro-batch is returned; else 0.
+  double forward(int slot, const int* tokens, const float* input, const int* targets);
+  // Activations to send to the next stage after forward(slot) (not last stage).
+  const float* output(int slot) const;
+  // Backward on micro-batch `slot`. Last stage: `loss_scale` multiplies the
+  // per-token loss gradient (1 / tokens in the whole step, so gradients of
+  // all micro-batches and replicas sum to the gradient of the mean loss);
+  // else `doutput` [B,T,C] (device) is the gradient from the next stage.
+  // Parameter gradients accumulate.
+  void backward(int slot, const float* doutput, float loss_scale);
+  // Gradient with respect to the stage's input after backward (not first stage).
+  const float* dinput() const { return dresidual_; }
+
+  int micro_batch() const { return B_; }
+  std::size_t activation_floats_per_slot() const;
+
+ private:
+  struct LayerWeights;
+  struct LayerActivations;
+  struct SlotActivations;
+  void layout_parameters();
+  float* param(const std::string& name) const;
+  float* grad(const std::string& name) const;
+  void layer_forward(int layer, const float* input, LayerActivations& a);
+  void layer_backward(int layer, const float* input, const LayerActivations& a);
+
+  GptConfig config_;
+  StageSpec spec_;
+  kernels::Backend& backend_;
+  int B_, T_, C_, V_, NH_;
+  std::vector<ParameterView> views_;
+  std::size_t parameter_count_ = 0;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  std::vector<SlotActivations*> slots_;
+  // backward scratch, shared by all slots
+  float* dresidual_ = nullptr;
+  float* dln_ = nullptr;
+  float* dqkv_ = nullptr;
+  float* datt_ = nullptr;
+  float* dattention_out_ = nullptr;
+  float* dfc_ = nullptr;
+  float* dgelu_ = nullptr;
+  float* dlogits_ = nullptr;
+};
+
+}  // namespace geotrain::model

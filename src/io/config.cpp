@@ -1,0 +1,220 @@
+#include "geotrain/io/config.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "geotrain/io/errors.hpp"
+
+namespace geotrain::io {
+namespace {
+
+using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*>;
+struct Field {
+  const char* key;
+  Target target;
+  bool is_path = false;
+};
+
+std::vector<Field> fields(Config& c) {
+  return {
+      {"model.file", &c.model_file, true},
+      {"device.kind", &c.device},
+      {"device.matmul_precision", &c.matmul_precision},
+      {"device.peak_tflops", &c.device_peak_tflops},
+      {"data.train", &c.data_train, true},
+      {"data.validation", &c.data_validation, true},
+      {"train.steps", &c.train_steps},
+      {"train.micro_batch_sequences", &c.micro_batch_sequences},
+      {"train.gradient_accumulation", &c.gradient_accumulation},
+      {"train.seed", &c.seed},
+      {"train.eval_every_steps", &c.eval_every_steps},
+      {"train.eval_batches", &c.eval_batches},
+      {"train.log_every_steps", &c.log_every_steps},
+      {"train.quiet", &c.quiet},
+      {"train.log_json", &c.log_json},
+      {"optimizer.learning_rate", &c.learning_rate},
+      {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
+      {"optimizer.warmup_steps", &c.warmup_steps},
+      {"optimizer.beta1", &c.beta1},
+      {"optimizer.beta2", &c.beta2},
+      {"optimizer.epsilon", &c.epsilon},
+      {"optimizer.weight_decay", &c.weight_decay},
+      {"optimizer.gradient_clip", &c.gradient_clip},
+  };
+}
+
+[[noreturn]] void fail(const std::string& where, const std::string& key, const std::string& what) {
+  throw InputError(where + ": " + key + ": " + what);
+}
+
+std::string known_keys(Config& c) {
+  std::string list;
+  for (const Field& f : fields(c)) list += (list.empty() ? "" : ", ") + std::string(f.key);
+  return list;
+}
+
+Field* find(std::vector<Field>& all, const std::string& key) {
+  for (Field& f : all) {
+    if (key == f.key) return &f;
+  }
+  return nullptr;
+}
+
+// Assigns a TOML value; `where` names the file for messages.
+void assign(Field& f, const toml::node& node, const std::string& where, const std::string& base_dir) {
+  const std::string key = f.key;
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          auto v = node.value<std::string>();
+          if (!v) fail(where, key, "must be a string");
+          *target = *v;
+          if (f.is_path && !target->empty() && std::filesystem::path(*target).is_relative()) {
+            *target = (std::filesystem::path(base_dir) / *target).lexically_normal().string();
+          }
+        } else if constexpr (std::is_same_v<T, bool>) {
+          auto v = node.value<bool>();
+          if (!v) fail(where, key, "must be true or false");
+          *target = *v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          auto v = node.value<double>();
+          if (!v) fail(where, key, "must be a number");
+          *target = *v;
+        } else {
+          if (!node.is_integer()) fail(where, key, "must be an integer");
+          const std::int64_t v = *node.value<std::int64_t>();
+          if (v < 0) fail(where, key, "must be >= 0, got " + std::to_string(v));
+          if constexpr (std::is_same_v<T, int>) {
+            if (v > 2147483647) fail(where, key, "too large");
+          }
+          *target = static_cast<T>(v);
+        }
+      },
+      f.target);
+}
+
+void apply_table(Config& c, const toml::table& root, const std::string& where, const std::string& base_dir) {
+  auto all = fields(c);
+  for (const auto& [section, node] : root) {
+    const toml::table* table = node.as_table();
+    if (!table) fail(where, std::string(section.str()), "expected a table like [" + std::string(section.str()) + "]");
+    for (const auto& [name, value] : *table) {
+      const std::string key = std::string(section.str()) + "." + std::string(name.str());
+      Field* f = find(all, key);
+      if (!f) fail(where, key, "unknown key (known: " + known_keys(c) + ")");
+      assign(*f, value, where, base_dir);
+    }
+  }
+}
+
+void apply_override(Config& c, const std::string& text) {
+  std::string body = text.rfind("--", 0) == 0 ? text.substr(2) : text;
+  const auto eq = body.find('=');
+  if (eq == std::string::npos) fail("command line", body, "expected --section.key=value");
+  const std::string key = body.substr(0, eq), value = body.substr(eq + 1);
+  auto all = fields(c);
+  if (!find(all, key)) fail("command line", key, "unknown key (known: " + known_keys(c) + ")");
+  // Parse the value as TOML so that types and messages match the file's.
+  toml::table parsed;
+  const auto dot = key.find('.');
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  try {
+    parsed = toml::parse(name + " = " + value);
+  } catch (const toml::parse_error&) {
+    try {
+      parsed = toml::parse(name + " = \"" + value + "\"");  // bare strings
+    } catch (const toml::parse_error&) {
+      fail("command line", key, "cannot read value '" + value + "'");
+    }
+  }
+  toml::table root;
+  root.insert(section, std::move(parsed));
+  apply_table(c, root, "command line", std::filesystem::current_path().string());
+}
+
+void check(const Config& c) {
+  const std::string where = c.source.empty() ? "command line" : c.source;
+  auto positive = [&](const char* key, long long v) {
+    if (v <= 0) fail(where, key, "must be > 0, got " + std::to_string(v));
+  };
+  positive("train.steps", c.train_steps);
+  positive("train.micro_batch_sequences", c.micro_batch_sequences);
+  positive("train.gradient_accumulation", c.gradient_accumulation);
+  positive("train.eval_batches", c.eval_batches);
+  positive("train.log_every_steps", c.log_every_steps);
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") {
+    fail(where, "device.kind", "must be auto, cpu or cuda, got '" + c.device + "'");
+  }
+  if (c.matmul_precision != "fp32" && c.matmul_precision != "bf16") {
+    fail(where, "device.matmul_precision", "must be fp32 or bf16, got '" + c.matmul_precision + "'");
+  }
+  auto finite_range = [&](const char* key, double v, double lo, double hi) {
+    if (!std::isfinite(v) || v < lo || v > hi) {
+      fail(where, key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    }
+  };
+  finite_range("optimizer.learning_rate", c.learning_rate, 1e-12, 10);
+  finite_range("optimizer.min_learning_rate_fraction", c.min_learning_rate_fraction, 0, 1);
+  finite_range("optimizer.beta1", c.beta1, 0, 0.999999);
+  finite_range("optimizer.beta2", c.beta2, 0, 0.999999);
+  finite_range("optimizer.epsilon", c.epsilon, 1e-30, 1);
+  finite_range("optimizer.weight_decay", c.weight_decay, 0, 10);
+  finite_range("optimizer.gradient_clip", c.gradient_clip, 0, 1e9);
+  finite_range("device.peak_tflops", c.device_peak_tflops, 0, 1e6);
+  if (c.warmup_steps > c.train_steps) {
+    fail(where, "optimizer.warmup_steps", "is larger than train.steps (" + std::to_string(c.train_steps) + ")");
+  }
+}
+
+}  // namespace
+
+Config default_config(const std::vector<std::string>& overrides) {
+  Config c;
+  for (const auto& o : overrides) apply_override(c, o);
+  check(c);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config c;
+  c.source = path;
+  const std::string base_dir = std::filesystem::path(path).parent_path().string();
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    if (!std::filesystem::exists(path)) throw InputError(path + ": cannot open file");
+    throw InputError(path + ": line " + std::to_string(where.line) + ", column " + std::to_string(where.column) +
+                     ": TOML syntax error: " + std::string(e.description()));
+  }
+  apply_table(c, root, path, base_dir);
+  for (const auto& o : overrides) apply_override(c, o);
+  check(c);
+  return c;
+}
+
+std::string describe(const Config& config) {
+  Config copy = config;
+  std::ostringstream out;
+  for (const Field& f : fields(copy)) {
+    out << f.key << " = ";
+    std::visit(
+        [&](auto* target) {
+          using T = std::remove_pointer_t<decltype(target)>;
+          if constexpr (std::is_same_v<T, std::string>) out << '"' << *target << '"';
+          else if constexpr (std::is_same_v<T, bool>) out << (*target ? "true" : "false");
+          else out << *target;
+        },
+        f.target);
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace geotrain::io

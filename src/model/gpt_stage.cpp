@@ -1,0 +1,270 @@
+// Forward and backward of one pipeline stage of a pre-LayerNorm GPT.
+// Per layer:  ln1 = LN(x); qkv = ln1 Wqkv^T + b; y = attn(qkv);
+//             r2 = x + y Wo^T + b; ln2 = LN(r2); h = gelu(ln2 Wfc^T + b);
+//             out = r2 + h Wp^T + b.
+// Backward runs the same steps in reverse with one residual-gradient buffer
+// updated in place: the layernorm backward calls accumulate into it.
+#include <cmath>
+#include <stdexcept>
+
+#include "geotrain/model/gpt.hpp"
+#include "geotrain/model/init.hpp"
+
+namespace geotrain::model {
+
+struct Stage::LayerActivations {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *attention_out, *residual2;
+  float *ln2, *ln2_mean, *ln2_rstd, *fc, *gelu, *out;
+};
+
+struct Stage::SlotActivations {
+  float* embedded = nullptr;  // first stage: embedding output (input of layer 0)
+  float* input = nullptr;     // other stages: copy of the received activations
+  std::vector<LayerActivations> layers;
+  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr;
+  int* tokens = nullptr;
+  int* targets = nullptr;
+};
+
+namespace {
+std::string layer_name(int layer, const char* tensor) { return "h." + std::to_string(layer) + "." + tensor; }
+}  // namespace
+
+void Stage::layout_parameters() {
+  const int C = C_;
+  auto add = [&](const std::string& name, std::vector<int> shape, bool decays) {
+    std::size_t count = 1;
+    for (int d : shape) count *= static_cast<std::size_t>(d);
+    views_.push_back({name, std::move(shape), parameter_count_, count, decays});
+    parameter_count_ += count;
+  };
+  // The LM head is tied to wte: a stage that has either holds wte.
+  if (spec_.has_embedding || spec_.has_head) add("wte", {V_, C}, true);
+  if (spec_.has_embedding) add("wpe", {T_, C}, true);
+  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
+    add(layer_name(l, "ln1.weight"), {C}, false);
+    add(layer_name(l, "ln1.bias"), {C}, false);
+    add(layer_name(l, "attn.qkv.weight"), {3 * C, C}, true);
+    add(layer_name(l, "attn.qkv.bias"), {3 * C}, false);
+    add(layer_name(l, "attn.proj.weight"), {C, C}, true);
+    add(layer_name(l, "attn.proj.bias"), {C}, false);
+    add(layer_name(l, "ln2.weight"), {C}, false);
+    add(layer_name(l, "ln2.bias"), {C}, false);
+    add(layer_name(l, "mlp.fc.weight"), {4 * C, C}, true);
+    add(layer_name(l, "mlp.fc.bias"), {4 * C}, false);
+    add(layer_name(l, "mlp.proj.weight"), {C, 4 * C}, true);
+    add(layer_name(l, "mlp.proj.bias"), {C}, false);
+  }
+  if (spec_.has_head) {
+    add("lnf.weight", {C}, false);
+    add("lnf.bias", {C}, false);
+  }
+}
+
+Stage::Stage(const GptConfig& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
+             int slots)
+    : config_(config), spec_(spec), backend_(backend), B_(micro_batch), T_(config.sequence_length),
+      C_(config.hidden), V_(config.vocabulary), NH_(config.heads) {
+  if (config.hidden % config.heads != 0) throw std::invalid_argument("Stage: hidden must be divisible by heads");
+  if (spec.first_layer < 0 || spec.last_layer > config.layers || spec.first_layer > spec.last_layer) {
+    throw std::invalid_argument("Stage: layer range outside the model");
+  }
+  layout_parameters();
+  params_ = backend_.alloc(parameter_count_);
+  grads_ = backend_.alloc(parameter_count_);
+
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
+  auto A = [&](std::size_t count) { return backend_.alloc(count); };
+  for (int s = 0; s < slots; ++s) {
+    auto* slot = new SlotActivations;
+    if (spec_.has_embedding) {
+      slot->embedded = A(N * C);
+      slot->tokens = backend_.alloc_tokens(N);
+    } else {
+      slot->input = A(N * C);
+    }
+    for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
+      LayerActivations a;
+      a.ln1 = A(N * C), a.ln1_mean = A(N), a.ln1_rstd = A(N), a.qkv = A(N * 3 * C);
+      a.att = A(static_cast<std::size_t>(B_) * NH_ * T_ * T_), a.attention_out = A(N * C);
+      a.residual2 = A(N * C), a.ln2 = A(N * C), a.ln2_mean = A(N), a.ln2_rstd = A(N);
+      a.fc = A(N * 4 * C), a.gelu = A(N * 4 * C), a.out = A(N * C);
+      slot->layers.push_back(a);
+    }
+    if (spec_.has_head) {
+      slot->lnf = A(N * C), slot->lnf_mean = A(N), slot->lnf_rstd = A(N);
+      slot->logits = A(N * V_), slot->losses = A(N);
+      slot->targets = backend_.alloc_tokens(N);
+    }
+    slots_.push_back(slot);
+  }
+  dresidual_ = A(N * C);
+  dln_ = A(N * C);
+  dqkv_ = A(N * 3 * C);
+  datt_ = A(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
+  dattention_out_ = A(N * C);
+  dfc_ = A(N * 4 * C);
+  dgelu_ = A(N * 4 * C);
+  if (spec_.has_head) dlogits_ = A(N * V_);
+}
+
+Stage::~Stage() {
+  auto R = [&](void* p) {
+    if (p) backend_.release(p);
+  };
+  for (SlotActivations* slot : slots_) {
+    R(slot->embedded), R(slot->input), R(slot->tokens), R(slot->targets);
+    for (auto& a : slot->layers) {
+      for (float* p : {a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.att, a.attention_out, a.residual2, a.ln2,
+                       a.ln2_mean, a.ln2_rstd, a.fc, a.gelu, a.out}) {
+        R(p);
+      }
+    }
+    for (float* p : {slot->lnf, slot->lnf_mean, slot->lnf_rstd, slot->logits, slot->losses}) R(p);
+    delete slot;
+  }
+  for (float* p : {params_, grads_, dresidual_, dln_, dqkv_, datt_, dattention_out_, dfc_, dgelu_, dlogits_}) R(p);
+}
+
+std::size_t Stage::activation_floats_per_slot() const {
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
+  // ln1, qkv(3), attention_out, residual2, ln2, fc(4), gelu(4), out = 16 NC;
+  // four N-vectors of layernorm statistics; the attention matrix.
+  const std::size_t per_layer = 16 * N * C + 4 * N + static_cast<std::size_t>(B_) * NH_ * T_ * T_;
+  std::size_t total = N * C + per_layer * (spec_.last_layer - spec_.first_layer);
+  if (spec_.has_head) total += N * C + 3 * N + N * V_;
+  return total;
+}
+
+const ParameterView* Stage::find(const std::string& name) const {
+  for (const auto& v : views_) {
+    if (v.name == name) return &v;
+  }
+  return nullptr;
+}
+
+float* Stage::param(const std::string& name) const { return params_ + find(name)->offset; }
+float* Stage::grad(const std::string& name) const { return grads_ + find(name)->offset; }
+
+void Stage::initialize(std::uint64_t seed) {
+  std::vector<float> host(parameter_count_);
+  for (const auto& v : views_) fill_initial_values(v, config_, seed, host.data() + v.offset);
+  backend_.upload(params_, host.data(), parameter_count_);
+}
+
+void Stage::zero_grads() { backend_.fill_zero(grads_, parameter_count_); }
+
+void Stage::layer_forward(int l, const float* x, LayerActivations& a) {
+  const int N = B_ * T_, C = C_;
+  auto& k = backend_;
+  k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(layer_name(l, "ln1.weight")),
+                      param(layer_name(l, "ln1.bias")), N, C);
+  k.matmul_forward(a.qkv, a.ln1, param(layer_name(l, "attn.qkv.weight")), param(layer_name(l, "attn.qkv.bias")),
+                   N, C, 3 * C);
+  k.attention_forward(a.attention_out, a.att, a.qkv, B_, T_, C, NH_);
+  // residual2 = x + proj(attention): project into residual2, then add x.
+  k.matmul_forward(a.residual2, a.attention_out, param(layer_name(l, "attn.proj.weight")),
+                   param(layer_name(l, "attn.proj.bias")), N, C, C);
+  k.accumulate(a.residual2, x, static_cast<std::size_t>(N) * C);
+  k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(layer_name(l, "ln2.weight")),
+                      param(layer_name(l, "ln2.bias")), N, C);
+  k.matmul_forward(a.fc, a.ln2, param(layer_name(l, "mlp.fc.weight")), param(layer_name(l, "mlp.fc.bias")), N, C,
+                   4 * C);
+  k.gelu_forward(a.gelu, a.fc, static_cast<std::size_t>(N) * 4 * C);
+  k.matmul_forward(a.out, a.gelu, param(layer_name(l, "mlp.proj.weight")), param(layer_name(l, "mlp.proj.bias")),
+                   N, 4 * C, C);
+  k.accumulate(a.out, a.residual2, static_cast<std::size_t>(N) * C);
+}
+
+// On entry dresidual_ holds d(out); on exit d(x).
+void Stage::layer_backward(int l, const float* x, const LayerActivations& a) {
+  const int N = B_ * T_, C = C_;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  auto& k = backend_;
+  // MLP branch: out = r2 + proj(gelu(fc(ln2(r2)))).
+  k.fill_zero(dgelu_, 4 * NC);
+  k.matmul_backward(dgelu_, grad(layer_name(l, "mlp.proj.weight")), grad(layer_name(l, "mlp.proj.bias")), dresidual_,
+                    a.gelu, param(layer_name(l, "mlp.proj.weight")), N, 4 * C, C);
+  k.fill_zero(dfc_, 4 * NC);
+  k.gelu_backward(dfc_, a.fc, dgelu_, 4 * NC);
+  k.fill_zero(dln_, NC);
+  k.matmul_backward(dln_, grad(layer_name(l, "mlp.fc.weight")), grad(layer_name(l, "mlp.fc.bias")), dfc_, a.ln2,
+                    param(layer_name(l, "mlp.fc.weight")), N, C, 4 * C);
+  k.layernorm_backward(dresidual_, grad(layer_name(l, "ln2.weight")), grad(layer_name(l, "ln2.bias")), dln_,
+                       a.residual2, param(layer_name(l, "ln2.weight")), a.ln2_mean, a.ln2_rstd, N, C);
+  // Attention branch: r2 = x + proj(attn(qkv(ln1(x)))).
+  k.fill_zero(dattention_out_, NC);
+  k.matmul_backward(dattention_out_, grad(layer_name(l, "attn.proj.weight")), grad(layer_name(l, "attn.proj.bias")),
+                    dresidual_, a.attention_out, param(layer_name(l, "attn.proj.weight")), N, C, C);
+  k.fill_zero(dqkv_, 3 * NC);
+  k.attention_backward(dqkv_, datt_, dattention_out_, a.qkv, a.att, B_, T_, C, NH_);
+  k.fill_zero(dln_, NC);
+  k.matmul_backward(dln_, grad(layer_name(l, "attn.qkv.weight")), grad(layer_name(l, "attn.qkv.bias")), dqkv_, a.ln1,
+                    param(layer_name(l, "attn.qkv.weight")), N, C, 3 * C);
+  k.layernorm_backward(dresidual_, grad(layer_name(l, "ln1.weight")), grad(layer_name(l, "ln1.bias")), dln_, x,
+                       param(layer_name(l, "ln1.weight")), a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+double Stage::forward(int slot_index, const int* tokens, const float* input, const int* targets) {
+  SlotActivations& slot = *slots_.at(slot_index);
+  const int N = B_ * T_, C = C_;
+  const float* x;
+  if (spec_.has_embedding) {
+    backend_.upload_tokens(slot.tokens, tokens, N);
+    backend_.embedding_forward(slot.embedded, slot.tokens, param("wte"), param("wpe"), B_, T_, C);
+    x = slot.embedded;
+  } else {
+    // Keep our own copy: the sender may reuse its buffer.
+    backend_.fill_zero(slot.input, static_cast<std::size_t>(N) * C);
+    backend_.accumulate(slot.input, input, static_cast<std::size_t>(N) * C);
+    x = slot.input;
+  }
+  for (std::size_t i = 0; i < slot.layers.size(); ++i) {
+    layer_forward(spec_.first_layer + static_cast<int>(i), x, slot.layers[i]);
+    x = slot.layers[i].out;
+  }
+  if (!spec_.has_head) return 0.0;
+  backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, param("lnf.weight"), param("lnf.bias"), N, C);
+  backend_.matmul_forward(slot.logits, slot.lnf, param("wte"), nullptr, N, C, V_);
+  backend_.upload_tokens(slot.targets, targets, N);
+  backend_.crossentropy_forward(slot.losses, slot.logits, slot.targets, N, V_);
+  std::vector<float> losses(N);
+  backend_.download(losses.data(), slot.losses, N);
+  double sum = 0;
+  for (float x_ : losses) sum += x_;
+  return sum / N;
+}
+
+const float* Stage::output(int slot_index) const {
+  const SlotActivations& slot = *slots_.at(slot_index);
+  if (slot.layers.empty()) return spec_.has_embedding ? slot.embedded : slot.input;
+  return slot.layers.back().out;
+}
+
+void Stage::backward(int slot_index, const float* doutput, float loss_scale) {
+  SlotActivations& slot = *slots_.at(slot_index);
+  const int N = B_ * T_, C = C_;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const float* last_input = slot.layers.empty() ? (spec_.has_embedding ? slot.embedded : slot.input)
+                                                 : slot.layers.back().out;
+  if (spec_.has_head) {
+    backend_.crossentropy_backward(dlogits_, slot.logits, slot.targets, loss_scale, N, V_);
+    backend_.fill_zero(dln_, NC);
+    backend_.matmul_backward(dln_, grad("wte"), nullptr, dlogits_, slot.lnf, param("wte"), N, C, V_);
+    backend_.fill_zero(dresidual_, NC);
+    backend_.layernorm_backward(dresidual_, grad("lnf.weight"), grad("lnf.bias"), dln_, last_input,
+                                param("lnf.weight"), slot.lnf_mean, slot.lnf_rstd, N, C);
+  } else {
+    backend_.fill_zero(dresidual_, NC);
+    backend_.accumulate(dresidual_, doutput, NC);
+  }
+  for (int i = static_cast<int>(slot.layers.size()) - 1; i >= 0; --i) {
+    const float* x = i > 0 ? slot.layers[i - 1].out : (spec_.has_embedding ? slot.embedded : slot.input);
+    layer_backward(spec_.first_layer + i, x, slot.layers[i]);
+  }
+  if (spec_.has_embedding) {
+    backend_.embedding_backward(grad("wte"), grad("wpe"), dresidual_, slot.tokens, B_, T_, C);
+  }
+}
+
+}  // namespace geotrain::model
