@@ -9,17 +9,9 @@
 #include <vector>
 
 #include "geotrain/kernels/backend.hpp"
+#include "geotrain/model/gpt_config.hpp"
 
 namespace geotrain::model {
-
-struct GptConfig {
-  std::string name = "tiny";
-  int layers = 4;
-  int hidden = 128;
-  int heads = 4;
-  int vocabulary = 256;
-  int sequence_length = 128;
-};
 
 struct StageSpec {
   int first_layer = 0;

@@ -1,0 +1,34 @@
+// Model files (inputs/models/*.toml): the GPT shape in [model], optionally the
+// device speed in [device] and the batch in [batch], used by `train` and
+// `simulate`. Unknown keys are fatal.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "geotrain/model/gpt_config.hpp"
+
+namespace geotrain::io {
+
+struct DeviceSpeed {
+  double peak_tflops = 125.0;  // V100 fp16 tensor cores
+  double efficiency = 0.5;     // achieved / peak
+};
+
+struct BatchShape {
+  int global_batch_sequences = 1024;
+  int micro_batch_sequences = 1;
+};
+
+struct ModelFile {
+  std::string path;
+  model::GptConfig model;
+  std::optional<DeviceSpeed> device;
+  std::optional<BatchShape> batch;
+};
+
+// Throws InputError "<path>: <table.key>: <what>" for a missing file, a
+// syntax error, an unknown key, a wrong type or a value out of range
+// (non-positive sizes, hidden not divisible by heads).
+ModelFile load_model_file(const std::string& path);
+
+}  // namespace geotrain::io
