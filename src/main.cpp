@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "geotrain 0.1.0");
   geotrain::cli::PlanCommandOptions plan_options;
   geotrain::cli::add_plan_command(app, plan_options);
+#ifdef GEOTRAIN_HAVE_TRAINING
+  geotrain::cli::TrainCommandOptions train_options;
+  geotrain::cli::add_train_command(app, train_options);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -24,6 +28,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("plan")) return geotrain::cli::run_plan_command(plan_options);
+#ifdef GEOTRAIN_HAVE_TRAINING
+    if (app.got_subcommand("train")) return geotrain::cli::run_train_command(train_options);
+#endif
   } catch (const geotrain::InputError& e) {
     std::cerr << "geotrain: error: " << e.what() << "\n";
     return geotrain::kExitInputError;

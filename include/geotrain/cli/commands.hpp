@@ -26,4 +26,12 @@ struct PlanCommandOptions {
 void add_plan_command(CLI::App& app, PlanCommandOptions& options);
 int run_plan_command(const PlanCommandOptions& options);
 
+struct TrainCommandOptions {
+  std::string config_file;
+  std::vector<std::string> overrides;  // "--section.key=value"
+};
+
+void add_train_command(CLI::App& app, TrainCommandOptions& options);
+int run_train_command(const TrainCommandOptions& options);
+
 }  // namespace geotrain::cli
