@@ -8,6 +8,20 @@
 namespace geotrain::plan {
 namespace {
 
+// The search stack holds rows start..rows[depth]; each row below the top was
+// entered through the column the row above it is matched to. Matching
+// rows[depth] to the free `column` and shifting every row on the stack to
+// the column of the next one grows the matching by one.
+void flip_augmenting_path(const int* rows, int depth, int column, int* column_of_row, int* row_of_column) {
+  for (int level = depth; level >= 0; --level) {
+    const int row = rows[level];
+    const int previous = column_of_row[row];
+    column_of_row[row] = column;
+    row_of_column[column] = row;
+    column = previous;
+  }
+}
+
 // Augmenting-path search state for one threshold. Rows are "left", columns
 // "right"; an edge (r, c) exists while cost[r][c] <= threshold.
 struct Matcher {
@@ -48,14 +62,7 @@ struct Matcher {
         column_seen[c] = 1;
         const int owner = row_of_column[c];
         if (owner < 0) {  // free column: flip the path start..r, c
-          int column = c;
-          for (int level = depth; level >= 0; --level) {
-            const int row = stack_row[level];
-            const int previous = column_of_row[row];
-            column_of_row[row] = column;
-            row_of_column[column] = row;
-            column = previous;
-          }
+          flip_augmenting_path(stack_row.data(), depth, c, column_of_row.data(), row_of_column.data());
           return true;
         }
         if (!row_seen[owner]) {
@@ -140,14 +147,7 @@ struct SmallMatcher {
       columns_seen |= std::uint64_t{1} << c;
       const int owner = row_of_column[c];
       if (owner < 0) {
-        int column = c;
-        for (int level = depth; level >= 0; --level) {
-          const int row = stack_row[level];
-          const int previous = column_of_row[row];
-          column_of_row[row] = column;
-          row_of_column[column] = row;
-          column = previous;
-        }
+        flip_augmenting_path(stack_row, depth, c, column_of_row, row_of_column);
         return true;
       }
       if (!(rows_seen >> owner & 1)) {
