@@ -62,7 +62,7 @@ TrainResult train_single_rank(const io::Config& config, const model::GptConfig& 
   auto backend = kernels::make_backend(config.device);
   backend->set_matmul_precision(config.matmul_precision == "bf16" ? kernels::MatmulPrecision::bf16
                                                                    : kernels::MatmulPrecision::fp32);
-  io::TokenDataset data = io::TokenDataset::from_files(config.data_train, config.data_validation,
+  io::TokenDataset data = io::TokenDataset::from_shards(config.data_train, config.data_validation,
                                                        model.vocabulary, config.seed);
   const int B = config.micro_batch_sequences, T = model.sequence_length;
   model::Stage stage(model, model::StageSpec::whole(model), *backend, B, 1);

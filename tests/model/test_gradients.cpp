@@ -62,7 +62,9 @@ TEST(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
       analytic += static_cast<double>(direction[i]) * grads[view.offset + i];
       norm += static_cast<double>(direction[i]) * direction[i];
     }
-    const double epsilon = 1e-2 / std::sqrt(norm / view.count);
+    // Small enough that curvature does not show (a bias moves every token),
+    // large enough that fp32 rounding of the loss (~1e-7) stays below 1e-3.
+    const double epsilon = 1e-3 / std::sqrt(norm / view.count);
     auto loss_at = [&](double sign) {
       std::vector<float> shifted = params;
       for (std::size_t i = 0; i < view.count; ++i) {
@@ -72,7 +74,7 @@ TEST(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
       return stage.forward(0, batch.tokens.data(), nullptr, batch.targets.data());
     };
     const double numeric = (loss_at(+1) - loss_at(-1)) / (2 * epsilon);
-    EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-4) << view.name;
+    EXPECT_NEAR(analytic, numeric, 1e-2 * std::abs(numeric) + 3e-4) << view.name;
   }
   backend->upload(stage.params(), params.data(), params.size());
 }
