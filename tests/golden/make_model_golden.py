@@ -8,8 +8,8 @@ Regenerate (Debian's python with python3-torch):
 An independent PyTorch implementation of geotrain's architecture (pre-LN
 GPT-2 block, tanh GELU, LM head tied to the token embedding, mean token
 cross-entropy), computed in float64 from float32 weights: the loss, the
-gradient of every parameter, and the parameters after one AdamW step with
-global-norm clipping (the rule of include/geotrain/model/optimizer.hpp).
+gradient of every parameter, and the parameters after one and two AdamW steps
+with global-norm clipping (the rule of include/geotrain/model/optimizer.hpp).
 Parameter names and shapes are geotrain's ("h.0.attn.qkv.weight" is [3C, C],
 rows q | k | v, heads contiguous inside each). Same file format as
 make_golden.py.
@@ -77,16 +77,18 @@ def loss_of(params, tokens, targets):
     return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
-def adamw_step(params):
-    """One step from zero moments (t = 1) after clipping to CLIP."""
+def adamw_step(params, moments, t):
+    """Step t (from 1) after clipping to CLIP; moments: name -> (m, v), updated."""
     norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in params.values()))
     factor = CLIP / norm if norm > CLIP else 1.0
     updated = {}
     for name, p in params.items():
         grad = p.grad * factor
-        m = (1 - BETA1) * grad
-        v = (1 - BETA2) * grad * grad
-        m_hat, v_hat = m / (1 - BETA1), v / (1 - BETA2)
+        m, v = moments.get(name, (torch.zeros_like(grad), torch.zeros_like(grad)))
+        m = BETA1 * m + (1 - BETA1) * grad
+        v = BETA2 * v + (1 - BETA2) * grad * grad
+        moments[name] = (m, v)
+        m_hat, v_hat = m / (1 - BETA1 ** t), v / (1 - BETA2 ** t)
         decay = WEIGHT_DECAY if p.dim() >= 2 else 0.0
         updated[name] = p.detach() - LR * (m_hat / (v_hat.sqrt() + EPS) + decay * p.detach())
     return updated, norm
@@ -99,13 +101,25 @@ def make_case():
     targets = torch.randint(0, V, (B, T), generator=g)
     loss = loss_of(params, tokens, targets)
     loss.backward()
-    updated, norm = adamw_step(params)
+    moments = {}
+    updated, norm = adamw_step(params, moments, 1)
+    # A second step on a second batch, from the first step's moments, with
+    # the first step's result rounded to float32 as the C++ side holds it.
+    second = {name: value.float().double().requires_grad_(True) for name, value in updated.items()}
+    tokens2 = torch.randint(0, V, (B, T), generator=g)
+    targets2 = torch.randint(0, V, (B, T), generator=g)
+    loss2 = loss_of(second, tokens2, targets2)
+    loss2.backward()
+    updated2, _ = adamw_step(second, moments, 2)
     tensors = {"tokens": tokens, "targets": targets, "loss": loss.detach(),
-               "grad_norm": torch.tensor(norm, dtype=torch.float64)}
+               "grad_norm": torch.tensor(norm, dtype=torch.float64),
+               "tokens2": tokens2, "targets2": targets2, "loss2": loss2.detach()}
     for name, p in params.items():
         tensors["param." + name] = p.detach()
         tensors["grad." + name] = p.grad
         tensors["after_step." + name] = updated[name]
+        tensors["after_step2." + name] = updated2[name]
+        tensors["grad2." + name] = second[name].grad
     for name, value in {"lr": LR, "beta1": BETA1, "beta2": BETA2, "epsilon": EPS,
                         "weight_decay": WEIGHT_DECAY, "clip": CLIP}.items():
         tensors[name] = torch.tensor(value, dtype=torch.float64)

@@ -36,10 +36,25 @@ Batch random_batch(const GptConfig& c, int B, std::mt19937& rng) {
   return b;
 }
 
-TEST(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
+// A longer context and the byte vocabulary, as in training: blocked loops
+// and threading paths that the tiny shapes do not reach.
+GptConfig byte_model() {
+  GptConfig c;
+  c.name = "gradient-check-bytes";
+  c.layers = 1;
+  c.hidden = 32;
+  c.heads = 4;
+  c.vocabulary = 256;
+  c.sequence_length = 64;
+  return c;
+}
+
+class ModelGradients : public ::testing::TestWithParam<std::pair<GptConfig, int>> {};
+
+TEST_P(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
   auto backend = kernels::make_cpu_backend();
-  const GptConfig config = small_model();
-  const int B = 2;
+  const GptConfig config = GetParam().first;
+  const int B = GetParam().second;
   Stage stage(config, StageSpec::whole(config), *backend, B, 1);
   stage.initialize(7);
   std::mt19937 rng(3);
@@ -79,7 +94,10 @@ TEST(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
   backend->upload(stage.params(), params.data(), params.size());
 }
 
-TEST(ModelGradients, PipelineStagesChainToTheWholeModel) {
+INSTANTIATE_TEST_SUITE_P(Shapes, ModelGradients,
+                         ::testing::Values(std::make_pair(small_model(), 2), std::make_pair(byte_model(), 4)));
+
+TEST(ModelStages, PipelineStagesChainToTheWholeModel) {
   // Two stages (layers [0,1) with the embedding, [1,2) with the head) fed
   // by hand give the loss and gradients of the single stage.
   auto backend = kernels::make_cpu_backend();

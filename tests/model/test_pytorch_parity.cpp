@@ -1,7 +1,7 @@
 // The whole model against an independent PyTorch implementation
 // (tests/golden/make_model_golden.py): same weights, same tokens -> the same
 // loss, the same gradient for every parameter, and the same parameters after
-// one AdamW step with gradient clipping.
+// one and two AdamW steps with gradient clipping.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,7 +60,7 @@ TEST(PyTorchParity, LossGradientsAndOneAdamWStep) {
   OptimizerSettings settings;
   settings.learning_rate = golden.scalar("lr");
   settings.warmup_steps = 0;  // the first step uses the full learning rate
-  settings.total_steps = 10;
+  settings.total_steps = 1 << 30;  // constant learning rate over the two steps
   settings.beta1 = golden.scalar("beta1");
   settings.beta2 = golden.scalar("beta2");
   settings.epsilon = golden.scalar("epsilon");
@@ -80,6 +80,32 @@ TEST(PyTorchParity, LossGradientsAndOneAdamWStep) {
       // either way.
       const bool sign_is_noise = std::abs(gradient[i]) < 1e-6;
       const double tolerance = sign_is_noise ? 2.1 * settings.learning_rate : 2e-6;
+      ASSERT_NEAR(params[view.offset + i], expected[i], tolerance) << view.name << "[" << i << "]";
+    }
+  }
+
+  // Second step, second batch: exercises the moments and bias corrections.
+  stage.zero_grads();
+  const double loss2 = stage.forward(0, golden.ints("tokens2").data(), nullptr, golden.ints("targets2").data());
+  EXPECT_NEAR(loss2, golden.scalar("loss2"), 1e-5 * golden.scalar("loss2"));
+  stage.backward(0, nullptr, 1.0f / N);
+  backend->download(grads.data(), stage.grads(), grads.size());
+  for (const ParameterView& view : stage.parameters()) {
+    const auto& expected = golden.floats("grad2." + view.name);
+    double largest = 0;
+    for (float g : expected) largest = std::max(largest, std::abs(static_cast<double>(g)));
+    for (std::size_t i = 0; i < view.count; ++i) {
+      ASSERT_NEAR(grads[view.offset + i], expected[i], kGradientTolerance * largest + 1e-9)
+          << view.name << "[" << i << "] (second step)";
+    }
+  }
+  optimizer.step(1, std::sqrt(optimizer.gradient_sum_of_squares()));
+  backend->download(params.data(), stage.params(), params.size());
+  for (const ParameterView& view : stage.parameters()) {
+    const auto& expected = golden.floats("after_step2." + view.name);
+    const auto& gradient = golden.floats("grad." + view.name);
+    for (std::size_t i = 0; i < view.count; ++i) {
+      const double tolerance = std::abs(gradient[i]) < 1e-6 ? 2.1 * settings.learning_rate : 1e-5;
       ASSERT_NEAR(params[view.offset + i], expected[i], tolerance) << view.name << "[" << i << "]";
     }
   }
