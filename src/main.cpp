@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "geotrain 0.1.0");
   geotrain::cli::PlanCommandOptions plan_options;
   geotrain::cli::add_plan_command(app, plan_options);
+  geotrain::cli::SimulateCommandOptions simulate_options;
+  geotrain::cli::add_simulate_command(app, simulate_options);
 #ifdef GEOTRAIN_HAVE_TRAINING
   geotrain::cli::TrainCommandOptions train_options;
   geotrain::cli::add_train_command(app, train_options);
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("plan")) return geotrain::cli::run_plan_command(plan_options);
+    if (app.got_subcommand("simulate")) return geotrain::cli::run_simulate_command(simulate_options);
 #ifdef GEOTRAIN_HAVE_TRAINING
     if (app.got_subcommand("train")) return geotrain::cli::run_train_command(train_options);
 #endif

@@ -42,3 +42,39 @@ expect_input_error(negative-latency "negative-latency\\.toml.*latency_ms\\[0\\]\
 expect_input_error(pp-dp-mismatch "tiny-2x2\\.toml.*(pp|dp)" plan --scenario ${SCN}/tiny-2x2.toml --pp 3)
 expect_input_error(unknown-option "command line.*--bogus" plan --scenario ${SCN}/tiny-2x2.toml --bogus)
 expect_input_error(missing-scenario "command line.*--scenario" plan)
+
+# geotrain simulate: the JSON has every documented key; the table its sections.
+set(MOD ${PROJECT_SOURCE_DIR}/inputs/models)
+add_test(NAME cli.simulate.json-keys
+  COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --batch 64 --json --candidates 100 | \"$4\" -c \"import json, sys; d = json.load(sys.stdin); missing = [k for k in ('iteration_s', 'pflops', 'compute_s', 'pipeline_comm_s', 'datap_comm_s', 'bubble_fraction', 'tokens_per_s', 'placement', 'schedule', 'micro_batches', 'stages') if k not in d]; assert not missing, missing; assert d['iteration_s'] > 0 and 0 <= d['bubble_fraction'] < 1 and d['micro_batches'] == 32, d\""
+          _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE})
+add_test(NAME cli.simulate.table
+  COMMAND ${GT} simulate --scenario ${SCN}/world-wide.toml --model ${MOD}/gpt3-xl.toml --candidates 300)
+set_tests_properties(cli.simulate.table PROPERTIES
+  PASS_REGULAR_EXPRESSION "Stages.*One iteration.*bubble.*Throughput: [0-9.]+ PFLOPS")
+add_test(NAME cli.simulate.megatron-random
+  COMMAND ${GT} simulate --scenario ${SCN}/regional.toml --model ${MOD}/gpt3-xl.toml --system megatron --placement random --seed 2022)
+set_tests_properties(cli.simulate.megatron-random PROPERTIES
+  PASS_REGULAR_EXPRESSION "placement random.*schedule 1f1b.*blocking.*ring")
+add_test(NAME cli.simulate.timeline
+  COMMAND ${GT} simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 4 --timeline --candidates 50)
+set_tests_properties(cli.simulate.timeline PROPERTIES
+  PASS_REGULAR_EXPRESSION "^replica,stage,device,step,start_s,end_s\n0,0,[0-9]+,F0,0,")
+# The calibration documented in src/plan/README.md: DT-FM on the on-demand
+# data centre (numbers as GB/s, the harness's vocabulary) gives the paper's 2.331 PFLOPS.
+add_test(NAME cli.simulate.calibration
+  COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --vocabulary 30592 --bandwidth-scale 8 --json --candidates 500 | \"$4\" -c \"import json, sys; p = json.load(sys.stdin)['pflops']; assert abs(p - 2.331) < 0.01, p\""
+          _ ${GT} ${SCN}/on-demand.toml ${MOD}/gpt3-xl.toml ${Python3_EXECUTABLE})
+expect_input_error(simulate-bad-model "model-zero-layers\\.toml: model\\.layers: must be a positive integer"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${BAD}/model-zero-layers.toml)
+expect_input_error(simulate-model-unknown-key "model-unknown-key\\.toml: device\\.peak_tflop: unknown key"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${BAD}/model-unknown-key.toml)
+expect_input_error(simulate-missing-model "no-such-model\\.toml: cannot open"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${BAD}/no-such-model.toml)
+expect_input_error(simulate-shape "tiny\\.toml.*1 layers, fewer than the 2 pipeline stages"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --layers 1)
+expect_input_error(simulate-batch "tiny\\.toml.*global batch 7 is not a multiple"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 7)
+expect_input_error(simulate-no-model "command line.*--model" simulate --scenario ${SCN}/tiny-2x2.toml)
+expect_input_error(simulate-bad-schedule "command line.*--schedule"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --schedule pipedream)

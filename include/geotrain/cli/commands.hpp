@@ -26,6 +26,35 @@ struct PlanCommandOptions {
 void add_plan_command(CLI::App& app, PlanCommandOptions& options);
 int run_plan_command(const PlanCommandOptions& options);
 
+struct SimulateCommandOptions {
+  std::string scenario;
+  std::string model;               // model file (inputs/models/*.toml)
+  int pp = 0, dp = 0;              // 0: from the scenario file
+  int layers = 0;                  // 0: from the model file
+  int vocabulary = 0;              // 0: from the model file
+  int batch = 0;                   // global batch in sequences; 0: model file [batch] or 1024
+  int micro_batch = 0;             // sequences per micro-batch; 0: model file [batch] or 1
+  int pipeline_micro_batches = -1; // micro-batches per flush; -1: by --system (dtfm 64, megatron all); 0: all
+  double peak_tflops = 0;          // 0: model file [device] or V100
+  double efficiency = 0;           // 0: model file [device] or the calibrated constant
+  double bandwidth_scale = 1.0;    // multiplies every bandwidth of the scenario
+  std::string placement = "planned";
+  std::string system = "dtfm";     // preset for the four runtime choices below
+  std::string schedule;            // "" = by --system
+  std::string dp_scheme;
+  std::string overlap;             // "on" / "off"
+  std::string recompute = "on";
+  std::string lm_head = "off";
+  std::string flops_formula = "paper";
+  unsigned long long seed = 1;
+  int candidates = 5000;
+  bool json = false;
+  bool timeline = false;           // CSV of every timed step instead of the table
+};
+
+void add_simulate_command(CLI::App& app, SimulateCommandOptions& options);
+int run_simulate_command(const SimulateCommandOptions& options);
+
 struct TrainCommandOptions {
   std::string config_file;
   std::vector<std::string> overrides;  // "--section.key=value"

@@ -11,7 +11,7 @@ namespace geotrain::io {
 
 struct DeviceSpeed {
   double peak_tflops = 125.0;  // V100 fp16 tensor cores
-  double efficiency = 0.5;     // achieved / peak
+  double efficiency = 0.34;    // achieved / peak: plan::kCalibratedEfficiency (src/plan/README.md, Simulator)
 };
 
 struct BatchShape {

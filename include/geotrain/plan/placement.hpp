@@ -1,0 +1,36 @@
+// Placements the simulator compares: the planner's, the default rank orders
+// of Megatron-LM/DeepSpeed and of DT-FM's runtime, and a seeded random one.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "geotrain/plan/plan.hpp"
+#include "geotrain/plan/search.hpp"
+
+namespace geotrain::plan {
+
+enum class Placement {
+  planned,          // search_plan: the hybrid genetic search under the cost model
+  rank_order,       // Megatron-LM / DeepSpeed default: rank r in stage r / D_dp, scored literally
+  dtfm_rank_order,  // DT-FM runtime default: rank r in stage r mod D_pp, scored literally
+  random,           // a seeded uniformly random permutation, scored literally (no scheduler)
+};
+
+struct PlacementResult {
+  Plan plan;
+  double planner_seconds = 0;  // search time (planned only)
+};
+
+// `options` is used by `planned` only (its seed and candidates); `random`
+// draws its permutation from `options.seed`.
+PlacementResult make_placement(const CostModel& model, Placement placement, const SearchOptions& options);
+
+// A uniformly random permutation of 0..n-1 from `seed`: Fisher-Yates with
+// std::mt19937_64 and an explicit unbiased draw, so it is the same on every
+// standard library.
+Assignment random_assignment(int n, std::uint64_t seed);
+
+std::string to_string(Placement placement);
+bool parse_placement(const std::string& text, Placement* placement);
+
+}  // namespace geotrain::plan

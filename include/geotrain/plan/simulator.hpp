@@ -1,0 +1,158 @@
+// Iteration-time model: how long one training iteration of a plan takes on a
+// network, from FLOPs, a device speed and the alpha-beta links of the
+// planner's cost model. Pure C++ (standard library only), deterministic.
+//
+// The pipeline phase is an explicit list-scheduling simulation: every device
+// runs a fixed program of forward / backward / send / receive steps (GPipe or
+// 1F1B, printable with `pipeline_program`), each step starts when its inputs
+// have arrived and its device (and, for a send, its link) is free. Fill,
+// drain and the overlap of communication with compute come out of that
+// simulation; nothing is a closed formula. The data-parallel gradient
+// exchange of each stage group starts when the group's last backward ends.
+// Model, units and assumptions: src/plan/README.md, "Simulator".
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "geotrain/plan/network.hpp"
+#include "geotrain/plan/plan.hpp"
+#include "geotrain/plan/workload.hpp"
+
+namespace geotrain::plan {
+
+enum class Schedule {
+  gpipe,        // all forwards of a flush, then all backwards
+  one_f_one_b,  // warm-up of D_pp - 1 - s forwards, then alternate, then cool-down
+};
+
+enum class DataParallelScheme {
+  paper,    // the paper's DATAP (§2.2): each member swaps a 1/D shard with every other member
+  ring,     // ring all-reduce: 2(D-1) steps of c/D, each limited by the slowest ring link
+  central,  // reduce to the group's first member, then broadcast, pipelined along the ring
+};
+
+// Which FLOP count turns an iteration time into reported PFLOPS (the count,
+// not what runs: the compute model always executes the layers it simulates).
+enum class FlopsFormula {
+  paper,     // 96 B s l h^2 (1 + s/(6h)): the reading of the paper's figure, no vocabulary term
+  megatron,  // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)): Megatron-LM's estimate with recomputation
+  executed,  // what the simulator executes: layer passes (3 or 4 with recomputation) + the head if on
+};
+
+// V100 fp16 tensor-core peak, and the one calibrated constant of the model:
+// achieved/peak such that DT-FM with its scheduler on the on-demand data
+// centre (24 layers, batch 1024) gives the paper's 2.331 PFLOPS (see
+// analysis/results/paper_tables.md; bench_paper_tables re-derives it).
+constexpr double kV100PeakTflops = 125.0;
+constexpr double kCalibratedEfficiency = 0.34;
+
+struct SimulationConfig {
+  ModelShape model;                  // layers, hidden, sequence, vocabulary, activation/gradient bytes
+  int global_batch_sequences = 1024; // sequences per iteration, all replicas
+  int micro_batch_sequences = 1;
+  int micro_batches_per_flush = 64;  // pipeline flush size (the paper's runs: 64); 0 = one flush
+  double peak_tflops = kV100PeakTflops;
+  double efficiency = kCalibratedEfficiency;
+  Schedule schedule = Schedule::gpipe;
+  DataParallelScheme dp_scheme = DataParallelScheme::paper;
+  bool recompute = true;             // activation checkpointing: backward = 2x forward + 1x forward again
+  // true (DT-FM): sends on their own stream, receives posted ahead, compute
+  // never waits for a send. false (Megatron-LM): blocking p2p, each run of
+  // consecutive sends/receives is one batch posted together; a message
+  // starts when both ends have posted it; the device waits for the batch.
+  bool overlap_communication = true;
+  bool lm_head = false;              // logits (2 s h V per sequence) on the last stage
+  FlopsFormula flops_formula = FlopsFormula::paper;
+};
+
+// What one replica's pipeline does per iteration, in seconds and bytes: the
+// input of the simulation proper. `pipeline_work` derives it from a config;
+// tests build it by hand.
+struct PipelineWork {
+  int micro_batches_per_flush = 1;      // m
+  int flushes = 1;                      // gradient-accumulation steps, each a full fill and drain
+  std::vector<double> forward_s;        // per stage, one micro-batch
+  std::vector<double> backward_s;       // per stage, one micro-batch (recomputation included)
+  double activation_bytes = 0;          // per micro-batch, forward; the gradient back has the same size
+  std::vector<double> gradient_bytes;   // per stage: c_DP of that stage's parameters
+  Schedule schedule = Schedule::gpipe;
+  DataParallelScheme dp_scheme = DataParallelScheme::paper;
+  bool overlap_communication = true;
+};
+
+// Per-micro-batch compute of one stage from FLOPs: layers split as evenly as
+// possible (the first L mod D_pp stages get one more), embeddings on stage 0,
+// the head (if any) on the last stage.
+PipelineWork pipeline_work(const SimulationConfig& config, int pipeline_stages, int data_parallel);
+
+// FLOPs of one transformer layer's forward pass over `sequences` sequences:
+// 24 b s h^2 (1 + s/(6h)) (matrix multiplications only, as Megatron-LM counts).
+double layer_forward_flops(const ModelShape& model, double sequences);
+// Reported FLOPs of one iteration under `formula` (B = global batch in sequences).
+double iteration_flops(const SimulationConfig& config, FlopsFormula formula);
+// Parameters held by stage `stage` of `pipeline_stages` (layers as pipeline_work splits them).
+double stage_parameters(const ModelShape& model, int stage, int pipeline_stages);
+
+// One step of a device's program.
+enum class StepKind { forward, backward, recv_activation, send_activation, recv_gradient, send_gradient };
+struct Step {
+  StepKind kind;
+  int flush;        // gradient-accumulation step
+  int micro_batch;  // within the flush
+};
+// The program of the device at `stage`: micro-batches 0..m-1 of flush 0, then
+// flush 1, ... Receives come right before the compute that needs them,
+// sends right after the compute that produced them.
+std::vector<Step> pipeline_program(Schedule schedule, int stage, int pipeline_stages,
+                                   int micro_batches_per_flush, int flushes);
+std::string to_string(const Step& step);  // "F3", "B0", "recvA3", "sendG0"; flush > 0 adds "@1"
+
+// A timed step, for timelines (SimulationResult::trace).
+struct TraceEvent {
+  int replica, stage;
+  Step step;
+  double start_s, end_s;  // compute: on the device; send: link busy start -> arrival
+};
+
+struct SimulationResult {
+  double iteration_s = 0;       // start to the end of the last gradient exchange
+  double pipeline_phase_s = 0;  // start to the end of the last backward (slowest replica)
+  double compute_s = 0;         // busiest device: forward + backward time per iteration
+  double pipeline_comm_s = 0;   // busiest device: its sends (alpha + bytes/beta each) per iteration
+  double datap_comm_s = 0;      // slowest stage group's gradient exchange
+  double bubble_fraction = 0;   // 1 - (all devices' compute) / (devices * pipeline_phase_s)
+  std::vector<double> stage_datap_s;         // exchange time of each stage group
+  std::vector<double> stage_last_backward_s; // when each group's last backward ends
+  int micro_batches = 0;        // per replica per iteration
+  int micro_batches_per_flush = 0;
+  int flushes = 0;
+  // Filled by simulate(network, plan, config) only:
+  double flops_per_iteration = 0;  // under config.flops_formula
+  double pflops = 0;
+  double tokens_per_s = 0;
+  std::vector<TraceEvent> trace;   // only with record_trace
+};
+
+// Simulates one iteration of `plan` on `network`. Every replica's pipeline
+// runs on its own devices and links (links between distinct pairs are
+// independent, a device sends and receives at the same time); throws
+// std::invalid_argument on inconsistent shapes.
+SimulationResult simulate(const Network& network, const Plan& plan, const PipelineWork& work,
+                          bool record_trace = false);
+SimulationResult simulate(const Network& network, const Plan& plan, const SimulationConfig& config,
+                          bool record_trace = false);
+
+// Gradient-exchange time of one group (members in replica order) for
+// `bytes` of gradient per member.
+double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
+                        DataParallelScheme scheme);
+
+std::string to_string(Schedule schedule);
+std::string to_string(DataParallelScheme scheme);
+std::string to_string(FlopsFormula formula);
+bool parse_schedule(const std::string& text, Schedule* schedule);
+bool parse_dp_scheme(const std::string& text, DataParallelScheme* scheme);
+bool parse_flops_formula(const std::string& text, FlopsFormula* formula);
+
+}  // namespace geotrain::plan

@@ -1,0 +1,263 @@
+// geotrain simulate: the iteration time, throughput and time split of one
+// training iteration of a placement on a network (src/plan/simulator.hpp).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "geotrain/cli/commands.hpp"
+#include "geotrain/io/errors.hpp"
+#include "geotrain/io/model_file.hpp"
+#include "geotrain/io/scenario.hpp"
+#include "geotrain/plan/placement.hpp"
+#include "geotrain/plan/simulator.hpp"
+
+namespace geotrain::cli {
+namespace {
+
+static_assert(io::DeviceSpeed{}.peak_tflops == plan::kV100PeakTflops &&
+                  io::DeviceSpeed{}.efficiency == plan::kCalibratedEfficiency,
+              "model-file device defaults and the simulator's must agree");
+
+struct Resolved {
+  io::Scenario scenario;
+  io::ModelFile model_file;
+  plan::SimulationConfig config;
+  plan::Placement placement = plan::Placement::planned;
+  plan::PlacementResult placed;
+  double plan_cost_s = 0;
+  plan::SimulationResult result;
+  plan::PipelineWork work;
+};
+
+std::string fmt(const char* pattern, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, pattern, v);
+  return b;
+}
+
+bool on_off(const std::string& text) { return text == "on"; }
+
+Resolved resolve(const SimulateCommandOptions& o) {
+  Resolved r;
+  io::WorkloadOverrides overrides;
+  if (o.pp > 0) overrides.pipeline_stages = o.pp;
+  if (o.dp > 0) overrides.data_parallel = o.dp;
+  r.scenario = io::load_scenario(o.scenario, overrides);
+  for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
+  r.model_file = io::load_model_file(o.model);
+
+  plan::SimulationConfig& c = r.config;
+  const model::GptConfig& m = r.model_file.model;
+  c.model.name = m.name;
+  c.model.layers = o.layers > 0 ? o.layers : m.layers;
+  c.model.hidden = m.hidden;
+  c.model.heads = m.heads;
+  c.model.sequence_length = m.sequence_length;
+  c.model.vocabulary = o.vocabulary > 0 ? o.vocabulary : m.vocabulary;
+  const io::BatchShape batch = r.model_file.batch.value_or(io::BatchShape{});
+  c.global_batch_sequences = o.batch > 0 ? o.batch : batch.global_batch_sequences;
+  c.micro_batch_sequences = o.micro_batch > 0 ? o.micro_batch : batch.micro_batch_sequences;
+  const io::DeviceSpeed device = r.model_file.device.value_or(io::DeviceSpeed{});
+  c.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : device.peak_tflops;
+  c.efficiency = o.efficiency > 0 ? o.efficiency : device.efficiency;
+
+  // The two runtimes the paper compares (src/plan/README.md, "Simulator").
+  const bool megatron = o.system == "megatron";
+  c.schedule = megatron ? plan::Schedule::one_f_one_b : plan::Schedule::gpipe;
+  c.overlap_communication = !megatron;
+  c.dp_scheme = megatron ? plan::DataParallelScheme::ring : plan::DataParallelScheme::paper;
+  c.micro_batches_per_flush = megatron ? 0 : 64;
+  if (!o.schedule.empty()) plan::parse_schedule(o.schedule, &c.schedule);
+  if (!o.dp_scheme.empty()) plan::parse_dp_scheme(o.dp_scheme, &c.dp_scheme);
+  if (!o.overlap.empty()) c.overlap_communication = on_off(o.overlap);
+  if (o.pipeline_micro_batches >= 0) c.micro_batches_per_flush = o.pipeline_micro_batches;
+  c.recompute = on_off(o.recompute);
+  c.lm_head = on_off(o.lm_head);
+  plan::parse_flops_formula(o.flops_formula, &c.flops_formula);
+  plan::parse_placement(o.placement, &r.placement);
+
+  const int pp = r.scenario.workload.pipeline_stages, dp = r.scenario.workload.data_parallel;
+  try {
+    r.work = plan::pipeline_work(c, pp, dp);
+  } catch (const std::invalid_argument& e) {
+    // Shapes from the model file and the command line that do not fit together.
+    throw InputError(o.model + " with " + o.scenario + ": " + e.what() +
+                     " (see --layers, --batch, --micro-batch, --pipeline-micro-batches, --pp, --dp)");
+  }
+
+  const plan::CostModel cost_model(r.scenario.network, r.scenario.workload);
+  plan::SearchOptions search;
+  search.seed = o.seed;
+  search.candidates = o.candidates;
+  r.placed = plan::make_placement(cost_model, r.placement, search);
+  r.plan_cost_s = r.placed.plan.cost.total_s();
+  r.result = plan::simulate(r.scenario.network, r.placed.plan, c, o.timeline);
+  return r;
+}
+
+std::string render_table(const Resolved& r) {
+  const auto& c = r.config;
+  const auto& res = r.result;
+  const auto& plan = r.placed.plan;
+  std::ostringstream out;
+  out << "geotrain simulate: " << (r.scenario.name.empty() ? r.scenario.path : r.scenario.name) << ", "
+      << r.scenario.network.device_count << " devices = " << plan.pipeline_stages << " stages x " << plan.data_parallel
+      << " replicas\n"
+      << "  model " << c.model.name << ": " << c.model.layers << " layers, hidden " << c.model.hidden << ", sequence "
+      << c.model.sequence_length << ", vocabulary " << c.model.vocabulary << "; batch " << c.global_batch_sequences
+      << " sequences, micro-batch " << c.micro_batch_sequences << "\n"
+      << "  device " << fmt("%g", c.peak_tflops) << " TFLOPS peak x " << fmt("%g", c.efficiency) << " = "
+      << fmt("%.4g", c.peak_tflops * c.efficiency) << " TFLOPS each\n"
+      << "  placement " << plan::to_string(r.placement) << " (cost model " << fmt("%.5f", r.plan_cost_s) << " s";
+  if (r.placement == plan::Placement::planned) out << ", planner " << fmt("%.2f", r.placed.planner_seconds) << " s";
+  out << "); schedule " << plan::to_string(c.schedule) << ", " << res.micro_batches << " micro-batches per replica = "
+      << res.flushes << " flush" << (res.flushes > 1 ? "es" : "") << " of " << res.micro_batches_per_flush << "\n"
+      << "  communication " << (c.overlap_communication ? "overlapped with compute" : "blocking (batched p2p)")
+      << ", data parallel " << plan::to_string(c.dp_scheme) << ", recomputation " << (c.recompute ? "on" : "off")
+      << ", LM head " << (c.lm_head ? "on" : "off") << "\n\n";
+
+  out << "Stages (times per micro-batch; stages[s][r] sends to stages[s+1][r]):\n"
+      << "  stage  forward ms  backward ms  gradient MB  DP exchange s  last backward s  devices by replica\n";
+  for (int s = 0; s < plan.pipeline_stages; ++s) {
+    std::string devices;
+    for (int d : plan.stages[s]) {
+      if (!devices.empty()) devices += ' ';
+      devices += std::to_string(d);
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "  %5d  %10.3f  %11.3f  %11.1f  %13.3f  %15.3f  %s\n", s, 1e3 * r.work.forward_s[s],
+                  1e3 * r.work.backward_s[s], r.work.gradient_bytes[s] / 1e6, res.stage_datap_s[s],
+                  res.stage_last_backward_s[s], devices.c_str());
+    out << line;
+  }
+  out << "\nOne iteration (seconds):\n"
+      << "  iteration        " << fmt("%12.4f", res.iteration_s) << "\n"
+      << "  pipeline phase   " << fmt("%12.4f", res.pipeline_phase_s) << "   start to the last backward (slowest replica)\n"
+      << "  compute          " << fmt("%12.4f", res.compute_s) << "   busiest device, forward + backward\n"
+      << "  pipeline sends   " << fmt("%12.4f", res.pipeline_comm_s)
+      << "   busiest device, activations + gradients (alpha + bytes/beta each)\n"
+      << "  DP exchange      " << fmt("%12.4f", res.datap_comm_s) << "   slowest stage group\n"
+      << "  bubble           " << fmt("%11.1f%%", 100 * res.bubble_fraction)
+      << "   share of the pipeline phase without compute\n"
+      << "Throughput: " << fmt("%.4f", res.pflops) << " PFLOPS (" << plan::to_string(c.flops_formula) << " FLOP count, "
+      << fmt("%.4g", res.flops_per_iteration) << " per iteration), " << fmt("%.0f", res.tokens_per_s) << " tokens/s\n";
+  return out.str();
+}
+
+std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
+  const auto& c = r.config;
+  const auto& res = r.result;
+  nlohmann::json j;
+  j["scenario"] = r.scenario.path;
+  j["name"] = r.scenario.name;
+  j["devices"] = r.scenario.network.device_count;
+  j["pp"] = r.placed.plan.pipeline_stages;
+  j["dp"] = r.placed.plan.data_parallel;
+  j["model"] = {{"file", r.model_file.path},        {"name", c.model.name},
+                {"layers", c.model.layers},         {"hidden", c.model.hidden},
+                {"heads", c.model.heads},           {"sequence_length", c.model.sequence_length},
+                {"vocabulary", c.model.vocabulary}};
+  j["global_batch_sequences"] = c.global_batch_sequences;
+  j["micro_batch_sequences"] = c.micro_batch_sequences;
+  j["device"] = {{"peak_tflops", c.peak_tflops}, {"efficiency", c.efficiency}};
+  j["bandwidth_scale"] = o.bandwidth_scale;
+  j["placement"] = plan::to_string(r.placement);
+  j["seed"] = o.seed;
+  j["plan_cost_s"] = r.plan_cost_s;
+  j["planner_seconds"] = r.placed.planner_seconds;
+  j["system"] = o.system;
+  j["schedule"] = plan::to_string(c.schedule);
+  j["dp_scheme"] = plan::to_string(c.dp_scheme);
+  j["overlap_communication"] = c.overlap_communication;
+  j["recompute"] = c.recompute;
+  j["lm_head"] = c.lm_head;
+  j["micro_batches"] = res.micro_batches;
+  j["micro_batches_per_flush"] = res.micro_batches_per_flush;
+  j["flushes"] = res.flushes;
+  j["iteration_s"] = res.iteration_s;
+  j["pipeline_phase_s"] = res.pipeline_phase_s;
+  j["compute_s"] = res.compute_s;
+  j["pipeline_comm_s"] = res.pipeline_comm_s;
+  j["datap_comm_s"] = res.datap_comm_s;
+  j["bubble_fraction"] = res.bubble_fraction;
+  j["flops_formula"] = plan::to_string(c.flops_formula);
+  j["flops_per_iteration"] = res.flops_per_iteration;
+  j["pflops"] = res.pflops;
+  j["tokens_per_s"] = res.tokens_per_s;
+  j["activation_bytes"] = r.work.activation_bytes;
+  j["stage_forward_s"] = r.work.forward_s;
+  j["stage_backward_s"] = r.work.backward_s;
+  j["stage_gradient_bytes"] = r.work.gradient_bytes;
+  j["stage_datap_s"] = res.stage_datap_s;
+  j["stage_last_backward_s"] = res.stage_last_backward_s;
+  j["stages"] = r.placed.plan.stages;
+  return j.dump(2) + "\n";
+}
+
+std::string render_timeline(const Resolved& r) {
+  std::ostringstream out;
+  out << "replica,stage,device,step,start_s,end_s\n";
+  for (const plan::TraceEvent& e : r.result.trace) {
+    out << e.replica << "," << e.stage << "," << r.placed.plan.stages[e.stage][e.replica] << ","
+        << plan::to_string(e.step) << "," << fmt("%.9g", e.start_s) << "," << fmt("%.9g", e.end_s) << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
+  CLI::App* sim = app.add_subcommand("simulate", "Simulate one training iteration of a placement: time, PFLOPS, split");
+  sim->add_option("--scenario", o.scenario, "scenario TOML file (the network; pp x dp from its [workload])")->required();
+  sim->add_option("--model", o.model, "model TOML file ([model], optional [device] and [batch])")->required();
+  sim->add_option("--pp", o.pp, "pipeline stages D_pp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
+  sim->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
+  sim->add_option("--layers", o.layers, "transformer layers (default: the model file)")->check(CLI::PositiveNumber);
+  sim->add_option("--vocabulary", o.vocabulary, "vocabulary size (default: the model file)")->check(CLI::PositiveNumber);
+  sim->add_option("--batch", o.batch, "global batch in sequences (default: [batch] or 1024)")->check(CLI::PositiveNumber);
+  sim->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch (default: [batch] or 1)")
+      ->check(CLI::PositiveNumber);
+  sim->add_option("--pipeline-micro-batches", o.pipeline_micro_batches,
+                  "micro-batches per pipeline flush, the rest by gradient accumulation; 0 = all in one "
+                  "(default: dtfm 64, megatron 0)")
+      ->check(CLI::Range(0, 1 << 30));
+  sim->add_option("--peak-tflops", o.peak_tflops, "device peak TFLOPS (default: [device] or 125, V100 fp16)")
+      ->check(CLI::Range(1e-6, 1e6));
+  sim->add_option("--efficiency", o.efficiency, "achieved / peak compute (default: [device] or 0.34, calibrated)")
+      ->check(CLI::Range(1e-6, 1.0));
+  sim->add_option("--bandwidth-scale", o.bandwidth_scale,
+                  "multiply every bandwidth of the scenario (e.g. 8: data-centre numbers as GB/s)")
+      ->check(CLI::Range(1e-9, 1e9));
+  sim->add_option("--placement", o.placement, "planned, rank-order (Megatron/DeepSpeed), dtfm-rank-order, random")
+      ->check(CLI::IsMember({"planned", "rank-order", "dtfm-rank-order", "random"}));
+  sim->add_option("--system", o.system,
+                  "runtime preset: dtfm (GPipe, overlapped p2p, paper DP, flushes of 64) or megatron "
+                  "(1F1B, blocking p2p, ring all-reduce, one flush)")
+      ->check(CLI::IsMember({"dtfm", "megatron"}));
+  sim->add_option("--schedule", o.schedule, "gpipe or 1f1b (default: by --system)")->check(CLI::IsMember({"gpipe", "1f1b"}));
+  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring or central (default: by --system)")
+      ->check(CLI::IsMember({"paper", "ring", "central"}));
+  sim->add_option("--overlap", o.overlap, "on: sends overlap compute; off: blocking p2p (default: by --system)")
+      ->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--recompute", o.recompute, "activation recomputation (on: backward = 3 forwards)")
+      ->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--lm-head", o.lm_head, "logits over the vocabulary on the last stage")->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--flops-formula", o.flops_formula, "FLOP count for PFLOPS: paper, megatron, executed")
+      ->check(CLI::IsMember({"paper", "megatron", "executed"}));
+  sim->add_option("--seed", o.seed, "seed of the planner and of the random placement");
+  sim->add_option("--candidates", o.candidates, "planner: evaluated candidates")->check(CLI::Range(2, 100000000));
+  sim->add_flag("--json", o.json, "print one JSON object instead of the table");
+  sim->add_flag("--timeline", o.timeline, "print every timed step as CSV (replica,stage,device,step,start_s,end_s)");
+}
+
+int run_simulate_command(const SimulateCommandOptions& o) {
+  const Resolved r = resolve(o);
+  if (o.timeline) std::cout << render_timeline(r);
+  else std::cout << (o.json ? render_json(r, o) : render_table(r));
+  return 0;
+}
+
+}  // namespace geotrain::cli
