@@ -1,12 +1,33 @@
 // geotrain: one executable, one subcommand per job. Thin on purpose: parsing
 // here, work in the libraries, errors mapped to the exit-code convention.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/io/errors.hpp"
 
+namespace {
+
+// OpenBLAS and OpenMP worker threads spin for a while after each call; on a
+// CPU the two pools alternate (GEMMs, then elementwise loops), so each one's
+// spinning steals the cores the other needs. Both libraries read these
+// variables when they load, before main: set them and start again, once.
+void restart_with_quiet_thread_pools(char** argv) {
+  if (std::getenv("GEOTRAIN_THREAD_POOLS_SET") != nullptr) return;
+  setenv("GEOTRAIN_THREAD_POOLS_SET", "1", 1);
+  setenv("OMP_WAIT_POLICY", "passive", 0);       // 0: a user's own choice wins
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);     // 2^4 cycles: the minimum
+  execv("/proc/self/exe", argv);                 // returns only on failure: carry on as we are
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "train") == 0) restart_with_quiet_thread_pools(argv);
   CLI::App app{"geotrain: pipeline + data-parallel training planned for slow, uneven networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "geotrain 0.1.0");

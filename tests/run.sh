@@ -12,13 +12,15 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
 
+# Sanitizers: unit, kernel and model tests (the training run is left to the
+# release build: the same code, several times slower under ASan).
 cmake --preset asan >/dev/null
-cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests
-ctest --preset asan -j "$jobs" -R '^unit\.' 
+cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests
+ctest --preset asan -j "$jobs" -R '^(unit|kernels|model)\.' -E 'Training'
 
 if command -v nvcc >/dev/null 2>&1; then
   cmake --preset cuda >/dev/null
-  cmake --build --preset cuda -j "$jobs" --target geotrain
+  cmake --build --preset cuda -j "$jobs" --target geotrain geotrain_cuda_parity_tests
   build/cuda/geotrain --version
 else
   echo "tests/run.sh: nvcc not found: CUDA backend not compiled"

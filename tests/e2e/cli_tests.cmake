@@ -78,3 +78,20 @@ expect_input_error(simulate-batch "tiny\\.toml.*global batch 7 is not a multiple
 expect_input_error(simulate-no-model "command line.*--model" simulate --scenario ${SCN}/tiny-2x2.toml)
 expect_input_error(simulate-bad-schedule "command line.*--schedule"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --schedule pipedream)
+
+# Training from the command line: bad configuration -> exit 2 naming the key;
+# device = cuda without a usable GPU -> exit 1 with what to do.
+if(TARGET geotrain_runtime)
+  expect_input_error(train-unknown-key "command line: train.stepz: unknown key" train --train.stepz=3)
+  expect_input_error(train-bad-model "no-such-model\\.toml: cannot open file"
+                     train --model.file=${BAD}/no-such-model.toml)
+  add_test(NAME cli.train.cuda-without-gpu
+           COMMAND ${EXPECT} 1 "device = cuda: .*(without the CUDA backend|no usable GPU)" -- ${GT} train
+                   --device.kind=cuda --train.steps=1 --optimizer.warmup_steps=0)
+  set_tests_properties(cli.train.cuda-without-gpu PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME cli.train.quickstart-short
+           COMMAND ${GT} train ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml --train.steps=3
+                   --train.eval_batches=2 --optimizer.warmup_steps=1 --device.kind=cpu)
+  set_tests_properties(cli.train.quickstart-short PROPERTIES
+    PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9.]+ .*tok/s.*final validation loss [0-9.]+")
+endif()

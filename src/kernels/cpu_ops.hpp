@@ -1,0 +1,66 @@
+// Internal: the CPU twins of the Backend ops, one file per op
+// (<op>.cpu.cpp, forward and backward side by side). The semantics - shapes,
+// row-major layout, which outputs accumulate - are those documented in
+// include/geotrain/kernels/backend.hpp; CpuBackend (cpu_backend.cpp) forwards
+// to these functions and the CUDA kernels are tested against the same golden
+// tensors.
+//
+// Threading: the non-GEMM ops are OpenMP parallel-for loops over rows, tokens,
+// (batch, head) pairs or column blocks; matmul leaves threading to OpenBLAS.
+// No function calls BLAS from inside an OpenMP region (see cpu_backend.cpp).
+// Every OpenMP op gives bit-identical results for any OMP_NUM_THREADS: each
+// output element is computed by one thread in a fixed order.
+#pragma once
+#include <cstddef>
+
+#include "geotrain/kernels/backend.hpp"
+
+namespace geotrain::kernels::cpu {
+
+// embedding.cpu.cpp
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                        int C);
+
+// layernorm.cpu.cpp
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C);
+
+// matmul.cpu.cpp. With MatmulPrecision::bf16 the GEMM operands are rounded
+// to bf16 (round to nearest even) before an fp32 sgemm: an emulation of bf16
+// tensor cores with fp32 accumulation, for parity tests only (it costs copies
+// and is no faster).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                    int OC, MatmulPrecision precision);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC, MatmulPrecision precision);
+float round_to_bf16(float x);
+
+// attention.cpu.cpp
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                        int B, int T, int C, int NH);
+
+// gelu.cpu.cpp
+void gelu_forward(float* out, const float* inp, std::size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+
+// residual.cpu.cpp
+void residual_forward(float* out, const float* a, const float* b, std::size_t n);
+void accumulate(float* y, const float* x, std::size_t n);
+void scale(float* x, float factor, std::size_t n);
+double sum_of_squares(const float* x, std::size_t n);
+
+// crossentropy.cpu.cpp. Throws geotrain::RunError for a target outside [0, V).
+void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V);
+void crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N,
+                           int V);
+
+// adamw.cpu.cpp. Throws std::invalid_argument for step < 1.
+void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step);
+
+}  // namespace geotrain::kernels::cpu

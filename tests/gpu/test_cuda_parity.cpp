@@ -1,0 +1,532 @@
+// The CUDA backend against the CPU twin, op by op, forward and backward, on
+// random inputs at two kinds of shape: small odd sizes (nothing a multiple of
+// 8 or 32, to reach every edge of the kernels' tiling) and GPT-like sizes.
+// Gradient buffers start with random values, so "accumulates" is checked
+// too. Without a usable GPU every test is skipped with the reason.
+//
+// Tolerances, as max|cuda - cpu| / max|cpu| over each tensor (robust where
+// entries cancel to ~0):
+//   fp32                      2e-5  Both sides are fp32 with different
+//                                   summation orders (cuBLAS tiles, warp
+//                                   trees, FMA contraction on the GPU); sums of
+//                                   up to ~1e3 terms, typical error ~1e-7.
+//   bf16 matmul               1e-3  Both sides round the operands to bf16 the
+//                                   same way (RNE); what remains is fp32
+//                                   accumulation order and the tensor cores'
+//                                   internal rounding of the running sum.
+//   bf16 attention            3e-2  The GPU rounds q, k, v, att, dy and datt to
+//                                   bf16 (8 significant bits: 2^-9 relative per
+//                                   operand); the CPU twin's attention loops
+//                                   stay fp32, so this is bf16 vs fp32.
+//   sum_of_squares (double)   1e-12
+// Every comparison prints its measured error, so the GPU log shows the margins.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "geotrain/io/errors.hpp"
+#include "geotrain/kernels/backend.hpp"
+
+namespace geotrain::kernels {
+// Test names and messages print the precision by name.
+void PrintTo(MatmulPrecision precision, std::ostream* out) {
+  *out << (precision == MatmulPrecision::bf16 ? "bf16" : "fp32");
+}
+}  // namespace geotrain::kernels
+
+namespace {
+
+using geotrain::kernels::Backend;
+using geotrain::kernels::DeviceKind;
+using geotrain::kernels::MatmulPrecision;
+
+constexpr double kFp32Tolerance = 2e-5;
+constexpr double kBf16MatmulTolerance = 1e-3;
+constexpr double kBf16AttentionTolerance = 3e-2;
+
+struct Shape {
+  const char* name;
+  int B, T, C, NH, V, OC;
+  int N() const { return B * T; }
+};
+// Odd: C = 72 (HS = 24), OC = 200, V = 517, T = 37. GPT-like: HS = 64.
+const Shape kShapes[] = {
+    {"odd", 3, 37, 72, 3, 517, 200},
+    {"gpt-like", 4, 128, 256, 4, 2048, 1024},
+};
+
+std::vector<float> random_floats(std::size_t n, float low, float high, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(n);
+  for (float& v : values) v = distribution(generator);
+  return values;
+}
+
+std::vector<int> random_ints(std::size_t n, int high, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::uniform_int_distribution<int> distribution(0, high - 1);
+  std::vector<int> values(n);
+  for (int& v : values) v = distribution(generator);
+  return values;
+}
+
+::testing::AssertionResult Close(const std::string& what, const std::vector<float>& cuda,
+                                 const std::vector<float>& cpu, double tolerance) {
+  if (cuda.size() != cpu.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  double scale = 0.0, worst = 0.0;
+  std::size_t worst_at = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    if (std::isnan(cuda[i]) != std::isnan(cpu[i])) {
+      return ::testing::AssertionFailure() << what << ": NaN at " << i << " (cuda " << cuda[i] << ", cpu "
+                                           << cpu[i] << ")";
+    }
+    if (std::isnan(cpu[i])) continue;
+    scale = std::max(scale, std::fabs(static_cast<double>(cpu[i])));
+    const double error = std::fabs(static_cast<double>(cuda[i]) - cpu[i]);
+    if (error > worst) {
+      worst = error;
+      worst_at = i;
+    }
+  }
+  const double relative = worst / std::max(scale, 1e-30);
+  std::printf("parity %-48s max|cuda-cpu|/max|cpu| = %.3e (tolerance %.0e)\n", what.c_str(), relative, tolerance);
+  if (relative <= tolerance) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": max|cuda-cpu|/max|cpu| = " << relative << " > " << tolerance
+                                       << " at element " << worst_at << " (cuda " << cuda[worst_at] << ", cpu "
+                                       << cpu[worst_at] << ", max|cpu| " << scale << ")";
+}
+
+// One tensor held by both backends with the same contents.
+class Twin {
+ public:
+  Twin(Backend& cpu, Backend& gpu, const std::vector<float>& host) : cpu_(cpu), gpu_(gpu), n_(host.size()) {
+    c_ = cpu.alloc(n_);
+    g_ = gpu.alloc(n_);
+    cpu.upload(c_, host.data(), n_);
+    gpu.upload(g_, host.data(), n_);
+  }
+  Twin(Backend& cpu, Backend& gpu, std::size_t n) : Twin(cpu, gpu, std::vector<float>(n, 0.0f)) {}
+  Twin(const Twin&) = delete;
+  Twin& operator=(const Twin&) = delete;
+  ~Twin() {
+    cpu_.release(c_);
+    gpu_.release(g_);
+  }
+  float* c() const { return c_; }
+  float* g() const { return g_; }
+  std::size_t size() const { return n_; }
+  std::vector<float> on_cpu() const { return read(cpu_, c_); }
+  std::vector<float> on_gpu() const { return read(gpu_, g_); }
+  ::testing::AssertionResult agree(const std::string& what, double tolerance) const {
+    return Close(what, on_gpu(), on_cpu(), tolerance);
+  }
+
+ private:
+  std::vector<float> read(Backend& backend, const float* pointer) const {
+    std::vector<float> host(n_);
+    backend.download(host.data(), pointer, n_);
+    return host;
+  }
+  Backend& cpu_;
+  Backend& gpu_;
+  std::size_t n_;
+  float* c_;
+  float* g_;
+};
+
+class TwinInts {
+ public:
+  TwinInts(Backend& cpu, Backend& gpu, const std::vector<int>& host) : cpu_(cpu), gpu_(gpu) {
+    c_ = cpu.alloc_tokens(host.size());
+    g_ = gpu.alloc_tokens(host.size());
+    cpu.upload_tokens(c_, host.data(), host.size());
+    gpu.upload_tokens(g_, host.data(), host.size());
+  }
+  TwinInts(const TwinInts&) = delete;
+  TwinInts& operator=(const TwinInts&) = delete;
+  ~TwinInts() {
+    cpu_.release(c_);
+    gpu_.release(g_);
+  }
+  int* c() const { return c_; }
+  int* g() const { return g_; }
+
+ private:
+  Backend& cpu_;
+  Backend& gpu_;
+  int* c_;
+  int* g_;
+};
+
+std::unique_ptr<Backend> try_cuda(std::string& reason) {
+  try {
+    return geotrain::kernels::make_cuda_backend();
+  } catch (const geotrain::RunError& error) {
+    reason = error.what();
+    return nullptr;
+  }
+}
+
+// Ops whose CUDA kernels do not depend on the matmul precision.
+class CudaParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    gpu_ = try_cuda(reason);
+    if (!gpu_) GTEST_SKIP() << "no usable CUDA backend: " << reason;
+    cpu_ = geotrain::kernels::make_cpu_backend();
+  }
+  Backend& cpu() { return *cpu_; }
+  Backend& gpu() { return *gpu_; }
+  std::unique_ptr<Twin> twin(const std::vector<float>& host) { return std::make_unique<Twin>(cpu(), gpu(), host); }
+  std::unique_ptr<Twin> twin(std::size_t n) { return std::make_unique<Twin>(cpu(), gpu(), n); }
+  std::unique_ptr<TwinInts> ints(const std::vector<int>& host) {
+    return std::make_unique<TwinInts>(cpu(), gpu(), host);
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+// matmul and attention, once per precision (set on both backends).
+class CudaParityGemm : public CudaParity, public ::testing::WithParamInterface<MatmulPrecision> {
+ protected:
+  void SetUp() override {
+    CudaParity::SetUp();
+    if (IsSkipped()) return;
+    cpu().set_matmul_precision(GetParam());
+    gpu().set_matmul_precision(GetParam());
+  }
+  bool bf16() const { return GetParam() == MatmulPrecision::bf16; }
+  std::string tag(const Shape& s, const std::string& what) const {
+    return std::string(bf16() ? "bf16 " : "fp32 ") + s.name + " " + what;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaParityGemm, ::testing::Values(MatmulPrecision::fp32, MatmulPrecision::bf16),
+                         [](const ::testing::TestParamInfo<MatmulPrecision>& info) {
+                           return info.param == MatmulPrecision::bf16 ? "bf16" : "fp32";
+                         });
+
+TEST_F(CudaParity, DescriptionNamesTheGpu) {
+  EXPECT_EQ(gpu().kind(), DeviceKind::cuda);
+  const std::string text = gpu().description();
+  std::printf("CUDA backend: %s\n", text.c_str());
+  EXPECT_NE(text.find("compute capability"), std::string::npos) << text;
+}
+
+// Larger than the 16 MiB pinned staging buffer, so the upload goes in chunks;
+// the host buffer is overwritten right after upload returns.
+TEST_F(CudaParity, MemoryZeroedRoundTripsAndUploadsMayReuseTheHostBuffer) {
+  const std::size_t n = 5'000'003;
+  float* x = gpu().alloc(n);
+  float* y = gpu().alloc(n);
+  std::vector<float> host(n);
+  gpu().download(host.data(), x, n);
+  EXPECT_EQ(std::count(host.begin(), host.end(), 0.0f), static_cast<long>(n)) << "alloc is not zeroed";
+  const std::vector<float> first = random_floats(n, -1, 1, 1);
+  std::vector<float> buffer = first;
+  gpu().upload(x, buffer.data(), n);
+  std::fill(buffer.begin(), buffer.end(), 42.0f);  // reused at once
+  gpu().upload(y, buffer.data(), n);
+  std::vector<float> back(n);
+  gpu().download(back.data(), x, n);
+  EXPECT_TRUE(back == first) << "upload did not copy the host buffer before returning";
+  gpu().download(back.data(), y, n);
+  EXPECT_EQ(std::count(back.begin(), back.end(), 42.0f), static_cast<long>(n));
+  gpu().fill_zero(x, n);
+  gpu().download(back.data(), x, n);
+  EXPECT_EQ(std::count(back.begin(), back.end(), 0.0f), static_cast<long>(n));
+  gpu().release(x);
+  gpu().release(y);
+  int* tokens = gpu().alloc_tokens(7);
+  gpu().release(tokens);
+  gpu().synchronize();
+}
+
+TEST_F(CudaParity, Embedding) {
+  for (const Shape& s : kShapes) {
+    const std::string name = s.name;
+    // Tokens from a tenth of the vocabulary: many repeats in the batch.
+    auto tokens = ints(random_ints(static_cast<std::size_t>(s.N()), s.V / 10, 11));
+    auto wte = twin(random_floats(static_cast<std::size_t>(s.V) * s.C, -1, 1, 12));
+    auto wpe = twin(random_floats(static_cast<std::size_t>(s.T) * s.C, -1, 1, 13));
+    auto out = twin(static_cast<std::size_t>(s.N()) * s.C);
+    cpu().embedding_forward(out->c(), tokens->c(), wte->c(), wpe->c(), s.B, s.T, s.C);
+    gpu().embedding_forward(out->g(), tokens->g(), wte->g(), wpe->g(), s.B, s.T, s.C);
+    EXPECT_TRUE(out->agree(name + " embedding out", kFp32Tolerance));
+
+    auto dout = twin(random_floats(out->size(), -1, 1, 14));
+    auto dwte = twin(random_floats(wte->size(), -1, 1, 15));
+    auto dwpe = twin(random_floats(wpe->size(), -1, 1, 16));
+    for (int call = 0; call < 2; ++call) {
+      cpu().embedding_backward(dwte->c(), dwpe->c(), dout->c(), tokens->c(), s.B, s.T, s.C);
+      gpu().embedding_backward(dwte->g(), dwpe->g(), dout->g(), tokens->g(), s.B, s.T, s.C);
+    }
+    EXPECT_TRUE(dwte->agree(name + " embedding dwte (2 calls)", kFp32Tolerance));
+    EXPECT_TRUE(dwpe->agree(name + " embedding dwpe (2 calls)", kFp32Tolerance));
+  }
+}
+
+TEST_F(CudaParity, LayerNorm) {
+  for (const Shape& s : kShapes) {
+    const std::string name = s.name;
+    const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
+    // An offset mean, as activations in a residual stream have.
+    auto inp = twin(random_floats(NC, 1, 4, 21));
+    auto weight = twin(random_floats(s.C, 0.5f, 1.5f, 22));
+    auto bias = twin(random_floats(s.C, -0.5f, 0.5f, 23));
+    auto out = twin(NC), mean = twin(s.N()), rstd = twin(s.N());
+    cpu().layernorm_forward(out->c(), mean->c(), rstd->c(), inp->c(), weight->c(), bias->c(), s.N(), s.C);
+    gpu().layernorm_forward(out->g(), mean->g(), rstd->g(), inp->g(), weight->g(), bias->g(), s.N(), s.C);
+    EXPECT_TRUE(out->agree(name + " layernorm out", kFp32Tolerance));
+    EXPECT_TRUE(mean->agree(name + " layernorm mean", kFp32Tolerance));
+    EXPECT_TRUE(rstd->agree(name + " layernorm rstd", kFp32Tolerance));
+
+    auto dout = twin(random_floats(NC, -1, 1, 24));
+    auto dinp = twin(random_floats(NC, -1, 1, 25));
+    auto dweight = twin(random_floats(s.C, -1, 1, 26));
+    auto dbias = twin(random_floats(s.C, -1, 1, 27));
+    // Both backward from the CPU's statistics, so that only the backward is compared.
+    gpu().upload(mean->g(), mean->on_cpu().data(), mean->size());
+    gpu().upload(rstd->g(), rstd->on_cpu().data(), rstd->size());
+    cpu().layernorm_backward(dinp->c(), dweight->c(), dbias->c(), dout->c(), inp->c(), weight->c(), mean->c(),
+                             rstd->c(), s.N(), s.C);
+    gpu().layernorm_backward(dinp->g(), dweight->g(), dbias->g(), dout->g(), inp->g(), weight->g(), mean->g(),
+                             rstd->g(), s.N(), s.C);
+    EXPECT_TRUE(dinp->agree(name + " layernorm dinp", kFp32Tolerance));
+    EXPECT_TRUE(dweight->agree(name + " layernorm dweight", kFp32Tolerance));
+    EXPECT_TRUE(dbias->agree(name + " layernorm dbias", kFp32Tolerance));
+  }
+}
+
+TEST_P(CudaParityGemm, Matmul) {
+  const double tolerance = bf16() ? kBf16MatmulTolerance : kFp32Tolerance;
+  for (const Shape& s : kShapes) {
+    // The shape's (C -> OC) layer and its transpose (OC -> C), as fc and proj.
+    for (const auto& [in, outc] : {std::pair{s.C, s.OC}, std::pair{s.OC, s.C}}) {
+      for (const bool with_bias : {true, false}) {
+        const std::string name = tag(s, std::to_string(in) + "->" + std::to_string(outc) +
+                                            (with_bias ? " bias" : " no-bias"));
+        const int N = s.N();
+        auto inp = twin(random_floats(static_cast<std::size_t>(N) * in, -1, 1, 31));
+        auto weight = twin(random_floats(static_cast<std::size_t>(outc) * in, -0.1f, 0.1f, 32));
+        auto bias = twin(random_floats(outc, -1, 1, 33));
+        auto out = twin(random_floats(static_cast<std::size_t>(N) * outc, -9, 9, 34));  // overwritten
+        cpu().matmul_forward(out->c(), inp->c(), weight->c(), with_bias ? bias->c() : nullptr, N, in, outc);
+        gpu().matmul_forward(out->g(), inp->g(), weight->g(), with_bias ? bias->g() : nullptr, N, in, outc);
+        EXPECT_TRUE(out->agree(name + " out", tolerance));
+
+        auto dout = twin(random_floats(out->size(), -1, 1, 35));
+        auto dinp = twin(random_floats(inp->size(), -1, 1, 36));
+        auto dweight = twin(random_floats(weight->size(), -1, 1, 37));
+        auto dbias = twin(random_floats(bias->size(), -1, 1, 38));
+        cpu().matmul_backward(dinp->c(), dweight->c(), with_bias ? dbias->c() : nullptr, dout->c(), inp->c(),
+                              weight->c(), N, in, outc);
+        gpu().matmul_backward(dinp->g(), dweight->g(), with_bias ? dbias->g() : nullptr, dout->g(), inp->g(),
+                              weight->g(), N, in, outc);
+        EXPECT_TRUE(dinp->agree(name + " dinp", tolerance));
+        EXPECT_TRUE(dweight->agree(name + " dweight", tolerance));
+        EXPECT_TRUE(dbias->agree(name + " dbias", kFp32Tolerance));  // fp32 column sums in both modes
+      }
+    }
+  }
+}
+
+TEST_P(CudaParityGemm, Attention) {
+  const double tolerance = bf16() ? kBf16AttentionTolerance : kFp32Tolerance;
+  for (const Shape& s : kShapes) {
+    const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
+    const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
+    auto qkv = twin(random_floats(3 * NC, -2, 2, 41));
+    auto out = twin(NC), att = twin(att_size);
+    cpu().attention_forward(out->c(), att->c(), qkv->c(), s.B, s.T, s.C, s.NH);
+    gpu().attention_forward(out->g(), att->g(), qkv->g(), s.B, s.T, s.C, s.NH);
+    EXPECT_TRUE(out->agree(tag(s, "attention out"), tolerance));
+    const std::vector<float> probabilities = att->on_gpu();
+    EXPECT_TRUE(Close(tag(s, "attention att"), probabilities, att->on_cpu(), tolerance));
+    for (std::size_t row = 0; row < att_size / s.T; ++row) {
+      for (int t2 = static_cast<int>(row % s.T) + 1; t2 < s.T; ++t2) {
+        ASSERT_EQ(probabilities[row * s.T + t2], 0.0f) << "above the diagonal, row " << row;
+      }
+    }
+
+    auto dout = twin(random_floats(NC, -1, 1, 42));
+    auto dqkv = twin(random_floats(3 * NC, -1, 1, 43));
+    auto datt = twin(att_size);
+    // Both backward from the CPU's probabilities, so that only the backward is compared.
+    gpu().upload(att->g(), att->on_cpu().data(), att_size);
+    cpu().attention_backward(dqkv->c(), datt->c(), dout->c(), qkv->c(), att->c(), s.B, s.T, s.C, s.NH);
+    gpu().attention_backward(dqkv->g(), datt->g(), dout->g(), qkv->g(), att->g(), s.B, s.T, s.C, s.NH);
+    EXPECT_TRUE(dqkv->agree(tag(s, "attention dqkv"), tolerance));
+  }
+}
+
+TEST_F(CudaParity, Gelu) {
+  const std::size_t n = 1'000'003;
+  auto inp = twin(random_floats(n, -6, 6, 51));
+  auto out = twin(n);
+  cpu().gelu_forward(out->c(), inp->c(), n);
+  gpu().gelu_forward(out->g(), inp->g(), n);
+  EXPECT_TRUE(out->agree("gelu out", kFp32Tolerance));
+  auto dout = twin(random_floats(n, -1, 1, 52));
+  auto dinp = twin(random_floats(n, -1, 1, 53));
+  cpu().gelu_backward(dinp->c(), inp->c(), dout->c(), n);
+  gpu().gelu_backward(dinp->g(), inp->g(), dout->g(), n);
+  EXPECT_TRUE(dinp->agree("gelu dinp", kFp32Tolerance));
+}
+
+TEST_F(CudaParity, ResidualAccumulateScaleSumOfSquares) {
+  const std::size_t n = 3'000'017;
+  auto a = twin(random_floats(n, -1, 1, 61));
+  auto b = twin(random_floats(n, -1, 1, 62));
+  auto out = twin(n);
+  cpu().residual_forward(out->c(), a->c(), b->c(), n);
+  gpu().residual_forward(out->g(), a->g(), b->g(), n);
+  EXPECT_TRUE(out->agree("residual out", 0.0)) << "a + b is one rounding on both sides";
+  cpu().accumulate(out->c(), a->c(), n);
+  gpu().accumulate(out->g(), a->g(), n);
+  EXPECT_TRUE(out->agree("accumulate", 0.0));
+  cpu().scale(out->c(), 0.37f, n);
+  gpu().scale(out->g(), 0.37f, n);
+  EXPECT_TRUE(out->agree("scale", 0.0));
+  for (const std::size_t count : {std::size_t{1}, std::size_t{1000}, n}) {
+    const double on_cpu = cpu().sum_of_squares(out->c(), count);
+    const double on_gpu = gpu().sum_of_squares(out->g(), count);
+    const double relative = std::fabs(on_gpu - on_cpu) / on_cpu;
+    std::printf("parity sum_of_squares n=%-9zu relative difference %.3e (tolerance 1e-12)\n", count, relative);
+    EXPECT_LE(relative, 1e-12) << "n = " << count << ": cuda " << on_gpu << ", cpu " << on_cpu;
+  }
+}
+
+TEST_F(CudaParity, CrossEntropy) {
+  struct Case {
+    const char* name;
+    int N, V;
+    float logit_range;
+  };
+  // GPT-2's vocabulary with large logits (stability), and a small odd one.
+  for (const Case& k : {Case{"V=50257", 64, 50257, 30.0f}, Case{"V=517", 111, 517, 3.0f}}) {
+    const std::string name = k.name;
+    auto logits = twin(random_floats(static_cast<std::size_t>(k.N) * k.V, -k.logit_range, k.logit_range, 71));
+    auto targets = ints(random_ints(k.N, k.V, 72));
+    auto losses = twin(k.N);
+    cpu().crossentropy_forward(losses->c(), logits->c(), targets->c(), k.N, k.V);
+    gpu().crossentropy_forward(losses->g(), logits->g(), targets->g(), k.N, k.V);
+    EXPECT_TRUE(losses->agree(name + " crossentropy losses", kFp32Tolerance));
+    const float dloss = 1.0f / static_cast<float>(k.N);
+    auto dlogits = twin(random_floats(logits->size(), -9, 9, 73));  // overwritten
+    cpu().crossentropy_backward(dlogits->c(), logits->c(), targets->c(), dloss, k.N, k.V);
+    gpu().crossentropy_backward(dlogits->g(), logits->g(), targets->g(), dloss, k.N, k.V);
+    EXPECT_TRUE(dlogits->agree(name + " crossentropy dlogits", kFp32Tolerance));
+  }
+}
+
+TEST_F(CudaParity, CrossEntropyRejectsATargetOutsideTheVocabulary) {
+  auto logits = twin(random_floats(4 * 10, -1, 1, 74));
+  auto targets = ints({1, 2, 10, 3});
+  auto losses = twin(4);
+  try {
+    gpu().crossentropy_forward(losses->g(), logits->g(), targets->g(), 4, 10);
+    FAIL() << "no error for target 10 with V = 10";
+  } catch (const geotrain::RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("row 2"), std::string::npos) << error.what();
+  }
+  gpu().synchronize();  // the backend stays usable
+}
+
+TEST_F(CudaParity, AdamW) {
+  const std::size_t n = 100'003;
+  auto params = twin(random_floats(n, -1, 1, 81));
+  auto m = twin(n), v = twin(n);
+  for (int step = 1; step <= 3; ++step) {
+    auto grads = twin(random_floats(n, -1, 1, 81 + static_cast<unsigned>(step)));
+    cpu().adamw_update(params->c(), grads->c(), m->c(), v->c(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    gpu().adamw_update(params->g(), grads->g(), m->g(), v->g(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    const std::string s = " after step " + std::to_string(step);
+    EXPECT_TRUE(m->agree("adamw m" + s, kFp32Tolerance));
+    EXPECT_TRUE(v->agree("adamw v" + s, kFp32Tolerance));
+    EXPECT_TRUE(params->agree("adamw params" + s, kFp32Tolerance));
+  }
+  EXPECT_THROW(gpu().adamw_update(params->g(), params->g(), m->g(), v->g(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0),
+               std::invalid_argument);
+}
+
+// The reductions have a fixed order: the same inputs give the same bits.
+TEST_P(CudaParityGemm, BackwardIsBitwiseReproducible) {
+  const Shape& s = kShapes[1];
+  const int N = s.N();
+  const std::size_t NC = static_cast<std::size_t>(N) * s.C;
+  Backend& k = gpu();
+  auto run = [&] {
+    std::vector<std::vector<float>> results;
+    auto keep = [&](float* p, std::size_t n) {
+      std::vector<float> host(n);
+      k.download(host.data(), p, n);
+      results.push_back(std::move(host));
+      k.release(p);
+    };
+    auto upload = [&](const std::vector<float>& host) {
+      float* p = k.alloc(host.size());
+      k.upload(p, host.data(), host.size());
+      return p;
+    };
+    float* inp = upload(random_floats(NC, -1, 1, 91));
+    float* dout = upload(random_floats(NC, -1, 1, 92));
+    float* weight = upload(random_floats(static_cast<std::size_t>(s.C) * s.C, -0.1f, 0.1f, 93));
+    float* mean = k.alloc(N);
+    float* rstd = k.alloc(N);
+    float* ln = k.alloc(NC);
+    k.layernorm_forward(ln, mean, rstd, inp, weight, weight, N, s.C);
+    float* dinp = k.alloc(NC);
+    float* dw = k.alloc(s.C);
+    float* db = k.alloc(s.C);
+    k.layernorm_backward(dinp, dw, db, dout, inp, weight, mean, rstd, N, s.C);
+    float* dmat = k.alloc(NC);
+    float* dweight = k.alloc(static_cast<std::size_t>(s.C) * s.C);
+    float* dbias = k.alloc(s.C);
+    k.matmul_backward(dmat, dweight, dbias, dout, inp, weight, N, s.C, s.C);
+    int* tokens = k.alloc_tokens(N);
+    const std::vector<int> host_tokens = random_ints(N, 7, 94);
+    k.upload_tokens(tokens, host_tokens.data(), N);
+    float* dwte = k.alloc(static_cast<std::size_t>(7) * s.C);
+    float* dwpe = k.alloc(static_cast<std::size_t>(s.T) * s.C);
+    k.embedding_backward(dwte, dwpe, dout, tokens, s.B, s.T, s.C);
+    float* qkv = upload(random_floats(3 * NC, -2, 2, 95));
+    const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
+    float* att = k.alloc(att_size);
+    float* y = k.alloc(NC);
+    k.attention_forward(y, att, qkv, s.B, s.T, s.C, s.NH);
+    float* dqkv = k.alloc(3 * NC);
+    float* datt = k.alloc(att_size);
+    k.attention_backward(dqkv, datt, dout, qkv, att, s.B, s.T, s.C, s.NH);
+    results.push_back({static_cast<float>(k.sum_of_squares(dqkv, 3 * NC))});
+    keep(dinp, NC);
+    keep(dw, s.C);
+    keep(db, s.C);
+    keep(dmat, NC);
+    keep(dweight, static_cast<std::size_t>(s.C) * s.C);
+    keep(dbias, s.C);
+    keep(dwte, static_cast<std::size_t>(7) * s.C);
+    keep(dwpe, static_cast<std::size_t>(s.T) * s.C);
+    keep(dqkv, 3 * NC);
+    for (float* p : {inp, dout, weight, mean, rstd, ln, qkv, att, y, datt}) k.release(p);
+    k.release(tokens);
+    return results;
+  };
+  const auto first = run();
+  const auto second = run();
+  ASSERT_EQ(first.size(), second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(first[i] == second[i]) << "result " << i << " differs";
+}
+
+}  // namespace

@@ -1,0 +1,379 @@
+// Every op of every backend, forward and backward, against golden tensors
+// computed by PyTorch (tests/golden/make_golden.py). One test body runs on
+// each backend: the CPU always, CUDA where make_backend("cuda") succeeds
+// (elsewhere those tests are skipped with the reason).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "geotrain/io/errors.hpp"
+#include "geotrain/kernels/backend.hpp"
+#include "golden_file.hpp"
+#include "kernel_test_support.hpp"
+
+namespace geotrain::test {
+namespace {
+
+using kernels::Backend;
+using kernels::MatmulPrecision;
+
+// The shapes make_golden.py uses (it writes them into the tensors' shapes
+// too; these are checked against the files below).
+constexpr int B = 2, T = 5, C = 12, NH = 3, V = 17, OC = 20;
+constexpr int N = B * T;
+
+class Ops : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    try {
+      backend_ = kernels::make_backend(GetParam());
+    } catch (const geotrain::RunError& error) {
+      GTEST_SKIP() << "backend '" << GetParam() << "' not usable here: " << error.what();
+    }
+  }
+
+  Backend& k() { return *backend_; }
+  DeviceFloats upload(const std::vector<float>& host) { return DeviceFloats(k(), host); }
+  DeviceFloats zeros(std::size_t count) { return DeviceFloats(k(), count); }
+  // Outputs that an op overwrites (forward outputs, dlogits, scratch) start
+  // as NaN: an op that reads them, or skips an element, fails the test.
+  DeviceFloats garbage(std::size_t count) { return DeviceFloats(k(), NaNs(count)); }
+  DeviceInts upload(const std::vector<int>& host) { return DeviceInts(k(), host); }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, Ops, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(GoldenFiles, ShapesAreTheOnesTheTestsAssume) {
+  const auto attention = GoldenCase::load("attention");
+  EXPECT_EQ(attention.shape("att"), (std::vector<std::size_t>{B, NH, T, T}));
+  EXPECT_EQ(attention.shape("qkv"), (std::vector<std::size_t>{B, T, 3 * C}));
+  EXPECT_EQ(GoldenCase::load("matmul").shape("weight"), (std::vector<std::size_t>{OC, C}));
+  EXPECT_EQ(GoldenCase::load("crossentropy").shape("logits"), (std::vector<std::size_t>{B, T, V}));
+  EXPECT_EQ(GoldenCase::load("embedding").ints("tokens").size(), static_cast<std::size_t>(N));
+}
+
+TEST(GoldenFiles, AMissingCaseOrTensorIsAnErrorThatSaysWhere) {
+  try {
+    GoldenCase::load("no_such_case");
+    FAIL() << "loaded a case that does not exist";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("no_such_case.bin: cannot open"), std::string::npos) << error.what();
+  }
+  const auto gelu = GoldenCase::load("gelu");
+  EXPECT_THROW(gelu.floats("no_such_tensor"), std::runtime_error);
+  EXPECT_THROW(gelu.ints("inp"), std::runtime_error);  // float32, not int32
+}
+
+// ---- embedding
+
+TEST_P(Ops, EmbeddingForward) {
+  const auto g = GoldenCase::load("embedding");
+  auto tokens = upload(g.ints("tokens"));
+  auto wte = upload(g.floats("wte")), wpe = upload(g.floats("wpe"));
+  auto out = garbage(N * C);
+  k().embedding_forward(out.get(), tokens.get(), wte.get(), wpe.get(), B, T, C);
+  EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
+}
+
+// Repeated tokens add into the same dwte row; a second call adds again.
+TEST_P(Ops, EmbeddingBackwardAccumulates) {
+  const auto g = GoldenCase::load("embedding");
+  auto tokens = upload(g.ints("tokens"));
+  auto dout = upload(g.floats("dout"));
+  auto dwte = zeros(g.floats("dwte").size()), dwpe = zeros(g.floats("dwpe").size());
+  k().embedding_backward(dwte.get(), dwpe.get(), dout.get(), tokens.get(), B, T, C);
+  EXPECT_TRUE(AllClose("dwte", dwte.download(), g.floats("dwte"), kFp32));
+  EXPECT_TRUE(AllClose("dwpe", dwpe.download(), g.floats("dwpe"), kFp32));
+  k().embedding_backward(dwte.get(), dwpe.get(), dout.get(), tokens.get(), B, T, C);
+  EXPECT_TRUE(AllClose("dwte after two calls", dwte.download(), Scaled(g.floats("dwte"), 2), kFp32));
+  EXPECT_TRUE(AllClose("dwpe after two calls", dwpe.download(), Scaled(g.floats("dwpe"), 2), kFp32));
+}
+
+// ---- layernorm
+
+TEST_P(Ops, LayerNormForward) {
+  const auto g = GoldenCase::load("layernorm");
+  auto inp = upload(g.floats("inp")), weight = upload(g.floats("weight")), bias = upload(g.floats("bias"));
+  auto out = garbage(N * C), mean = garbage(N), rstd = garbage(N);
+  k().layernorm_forward(out.get(), mean.get(), rstd.get(), inp.get(), weight.get(), bias.get(), N, C);
+  EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
+  EXPECT_TRUE(AllClose("mean", mean.download(), g.floats("mean"), kFp32));
+  EXPECT_TRUE(AllClose("rstd", rstd.download(), g.floats("rstd"), kFp32));
+}
+
+TEST_P(Ops, LayerNormBackwardAccumulates) {
+  const auto g = GoldenCase::load("layernorm");
+  auto inp = upload(g.floats("inp")), weight = upload(g.floats("weight"));
+  auto mean = upload(g.floats("mean")), rstd = upload(g.floats("rstd")), dout = upload(g.floats("dout"));
+  auto dinp = zeros(N * C), dweight = zeros(C), dbias = zeros(C);
+  auto backward = [&] {
+    k().layernorm_backward(dinp.get(), dweight.get(), dbias.get(), dout.get(), inp.get(), weight.get(),
+                           mean.get(), rstd.get(), N, C);
+  };
+  backward();
+  EXPECT_TRUE(AllClose("dinp", dinp.download(), g.floats("dinp"), kFp32));
+  EXPECT_TRUE(AllClose("dweight", dweight.download(), g.floats("dweight"), kFp32));
+  EXPECT_TRUE(AllClose("dbias", dbias.download(), g.floats("dbias"), kFp32));
+  backward();
+  EXPECT_TRUE(AllClose("dinp after two calls", dinp.download(), Scaled(g.floats("dinp"), 2), kFp32));
+  EXPECT_TRUE(AllClose("dweight after two calls", dweight.download(), Scaled(g.floats("dweight"), 2), kFp32));
+  EXPECT_TRUE(AllClose("dbias after two calls", dbias.download(), Scaled(g.floats("dbias"), 2), kFp32));
+}
+
+// ---- matmul
+
+struct MatmulResult {
+  std::vector<float> out, dinp, dweight, dbias;
+};
+
+// Forward, then one backward into zeroed gradients.
+MatmulResult RunMatmul(Backend& k, const GoldenCase& g) {
+  DeviceFloats inp(k, g.floats("inp")), weight(k, g.floats("weight")), bias(k, g.floats("bias"));
+  DeviceFloats dout(k, g.floats("dout"));
+  DeviceFloats out(k, NaNs(N * OC)), dinp(k, N * C), dweight(k, OC * C), dbias(k, OC);
+  k.matmul_forward(out.get(), inp.get(), weight.get(), bias.get(), N, C, OC);
+  k.matmul_backward(dinp.get(), dweight.get(), dbias.get(), dout.get(), inp.get(), weight.get(), N, C, OC);
+  return {out.download(), dinp.download(), dweight.download(), dbias.download()};
+}
+
+TEST_P(Ops, MatmulForwardAndBackward) {
+  const auto g = GoldenCase::load("matmul");
+  const MatmulResult r = RunMatmul(k(), g);
+  EXPECT_TRUE(AllClose("out", r.out, g.floats("out"), kFp32));
+  EXPECT_TRUE(AllClose("dinp", r.dinp, g.floats("dinp"), kFp32));
+  EXPECT_TRUE(AllClose("dweight", r.dweight, g.floats("dweight"), kFp32));
+  EXPECT_TRUE(AllClose("dbias", r.dbias, g.floats("dbias"), kFp32));
+}
+
+// sgemm's beta = 1: dinp, dweight and dbias add to what is there.
+TEST_P(Ops, MatmulBackwardAccumulates) {
+  const auto g = GoldenCase::load("matmul");
+  auto inp = upload(g.floats("inp")), weight = upload(g.floats("weight")), dout = upload(g.floats("dout"));
+  auto dinp = zeros(N * C), dweight = zeros(OC * C), dbias = zeros(OC);
+  for (int call = 0; call < 2; ++call) {
+    k().matmul_backward(dinp.get(), dweight.get(), dbias.get(), dout.get(), inp.get(), weight.get(), N, C, OC);
+  }
+  EXPECT_TRUE(AllClose("dinp after two calls", dinp.download(), Scaled(g.floats("dinp"), 2), kFp32));
+  EXPECT_TRUE(AllClose("dweight after two calls", dweight.download(), Scaled(g.floats("dweight"), 2), kFp32));
+  EXPECT_TRUE(AllClose("dbias after two calls", dbias.download(), Scaled(g.floats("dbias"), 2), kFp32));
+}
+
+// bf16 operands: exactly "round the operands to bf16, multiply and add in
+// fp32" (against float64 sums of the bf16-rounded operands, at the fp32
+// tolerance), within the bf16 tolerance of the fp32 reference, and
+// measurably not the fp32 result (else the precision setting did nothing).
+TEST_P(Ops, MatmulBf16RoundsTheOperandsOnly) {
+  const auto g = GoldenCase::load("matmul");
+  const MatmulResult fp32 = RunMatmul(k(), g);
+  k().set_matmul_precision(MatmulPrecision::bf16);
+  const MatmulResult bf16 = RunMatmul(k(), g);
+  k().set_matmul_precision(MatmulPrecision::fp32);
+  EXPECT_TRUE(AllClose("out (bf16 operands)", bf16.out, g.floats("out_bf16"), kFp32));
+  EXPECT_TRUE(AllClose("dinp (bf16 operands)", bf16.dinp, g.floats("dinp_bf16"), kFp32));
+  EXPECT_TRUE(AllClose("dweight (bf16 operands)", bf16.dweight, g.floats("dweight_bf16"), kFp32));
+  EXPECT_TRUE(AllClose("dbias (fp32 in bf16 mode)", bf16.dbias, g.floats("dbias"), kFp32));
+
+  EXPECT_TRUE(AllClose("out (bf16 vs fp32)", bf16.out, g.floats("out"), kBf16));
+  EXPECT_TRUE(AllClose("dinp (bf16 vs fp32)", bf16.dinp, g.floats("dinp"), kBf16));
+  EXPECT_TRUE(AllClose("dweight (bf16 vs fp32)", bf16.dweight, g.floats("dweight"), kBf16));
+  EXPECT_FALSE(AllClose("out", bf16.out, fp32.out, kFp32)) << "bf16 matmul gave the fp32 result";
+  EXPECT_FALSE(AllClose("dweight", bf16.dweight, fp32.dweight, kFp32)) << "bf16 matmul gave the fp32 result";
+}
+
+// x * 1.0 with bf16 operands is x rounded to bf16 (8 significant bits):
+// exact, so rounding ties to even is visible.
+TEST_P(Ops, MatmulBf16RoundsOperandsToNearestEven) {
+  const float ulp = std::ldexp(1.0f, -7);  // bf16 spacing in [1, 2)
+  const std::vector<float> inputs = {
+      1.0f + ulp / 2,              // tie between 1 and 1 + ulp: to the even 1
+      1.0f + 3 * ulp / 2,          // tie between 1 + ulp and 1 + 2 ulp: to the even 1 + 2 ulp
+      1.0f + ulp / 2 + ulp / 64,   // just above the tie: up
+      -(1.0f + ulp / 2),           // sign-symmetric
+      3.0f,                        // exact
+  };
+  const std::vector<float> rounded = {1.0f, 1.0f + 2 * ulp, 1.0f + ulp, -1.0f, 3.0f};
+  const int rows = static_cast<int>(inputs.size());
+  auto inp = upload(inputs), one = upload(std::vector<float>{1.0f}), out = garbage(inputs.size());
+  k().set_matmul_precision(MatmulPrecision::bf16);
+  k().matmul_forward(out.get(), inp.get(), one.get(), nullptr, rows, 1, 1);
+  k().set_matmul_precision(MatmulPrecision::fp32);
+  EXPECT_EQ(out.download(), rounded);
+  k().matmul_forward(out.get(), inp.get(), one.get(), nullptr, rows, 1, 1);
+  EXPECT_EQ(out.download(), inputs) << "fp32 matmul must not round";
+}
+
+// GPT-2's tied weights: wte embeds the tokens and is the LM head's weight
+// (matmul without bias), so dwte collects both uses. The chain of a head
+// stage: embedding -> matmul(wte) -> cross-entropy, and back.
+TEST_P(Ops, TiedLmHeadForwardAndBackward) {
+  const auto g = GoldenCase::load("tied_lm_head");
+  auto tokens = upload(g.ints("tokens")), targets = upload(g.ints("targets"));
+  auto wte = upload(g.floats("wte")), wpe = upload(g.floats("wpe"));
+  auto x = garbage(N * C), logits = garbage(N * V), losses = garbage(N), dlogits = garbage(N * V);
+  auto dx = zeros(N * C), dwte = zeros(V * C), dwpe = zeros(T * C);
+
+  k().embedding_forward(x.get(), tokens.get(), wte.get(), wpe.get(), B, T, C);
+  k().matmul_forward(logits.get(), x.get(), wte.get(), nullptr, N, C, V);
+  k().crossentropy_forward(losses.get(), logits.get(), targets.get(), N, V);
+  k().crossentropy_backward(dlogits.get(), logits.get(), targets.get(), g.scalar("dloss"), N, V);
+  k().matmul_backward(dx.get(), dwte.get(), nullptr, dlogits.get(), x.get(), wte.get(), N, C, V);
+  k().embedding_backward(dwte.get(), dwpe.get(), dx.get(), tokens.get(), B, T, C);
+
+  EXPECT_TRUE(AllClose("x", x.download(), g.floats("x"), kFp32));
+  EXPECT_TRUE(AllClose("logits", logits.download(), g.floats("logits"), kFp32));
+  const std::vector<float> host_losses = losses.download();
+  EXPECT_TRUE(AllClose("losses", host_losses, g.floats("losses"), kFp32));
+  EXPECT_TRUE(AllClose("mean loss", {Mean(host_losses)}, {g.scalar("loss")}, kFp32));
+  EXPECT_TRUE(AllClose("dlogits", dlogits.download(), g.floats("dlogits"), kFp32));
+  EXPECT_TRUE(AllClose("dx", dx.download(), g.floats("dx"), kFp32));
+  EXPECT_TRUE(AllClose("dwte (head + embedding)", dwte.download(), g.floats("dwte"), kFp32));
+  EXPECT_TRUE(AllClose("dwpe", dwpe.download(), g.floats("dwpe"), kFp32));
+}
+
+// ---- attention
+
+TEST_P(Ops, AttentionForward) {
+  const auto g = GoldenCase::load("attention");
+  auto qkv = upload(g.floats("qkv"));
+  auto out = garbage(N * C), att = garbage(B * NH * T * T);
+  k().attention_forward(out.get(), att.get(), qkv.get(), B, T, C, NH);
+  EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
+  const std::vector<float> probabilities = att.download();
+  EXPECT_TRUE(AllClose("att", probabilities, g.floats("att"), kFp32));
+  // Causal: nothing above the diagonal, exactly.
+  for (int row = 0; row < B * NH * T; ++row) {
+    for (int t2 = row % T + 1; t2 < T; ++t2) ASSERT_EQ(probabilities[row * T + t2], 0.0f) << "row " << row;
+  }
+}
+
+TEST_P(Ops, AttentionBackwardAccumulates) {
+  const auto g = GoldenCase::load("attention");
+  auto qkv = upload(g.floats("qkv")), att = upload(g.floats("att")), dout = upload(g.floats("dout"));
+  auto dqkv = zeros(N * 3 * C), datt = garbage(B * NH * T * T);
+  k().attention_backward(dqkv.get(), datt.get(), dout.get(), qkv.get(), att.get(), B, T, C, NH);
+  EXPECT_TRUE(AllClose("dqkv", dqkv.download(), g.floats("dqkv"), kFp32));
+  k().attention_backward(dqkv.get(), datt.get(), dout.get(), qkv.get(), att.get(), B, T, C, NH);
+  EXPECT_TRUE(AllClose("dqkv after two calls", dqkv.download(), Scaled(g.floats("dqkv"), 2), kFp32));
+}
+
+// ---- GELU
+
+TEST_P(Ops, GeluForward) {
+  const auto g = GoldenCase::load("gelu");
+  const std::size_t n = g.floats("inp").size();
+  auto inp = upload(g.floats("inp")), out = garbage(n);
+  k().gelu_forward(out.get(), inp.get(), n);
+  EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
+}
+
+TEST_P(Ops, GeluBackwardAccumulates) {
+  const auto g = GoldenCase::load("gelu");
+  const std::size_t n = g.floats("inp").size();
+  auto inp = upload(g.floats("inp")), dout = upload(g.floats("dout")), dinp = zeros(n);
+  k().gelu_backward(dinp.get(), inp.get(), dout.get(), n);
+  EXPECT_TRUE(AllClose("dinp", dinp.download(), g.floats("dinp"), kFp32));
+  k().gelu_backward(dinp.get(), inp.get(), dout.get(), n);
+  EXPECT_TRUE(AllClose("dinp after two calls", dinp.download(), Scaled(g.floats("dinp"), 2), kFp32));
+}
+
+// ---- residual and elementwise helpers
+
+TEST_P(Ops, ResidualForwardAndAccumulate) {
+  const auto g = GoldenCase::load("residual");
+  const std::size_t n = g.floats("a").size();
+  auto a = upload(g.floats("a")), b = upload(g.floats("b")), out = garbage(n);
+  k().residual_forward(out.get(), a.get(), b.get(), n);
+  EXPECT_TRUE(AllClose("a + b", out.download(), g.floats("out"), kFp32));
+  // The residual's backward: the same gradient added into both branches.
+  k().fill_zero(out.get(), n);
+  k().accumulate(out.get(), a.get(), n);
+  k().accumulate(out.get(), b.get(), n);
+  EXPECT_TRUE(AllClose("0 + a + b", out.download(), g.floats("out"), kFp32));
+}
+
+TEST_P(Ops, ScaleAndSumOfSquares) {
+  const auto g = GoldenCase::load("residual");
+  const std::size_t n = g.floats("a").size();
+  auto a = upload(g.floats("a"));
+  const double sum = k().sum_of_squares(a.get(), n);
+  EXPECT_TRUE(AllClose("sum of squares", {static_cast<float>(sum)}, {g.scalar("sum_of_squares")}, kFp32));
+  k().scale(a.get(), g.scalar("factor"), n);
+  EXPECT_TRUE(AllClose("a * factor", a.download(), g.floats("scaled"), kFp32));
+}
+
+// ---- cross-entropy
+
+TEST_P(Ops, CrossEntropyForwardIsStableForLargeLogits) {
+  const auto g = GoldenCase::load("crossentropy");
+  auto logits = upload(g.floats("logits")), losses = garbage(N);
+  auto targets = upload(g.ints("targets"));
+  k().crossentropy_forward(losses.get(), logits.get(), targets.get(), N, V);
+  const std::vector<float> host = losses.download();
+  for (float loss : host) ASSERT_TRUE(std::isfinite(loss)) << "a loss overflowed";
+  EXPECT_TRUE(AllClose("losses", host, g.floats("losses"), kFp32));
+  EXPECT_TRUE(AllClose("mean loss", {Mean(host)}, {g.scalar("loss")}, kFp32));
+}
+
+// dlogits is overwritten: NaN before, or a second call, changes nothing.
+TEST_P(Ops, CrossEntropyBackwardOverwrites) {
+  const auto g = GoldenCase::load("crossentropy");
+  auto logits = upload(g.floats("logits"));
+  auto targets = upload(g.ints("targets"));
+  auto dlogits = garbage(N * V);
+  for (int call = 1; call <= 2; ++call) {
+    k().crossentropy_backward(dlogits.get(), logits.get(), targets.get(), g.scalar("dloss"), N, V);
+    EXPECT_TRUE(AllClose("dlogits after call " + std::to_string(call), dlogits.download(), g.floats("dlogits"),
+                         kFp32));
+  }
+}
+
+// ---- AdamW
+
+TEST_P(Ops, AdamwTwoStepsMatchTorch) {
+  const auto g = GoldenCase::load("adamw");
+  const std::size_t n = g.floats("params0").size();
+  auto params = upload(g.floats("params0")), m = zeros(n), v = zeros(n);
+  for (int step = 1; step <= 2; ++step) {
+    const std::string s = std::to_string(step);
+    auto grads = upload(g.floats("grads" + s));
+    k().adamw_update(params.get(), grads.get(), m.get(), v.get(), n, g.scalar("lr"), g.scalar("beta1"),
+                     g.scalar("beta2"), g.scalar("eps"), g.scalar("weight_decay"), step);
+    EXPECT_TRUE(AllClose("m after step " + s, m.download(), g.floats("m" + s), kFp32));
+    EXPECT_TRUE(AllClose("v after step " + s, v.download(), g.floats("v" + s), kFp32));
+    EXPECT_TRUE(AllClose("params after step " + s, params.download(), g.floats("params" + s), kFp32));
+  }
+}
+
+// ---- memory
+
+TEST_P(Ops, MemoryStartsZeroedAndRoundTrips) {
+  const std::size_t n = 1001;
+  auto x = zeros(n);
+  EXPECT_EQ(x.download(), std::vector<float>(n, 0.0f));
+  std::vector<float> pattern(n);
+  for (std::size_t i = 0; i < n; ++i) pattern[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  k().upload(x.get(), pattern.data(), n);
+  EXPECT_EQ(x.download(), pattern);
+  k().fill_zero(x.get(), n);
+  EXPECT_EQ(x.download(), std::vector<float>(n, 0.0f));
+  // Zeroed token buffers embed token 0 everywhere.
+  auto tokens = DeviceInts(k(), std::size_t{N});
+  auto wte = upload(std::vector<float>(V * C, 0.0f)), wpe = zeros(T * C), out = zeros(N * C);
+  std::vector<float> row0(V * C, 0.0f);
+  for (int c = 0; c < C; ++c) row0[c] = 1.0f + static_cast<float>(c);
+  k().upload(wte.get(), row0.data(), row0.size());
+  k().embedding_forward(out.get(), tokens.get(), wte.get(), wpe.get(), B, T, C);
+  const std::vector<float> embedded = out.download();
+  for (int i = 0; i < N * C; ++i) ASSERT_EQ(embedded[i], 1.0f + static_cast<float>(i % C)) << "element " << i;
+}
+
+}  // namespace
+}  // namespace geotrain::test
