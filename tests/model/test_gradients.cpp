@@ -94,8 +94,21 @@ TEST_P(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
   backend->upload(stage.params(), params.data(), params.size());
 }
 
+// The shipped tiny model itself (inputs/models/tiny.toml).
+GptConfig tiny_model() {
+  GptConfig c;
+  c.name = "tiny";
+  c.layers = 4;
+  c.hidden = 128;
+  c.heads = 4;
+  c.vocabulary = 256;
+  c.sequence_length = 128;
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ModelGradients,
-                         ::testing::Values(std::make_pair(small_model(), 2), std::make_pair(byte_model(), 4)));
+                         ::testing::Values(std::make_pair(small_model(), 2), std::make_pair(byte_model(), 4),
+                                           std::make_pair(tiny_model(), 1)));
 
 TEST(ModelStages, PipelineStagesChainToTheWholeModel) {
   // Two stages (layers [0,1) with the embedding, [1,2) with the head) fed
