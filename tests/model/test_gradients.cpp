@@ -14,16 +14,15 @@
 namespace geotrain::model {
 namespace {
 
-GptConfig small_model() {
-  GptConfig c;
-  c.name = "gradient-check";
-  c.layers = 2;
-  c.hidden = 16;
-  c.heads = 2;
-  c.vocabulary = 11;
-  c.sequence_length = 6;
-  return c;
-}
+const GptConfig kSmall{.name = "gradient-check", .layers = 2, .hidden = 16, .heads = 2, .vocabulary = 11,
+                       .sequence_length = 6};
+// A longer context and the byte vocabulary, as in training: blocked loops
+// and threading paths that the small shapes do not reach.
+const GptConfig kBytes{.name = "gradient-check-bytes", .layers = 1, .hidden = 32, .heads = 4, .vocabulary = 256,
+                       .sequence_length = 64};
+// The shipped tiny model itself (inputs/models/tiny.toml).
+const GptConfig kTiny{.name = "tiny", .layers = 4, .hidden = 128, .heads = 4, .vocabulary = 256,
+                      .sequence_length = 128};
 
 struct Batch {
   std::vector<int> tokens, targets;
@@ -34,19 +33,6 @@ Batch random_batch(const GptConfig& c, int B, std::mt19937& rng) {
   Batch b;
   for (int i = 0; i < B * c.sequence_length; ++i) b.tokens.push_back(token(rng)), b.targets.push_back(token(rng));
   return b;
-}
-
-// A longer context and the byte vocabulary, as in training: blocked loops
-// and threading paths that the tiny shapes do not reach.
-GptConfig byte_model() {
-  GptConfig c;
-  c.name = "gradient-check-bytes";
-  c.layers = 1;
-  c.hidden = 32;
-  c.heads = 4;
-  c.vocabulary = 256;
-  c.sequence_length = 64;
-  return c;
 }
 
 class ModelGradients : public ::testing::TestWithParam<std::pair<GptConfig, int>> {};
@@ -94,27 +80,15 @@ TEST_P(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
   backend->upload(stage.params(), params.data(), params.size());
 }
 
-// The shipped tiny model itself (inputs/models/tiny.toml).
-GptConfig tiny_model() {
-  GptConfig c;
-  c.name = "tiny";
-  c.layers = 4;
-  c.hidden = 128;
-  c.heads = 4;
-  c.vocabulary = 256;
-  c.sequence_length = 128;
-  return c;
-}
-
 INSTANTIATE_TEST_SUITE_P(Shapes, ModelGradients,
-                         ::testing::Values(std::make_pair(small_model(), 2), std::make_pair(byte_model(), 4),
-                                           std::make_pair(tiny_model(), 1)));
+                         ::testing::Values(std::make_pair(kSmall, 2), std::make_pair(kBytes, 4),
+                                           std::make_pair(kTiny, 1)));
 
 TEST(ModelStages, PipelineStagesChainToTheWholeModel) {
   // Two stages (layers [0,1) with the embedding, [1,2) with the head) fed
   // by hand give the loss and gradients of the single stage.
   auto backend = kernels::make_cpu_backend();
-  const GptConfig config = small_model();
+  const GptConfig config = kSmall;
   const int B = 2;
   std::mt19937 rng(5);
   const Batch batch = random_batch(config, B, rng);

@@ -21,13 +21,9 @@ constexpr double kGradientTolerance = 2e-5;
 
 TEST(PyTorchParity, LossGradientsAndOneAdamWStep) {
   const auto golden = test::GoldenCase::load("gpt_small");
-  GptConfig config;
-  config.name = "parity";
-  config.layers = 2;
-  config.hidden = 16;
-  config.heads = 2;
-  config.vocabulary = 11;
-  config.sequence_length = 6;
+  // The shape of tests/golden/make_model_golden.py.
+  const GptConfig config{.name = "parity", .layers = 2, .hidden = 16, .heads = 2, .vocabulary = 11,
+                         .sequence_length = 6};
   const int B = 2, N = B * config.sequence_length;
 
   auto backend = kernels::make_cpu_backend();
@@ -45,17 +41,21 @@ TEST(PyTorchParity, LossGradientsAndOneAdamWStep) {
   EXPECT_NEAR(loss, golden.scalar("loss"), 1e-6 * golden.scalar("loss"));
   stage.backward(0, nullptr, 1.0f / N);
 
-  std::vector<float> grads(stage.parameter_count());
-  backend->download(grads.data(), stage.grads(), grads.size());
-  for (const ParameterView& view : stage.parameters()) {
-    const auto& expected = golden.floats("grad." + view.name);
-    double largest = 0;
-    for (float g : expected) largest = std::max(largest, std::abs(static_cast<double>(g)));
-    for (std::size_t i = 0; i < view.count; ++i) {
-      ASSERT_NEAR(grads[view.offset + i], expected[i], kGradientTolerance * largest + 1e-9)
-          << view.name << "[" << i << "]";
+  // Every parameter's gradient against the golden tensors named prefix + name.
+  auto expect_gradients = [&](const std::string& prefix) {
+    std::vector<float> grads(stage.parameter_count());
+    backend->download(grads.data(), stage.grads(), grads.size());
+    for (const ParameterView& view : stage.parameters()) {
+      const auto& expected = golden.floats(prefix + view.name);
+      double largest = 0;
+      for (float g : expected) largest = std::max(largest, std::abs(static_cast<double>(g)));
+      for (std::size_t i = 0; i < view.count; ++i) {
+        ASSERT_NEAR(grads[view.offset + i], expected[i], kGradientTolerance * largest + 1e-9)
+            << prefix << view.name << "[" << i << "]";
+      }
     }
-  }
+  };
+  expect_gradients("grad.");
 
   OptimizerSettings settings;
   settings.learning_rate = golden.scalar("lr");
@@ -89,16 +89,7 @@ TEST(PyTorchParity, LossGradientsAndOneAdamWStep) {
   const double loss2 = stage.forward(0, golden.ints("tokens2").data(), nullptr, golden.ints("targets2").data());
   EXPECT_NEAR(loss2, golden.scalar("loss2"), 1e-5 * golden.scalar("loss2"));
   stage.backward(0, nullptr, 1.0f / N);
-  backend->download(grads.data(), stage.grads(), grads.size());
-  for (const ParameterView& view : stage.parameters()) {
-    const auto& expected = golden.floats("grad2." + view.name);
-    double largest = 0;
-    for (float g : expected) largest = std::max(largest, std::abs(static_cast<double>(g)));
-    for (std::size_t i = 0; i < view.count; ++i) {
-      ASSERT_NEAR(grads[view.offset + i], expected[i], kGradientTolerance * largest + 1e-9)
-          << view.name << "[" << i << "] (second step)";
-    }
-  }
+  expect_gradients("grad2.");
   optimizer.step(1, std::sqrt(optimizer.gradient_sum_of_squares()));
   backend->download(params.data(), stage.params(), params.size());
   for (const ParameterView& view : stage.parameters()) {

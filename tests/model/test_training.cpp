@@ -35,13 +35,8 @@ TEST(Training, SmallModelBeatsTheUnigramBoundOnTheCorpus) {
   config.eval_every_steps = 0;
   config.eval_batches = 16;
   config.quiet = true;
-  model::GptConfig model;
-  model.name = "small";
-  model.layers = 2;
-  model.hidden = 64;
-  model.heads = 4;
-  model.vocabulary = 256;
-  model.sequence_length = 64;
+  const model::GptConfig model{.name = "small", .layers = 2, .hidden = 64, .heads = 4, .vocabulary = 256,
+                               .sequence_length = 64};
 
   const io::TokenDataset data = io::TokenDataset::from_shards(config.data_train, config.data_validation, 256, 1);
   const double unigram = unigram_cross_entropy(data);
