@@ -1,0 +1,63 @@
+// Runs one training step of one pipeline stage: the program of
+// plan::pipeline_program (GPipe or 1F1B; the same program the simulator
+// times) executed on a model::Stage, with activations and their gradients
+// exchanged through a PipelineLinks implementation (MPI between ranks, or in
+// one process for tests).
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "geotrain/model/gpt.hpp"
+#include "geotrain/plan/simulator.hpp"
+
+namespace geotrain::runtime {
+
+// This stage's links to its pipeline neighbours. `micro_batch` is the index
+// within the step, so messages of different micro-batches never mix.
+class PipelineLinks {
+ public:
+  virtual ~PipelineLinks() = default;
+  virtual void send_activation(const float* data, std::size_t count, int micro_batch) = 0;  // to next
+  virtual void receive_activation(float* data, std::size_t count, int micro_batch) = 0;     // from previous
+  virtual void send_gradient(const float* data, std::size_t count, int micro_batch) = 0;    // to previous
+  virtual void receive_gradient(float* data, std::size_t count, int micro_batch) = 0;       // from next
+};
+
+// Tokens and targets of micro-batch i of this step (host memory, B*T each).
+struct MicroBatch {
+  const int* tokens;
+  const int* targets;
+};
+
+// Activation slots a stage needs for `schedule` with m micro-batches per
+// step and p stages: GPipe keeps all m; 1F1B at most p in flight.
+int activation_slots(plan::Schedule schedule, int micro_batches, int pipeline_stages);
+
+class PipelineStep {
+ public:
+  // `stage_index` in [0, pipeline_stages); the stage's layers are `stage`'s.
+  PipelineStep(model::Stage& stage, kernels::Backend& backend, plan::Schedule schedule, int stage_index,
+               int pipeline_stages, int micro_batches);
+  ~PipelineStep();
+  PipelineStep(const PipelineStep&) = delete;
+  PipelineStep& operator=(const PipelineStep&) = delete;
+
+  // One step: every micro-batch forward and backward through this stage.
+  // Gradients accumulate in the stage (zero them before). `loss_scale` is
+  // 1 / (tokens in the whole step, all replicas). Returns the sum of the
+  // micro-batches' mean losses on the last stage, 0 elsewhere.
+  double run(const std::vector<MicroBatch>& batches, PipelineLinks& links, float loss_scale);
+
+  const std::vector<plan::Step>& program() const { return program_; }
+
+ private:
+  model::Stage& stage_;
+  kernels::Backend& backend_;
+  int stage_index_, stages_, micro_batches_, slots_;
+  std::vector<plan::Step> program_;
+  std::size_t activation_count_;
+  float* received_ = nullptr;          // device buffer for incoming activations / gradients
+  std::vector<float> host_buffer_;     // staging between device and links
+};
+
+}  // namespace geotrain::runtime

@@ -1,0 +1,66 @@
+#include "geotrain/runtime/pipeline.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace geotrain::runtime {
+
+int activation_slots(plan::Schedule schedule, int micro_batches, int pipeline_stages) {
+  // 1F1B: at stage s, forward i + p comes after backward i (the warm-up is
+  // p - 1 - s forwards), so micro-batch i can reuse slot i mod p.
+  return schedule == plan::Schedule::gpipe ? micro_batches : std::min(micro_batches, pipeline_stages);
+}
+
+PipelineStep::PipelineStep(model::Stage& stage, kernels::Backend& backend, plan::Schedule schedule,
+                           int stage_index, int pipeline_stages, int micro_batches)
+    : stage_(stage), backend_(backend), stage_index_(stage_index), stages_(pipeline_stages),
+      micro_batches_(micro_batches), slots_(activation_slots(schedule, micro_batches, pipeline_stages)),
+      program_(plan::pipeline_program(schedule, stage_index, pipeline_stages, micro_batches, 1)) {
+  activation_count_ = static_cast<std::size_t>(stage.micro_batch()) * stage.config().sequence_length *
+                      stage.config().hidden;
+  received_ = backend_.alloc(activation_count_);
+  host_buffer_.resize(activation_count_);
+}
+
+PipelineStep::~PipelineStep() { backend_.release(received_); }
+
+double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& links, float loss_scale) {
+  if (static_cast<int>(batches.size()) != micro_batches_) {
+    throw std::invalid_argument("PipelineStep::run: expected one batch per micro-batch");
+  }
+  const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
+  double loss = 0;
+  // Links carry host memory: stage buffers go through host_buffer_ (on the
+  // CPU backend these copies are memcpy; a CUDA-aware transport can skip them).
+  for (const plan::Step& step : program_) {
+    const int i = step.micro_batch, slot = i % slots_;
+    switch (step.kind) {
+      case plan::StepKind::recv_activation:
+        links.receive_activation(host_buffer_.data(), activation_count_, i);
+        backend_.upload(received_, host_buffer_.data(), activation_count_);
+        break;
+      case plan::StepKind::forward:
+        loss += stage_.forward(slot, first ? batches[i].tokens : nullptr, first ? nullptr : received_,
+                               last ? batches[i].targets : nullptr);
+        break;
+      case plan::StepKind::send_activation:
+        backend_.download(host_buffer_.data(), stage_.output(slot), activation_count_);
+        links.send_activation(host_buffer_.data(), activation_count_, i);
+        break;
+      case plan::StepKind::recv_gradient:
+        links.receive_gradient(host_buffer_.data(), activation_count_, i);
+        backend_.upload(received_, host_buffer_.data(), activation_count_);
+        break;
+      case plan::StepKind::backward:
+        stage_.backward(slot, last ? nullptr : received_, loss_scale);
+        break;
+      case plan::StepKind::send_gradient:
+        backend_.download(host_buffer_.data(), stage_.dinput(), activation_count_);
+        links.send_gradient(host_buffer_.data(), activation_count_, i);
+        break;
+    }
+  }
+  return last ? loss : 0.0;
+}
+
+}  // namespace geotrain::runtime
