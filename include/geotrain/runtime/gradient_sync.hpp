@@ -1,0 +1,29 @@
+// After a pipeline step: make every replica's gradients the gradient of the
+// whole global batch, join the two halves of the tied embedding, and compute
+// the global gradient norm for clipping, so that the AdamW step is identical
+// on every replica and on both copies of the embedding.
+#pragma once
+#include <cstddef>
+
+#include "geotrain/kernels/backend.hpp"
+#include "geotrain/model/gpt.hpp"
+
+namespace geotrain::runtime {
+
+// This rank's collectives (MPI communicators, or in-process for tests).
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  // Sum over the ranks that hold the same stage (the data-parallel group).
+  virtual void sum_data_parallel(float* host_data, std::size_t count) = 0;
+  // Sum between this replica's first and last stage (only they call it).
+  virtual void sum_tied_embedding(float* host_data, std::size_t count) = 0;
+  // Sum over the stages of this replica (every stage calls it).
+  virtual double sum_over_pipeline(double value) = 0;
+};
+
+// Returns the global L2 norm of the gradient (wte counted once).
+double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
+                             int pipeline_stages, int data_parallel);
+
+}  // namespace geotrain::runtime
