@@ -25,7 +25,8 @@ std::string site_summary(const plan::Network& network, const std::vector<int>& d
   }
   std::string text;
   for (size_t i = 0; i < counts.size() && i < 4; ++i) {
-    text += (i ? ", " : "") + counts[i].first + " x" + std::to_string(counts[i].second);
+    if (i > 0) text += ", ";
+    text += counts[i].first + " x" + std::to_string(counts[i].second);
   }
   if (counts.size() > 4) text += ", +" + std::to_string(counts.size() - 4) + " sites";
   return text;
@@ -51,7 +52,10 @@ std::string render_plan_table(const PlanReport& r) {
   out << "  stage  devices by replica                      sites                      link to next (s)\n";
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     std::string devices;
-    for (int d : plan.stages[s]) devices += (devices.empty() ? "" : " ") + std::to_string(d);
+    for (int d : plan.stages[s]) {
+      if (!devices.empty()) devices += ' ';
+      devices += std::to_string(d);
+    }
     char line[512];
     std::snprintf(line, sizeof line, "  %5d  %-38s  %-25s  %s\n", s, devices.c_str(),
                   site_summary(net, plan.stages[s]).c_str(),

@@ -53,7 +53,10 @@ std::vector<Field> fields(Config& c) {
 
 std::string known_keys(Config& c) {
   std::string list;
-  for (const Field& f : fields(c)) list += (list.empty() ? "" : ", ") + std::string(f.key);
+  for (const Field& f : fields(c)) {
+    if (!list.empty()) list += ", ";
+    list += f.key;
+  }
   return list;
 }
 

@@ -18,7 +18,10 @@ void reject_unknown(const std::string& path, const std::string& table_name, cons
   for (const auto& [key, value] : table) {
     if (!known.count(std::string(key.str()))) {
       std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      for (const auto& k : known) {
+        if (!list.empty()) list += ", ";
+        list += k;
+      }
       fail(path, table_name + "." + std::string(key.str()), "unknown key (allowed here: " + list + ")");
     }
   }
