@@ -1,0 +1,35 @@
+#include "geotrain/model/stage_split.hpp"
+
+#include <numeric>
+#include <stdexcept>
+
+namespace geotrain::model {
+
+std::vector<StageSpec> split_layers(int layers, int stages, const std::vector<int>& layers_per_stage) {
+  if (stages < 1) throw std::invalid_argument("pipeline stages must be >= 1, got " + std::to_string(stages));
+  std::vector<int> counts = layers_per_stage;
+  if (counts.empty()) {
+    for (int s = 0; s < stages; ++s) counts.push_back(layers / stages + (s < layers % stages ? 1 : 0));
+  }
+  if (static_cast<int>(counts.size()) != stages) {
+    throw std::invalid_argument(std::to_string(counts.size()) + " layer counts for " + std::to_string(stages) +
+                                " pipeline stages");
+  }
+  for (int c : counts) {
+    if (c < 0) throw std::invalid_argument("a stage cannot hold " + std::to_string(c) + " layers");
+  }
+  const int total = std::accumulate(counts.begin(), counts.end(), 0);
+  if (total != layers) {
+    throw std::invalid_argument("the stages hold " + std::to_string(total) + " layers but the model has " +
+                                std::to_string(layers));
+  }
+  std::vector<StageSpec> specs;
+  int first = 0;
+  for (int s = 0; s < stages; ++s) {
+    specs.push_back({first, first + counts[s], s == 0, s == stages - 1});
+    first += counts[s];
+  }
+  return specs;
+}
+
+}  // namespace geotrain::model
