@@ -18,6 +18,9 @@ constexpr int kElementwiseThreads = 256;
 // GPU many times over, and a grid size that depends only on n.
 constexpr std::size_t kMaxElementwiseBlocks = 65536;
 
+// Largest gridDim.y (and gridDim.z) of a launch; gridDim.x goes to 2^31 - 1.
+constexpr int kMaxGridY = 65535;
+
 // Blocks for a grid-stride loop over n items; n > 0.
 inline unsigned elementwise_blocks(std::size_t n, int threads = kElementwiseThreads) {
   const std::size_t blocks = (n + threads - 1) / threads;

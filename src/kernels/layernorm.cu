@@ -69,36 +69,40 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
-// Block (32, 8), grid (ceil(C/32), chunks): partial sums of dout*norm and
-// dout over the chunk's rows, for 32 columns.
+// Block (32, 8), grid (ceil(C/32), min(chunks, 65535)): partial sums of
+// dout*norm and dout over each chunk's rows, for 32 columns. gridDim.y is at
+// most 65535, so blocks stride over the chunks (N > 65535 * 128 rows would
+// otherwise be a launch error); the result does not depend on the grid.
 __global__ void layernorm_backward_partials_kernel(float* partial_weight, float* partial_bias, const float* dout,
                                                    const float* inp, const float* mean, const float* rstd, int N,
-                                                   int C) {
+                                                   int C, int chunks) {
   __shared__ float shared_weight[kRowLanes][kColumnTile + 1];
   __shared__ float shared_bias[kRowLanes][kColumnTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kColumnTile + tx;
-  const int chunk = blockIdx.y;
-  const int row_end = min(N, (chunk + 1) * kRowsPerChunk);
-  float sum_weight = 0.0f, sum_bias = 0.0f;
-  if (c < C) {
-    for (int r = chunk * kRowsPerChunk + ty; r < row_end; r += kRowLanes) {
-      const std::size_t i = static_cast<std::size_t>(r) * C + c;
-      const float g = dout[i];
-      sum_weight += g * (inp[i] - mean[r]) * rstd[r];
-      sum_bias += g;
+  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int row_end = min(N, (chunk + 1) * kRowsPerChunk);
+    float sum_weight = 0.0f, sum_bias = 0.0f;
+    if (c < C) {
+      for (int r = chunk * kRowsPerChunk + ty; r < row_end; r += kRowLanes) {
+        const std::size_t i = static_cast<std::size_t>(r) * C + c;
+        const float g = dout[i];
+        sum_weight += g * (inp[i] - mean[r]) * rstd[r];
+        sum_bias += g;
+      }
     }
-  }
-  shared_weight[ty][tx] = sum_weight;
-  shared_bias[ty][tx] = sum_bias;
-  __syncthreads();
-  if (ty == 0 && c < C) {
-    for (int k = 1; k < kRowLanes; ++k) {
-      sum_weight += shared_weight[k][tx];
-      sum_bias += shared_bias[k][tx];
+    __syncthreads();  // the previous chunk's reads of the shared arrays are done
+    shared_weight[ty][tx] = sum_weight;
+    shared_bias[ty][tx] = sum_bias;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+      for (int k = 1; k < kRowLanes; ++k) {
+        sum_weight += shared_weight[k][tx];
+        sum_bias += shared_bias[k][tx];
+      }
+      partial_weight[static_cast<std::size_t>(chunk) * C + c] = sum_weight;
+      partial_bias[static_cast<std::size_t>(chunk) * C + c] = sum_bias;
     }
-    partial_weight[static_cast<std::size_t>(chunk) * C + c] = sum_weight;
-    partial_bias[static_cast<std::size_t>(chunk) * C + c] = sum_bias;
   }
 }
 
@@ -136,9 +140,9 @@ void layernorm_backward(const Context& ctx, float* dinp, float* dweight, float* 
   float* partial_weight = ctx.work->partials.get<float>(2 * static_cast<std::size_t>(chunks) * C, ctx.stream);
   float* partial_bias = partial_weight + static_cast<std::size_t>(chunks) * C;
   const dim3 block(kColumnTile, kRowLanes);
-  const dim3 grid(ceil_div(C, kColumnTile), chunks);
+  const dim3 grid(ceil_div(C, kColumnTile), std::min(chunks, kMaxGridY));
   layernorm_backward_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial_weight, partial_bias, dout, inp, mean,
-                                                                     rstd, N, C);
+                                                                     rstd, N, C, chunks);
   GEOTRAIN_CUDA_CHECK_LAUNCH();
   layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, ctx.stream>>>(dweight, dbias, partial_weight,
                                                                              partial_bias, chunks, C);

@@ -342,6 +342,48 @@ TEST_P(CudaParityGemm, Matmul) {
   }
 }
 
+// The column reductions (layernorm dweight/dbias, matmul dbias) launch one
+// block row per 128-row chunk; gridDim.y is at most 65535, so more than
+// 65535 * 128 rows need the kernels' chunk-striding loop. dout holds small
+// integers, so every bias sum is exact in fp32 whatever the order: the two
+// backends must agree bitwise.
+TEST_F(CudaParity, ColumnSumsBeyondTheGridYLimit) {
+  const int N = 65535 * 128 + 300, C = 3;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  std::vector<float> integers(NC);
+  std::mt19937 generator(101);
+  std::uniform_int_distribution<int> distribution(-1, 1);
+  for (float& value : integers) value = static_cast<float>(distribution(generator));
+  auto dout = twin(integers);
+
+  auto ones = twin(std::vector<float>(C, 1.0f));
+  auto dbias = twin(static_cast<std::size_t>(C));
+  auto dinp = twin(static_cast<std::size_t>(N));
+  auto dweight = twin(static_cast<std::size_t>(C));
+  auto inp = twin(random_floats(N, -1, 1, 102));
+  // matmul with C = 1 input channel, OC = 3 outputs: dbias = column sums of dout.
+  cpu().matmul_backward(dinp->c(), dweight->c(), dbias->c(), dout->c(), inp->c(), ones->c(), N, 1, C);
+  gpu().matmul_backward(dinp->g(), dweight->g(), dbias->g(), dout->g(), inp->g(), ones->g(), N, 1, C);
+  EXPECT_TRUE(dbias->agree("matmul dbias, N = 65535*128+300", 0.0));
+  EXPECT_TRUE(dinp->agree("matmul dinp, N = 65535*128+300", kFp32Tolerance));
+
+  auto x = twin(random_floats(NC, -1, 1, 103));
+  auto weight = twin(std::vector<float>(C, 1.0f));
+  auto bias = twin(std::vector<float>(C, 0.0f));
+  auto out = twin(NC), mean = twin(static_cast<std::size_t>(N)), rstd = twin(static_cast<std::size_t>(N));
+  cpu().layernorm_forward(out->c(), mean->c(), rstd->c(), x->c(), weight->c(), bias->c(), N, C);
+  gpu().upload(mean->g(), mean->on_cpu().data(), mean->size());
+  gpu().upload(rstd->g(), rstd->on_cpu().data(), rstd->size());
+  auto ln_dinp = twin(NC);
+  auto ln_dweight = twin(static_cast<std::size_t>(C)), ln_dbias = twin(static_cast<std::size_t>(C));
+  cpu().layernorm_backward(ln_dinp->c(), ln_dweight->c(), ln_dbias->c(), dout->c(), x->c(), weight->c(), mean->c(),
+                           rstd->c(), N, C);
+  gpu().layernorm_backward(ln_dinp->g(), ln_dweight->g(), ln_dbias->g(), dout->g(), x->g(), weight->g(), mean->g(),
+                           rstd->g(), N, C);
+  EXPECT_TRUE(ln_dbias->agree("layernorm dbias, N = 65535*128+300", 0.0));
+  EXPECT_TRUE(ln_dinp->agree("layernorm dinp, N = 65535*128+300", kFp32Tolerance));
+}
+
 TEST_P(CudaParityGemm, Attention) {
   const double tolerance = bf16() ? kBf16AttentionTolerance : kFp32Tolerance;
   for (const Shape& s : kShapes) {
