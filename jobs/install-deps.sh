@@ -3,7 +3,7 @@
 # with sudo). Packages already present are skipped, so this is cheap to rerun.
 set -euo pipefail
 packages=(cmake ninja-build g++ python3 libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
-          libgtest-dev libbenchmark-dev libopenblas-dev)
+          libgtest-dev libbenchmark-dev libopenblas-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   geotrain::cli::add_plan_command(app, plan_options);
   geotrain::cli::SimulateCommandOptions simulate_options;
   geotrain::cli::add_simulate_command(app, simulate_options);
+#ifdef GEOTRAIN_HAVE_MPI
+  geotrain::cli::ProbeCommandOptions probe_options;
+  geotrain::cli::add_probe_command(app, probe_options);
+#endif
 #ifdef GEOTRAIN_HAVE_TRAINING
   geotrain::cli::TrainCommandOptions train_options;
   geotrain::cli::add_train_command(app, train_options);
@@ -52,6 +56,9 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("plan")) return geotrain::cli::run_plan_command(plan_options);
     if (app.got_subcommand("simulate")) return geotrain::cli::run_simulate_command(simulate_options);
+#ifdef GEOTRAIN_HAVE_MPI
+    if (app.got_subcommand("probe")) return geotrain::cli::run_probe_command(probe_options);
+#endif
 #ifdef GEOTRAIN_HAVE_TRAINING
     if (app.got_subcommand("train")) return geotrain::cli::run_train_command(train_options);
 #endif

@@ -95,3 +95,13 @@ if(TARGET geotrain_runtime)
   set_tests_properties(cli.train.quickstart-short PROPERTIES
     PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9.]+ .*tok/s.*final validation loss [0-9.]+")
 endif()
+
+# geotrain probe under mpirun writes a scenario file that geotrain plan reads.
+if(TARGET geotrain_mpi)
+  add_test(NAME cli.probe.then-plan
+    COMMAND sh -c "rm -f \"$4\" && \"$1\" -n 3 --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 \"$2\" probe --out \"$4\" --bytes 262144 --deadline-s 30 && \"$2\" plan --scenario \"$4\" --pp 3 --dp 1 --candidates 50 --no-baselines"
+            _ ${MPIEXEC_EXECUTABLE} ${GT} unused ${CMAKE_CURRENT_BINARY_DIR}/probed-3.toml)
+  set_tests_properties(cli.probe.then-plan PROPERTIES
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" TIMEOUT 120 PROCESSORS 2
+    PASS_REGULAR_EXPRESSION "probed 3 ranks.*wrote .*probed-3\\.toml.*Pipeline")
+endif()

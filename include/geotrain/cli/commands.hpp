@@ -63,4 +63,17 @@ struct TrainCommandOptions {
 void add_train_command(CLI::App& app, TrainCommandOptions& options);
 int run_train_command(const TrainCommandOptions& options);
 
+// geotrain probe (built with MPI only; see GEOTRAIN_HAVE_MPI). Initialises
+// MPI itself: run it under mpirun.
+struct ProbeCommandOptions {
+  std::string out;
+  long long bytes = 4ll << 20;   // bandwidth message size
+  int repeats = 4;               // timed bandwidth messages per direction and pair
+  int latency_repeats = 20;      // timed small round trips per pair
+  double deadline_s = 30;        // per network wait
+};
+
+void add_probe_command(CLI::App& app, ProbeCommandOptions& options);
+int run_probe_command(const ProbeCommandOptions& options);
+
 }  // namespace geotrain::cli

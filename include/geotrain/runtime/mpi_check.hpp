@@ -1,0 +1,64 @@
+// Checked MPI calls, deadlines and the abort path of the distributed runtime.
+//
+// Every MPI call goes through GT_MPI_CHECK: on failure it prints one line
+// naming host, rank, file:line, the call and MPI_Error_string, then aborts
+// every rank (MPI_Abort on MPI_COMM_WORLD). Communicators use
+// MPI_ERRORS_RETURN (set by MpiSession), so errors come back as codes and are
+// reported here instead of inside the library. Every network wait has a
+// deadline: wait_all_or_abort polls instead of blocking forever.
+#pragma once
+#include <mpi.h>
+
+#include <span>
+#include <string>
+
+namespace geotrain::runtime {
+
+// MPI_Init + MPI_ERRORS_RETURN on MPI_COMM_WORLD; MPI_Finalize on destruction.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+// This process's rank in MPI_COMM_WORLD and its host name (processor name).
+int world_rank();
+const std::string& host_name();
+
+// Prints "geotrain: rank R (host H): <message>; aborting" on stderr and calls
+// MPI_Abort(MPI_COMM_WORLD, 1). Never returns.
+[[noreturn]] void abort_all(const std::string& message);
+
+// The failure branch of GT_MPI_CHECK.
+[[noreturn]] void mpi_call_failed(int code, const char* call, const char* file, int line);
+
+inline void check_mpi(int code, const char* call, const char* file, int line) {
+  if (code != MPI_SUCCESS) mpi_call_failed(code, call, file, line);
+}
+
+// Waits until every request completes or `deadline_s` seconds (steady
+// clock, from the call) pass. On the deadline: one line on stderr,
+//   geotrain: rank R (host H): no answer from rank P within D s while <what>; aborting
+// (with `peer` < 0: "no answer from the other ranks of <what>"), then
+// MPI_Abort. Polls MPI_Testall, yielding the CPU, for the first `spin_s`
+// seconds, then with sleeps growing to 1 ms, so waiting ranks leave the
+// cores to the others (timed exchanges pass a longer spin_s).
+void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const std::string& what, int peer,
+                       double spin_s = 2e-4);
+
+// Same, for requests with different peers (`peers[i]` answers
+// `requests[i]`); on the deadline the message names every peer whose request
+// is still open ("no answer from rank 1" / "from ranks 1, 3").
+void wait_each_or_abort(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
+                        const std::string& what, double spin_s = 2e-4);
+
+}  // namespace geotrain::runtime
+
+#define GT_MPI_CHECK(call) ::geotrain::runtime::check_mpi((call), #call, __FILE__, __LINE__)

@@ -1,0 +1,78 @@
+// Rank 0's plan, delivered to every rank and checked there; the
+// communicators the plan implies.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "geotrain/plan/plan.hpp"
+#include "geotrain/plan/search.hpp"
+
+namespace geotrain::runtime {
+
+// Collective: `bytes` of `root` (ignored elsewhere) to every rank, size first
+// (MPI_Ibcast, each wait with the deadline). Sizes over 1 GiB are rejected.
+std::vector<std::uint8_t> broadcast_bytes(MPI_Comm comm, const std::vector<std::uint8_t>& bytes, int root,
+                                          double deadline_s, const std::string& what);
+
+// Collective: true on every rank when all ranks passed the same value
+// (MPI_Iallreduce of MIN and MAX), false on every rank otherwise.
+bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const std::string& what);
+
+// Collective: rank 0 passes its plan (others pass anything, e.g. Plan{}).
+// Rank 0 encodes it (plan/plan_codec.hpp), broadcasts the bytes; every rank
+// decodes and validates them (pp * dp must equal the communicator size) and
+// the ranks agree on plan.hash(). A rejected message or a disagreement
+// aborts every rank with a message saying why.
+plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double deadline_s);
+
+// Collective: rank 0 runs the planner (plan::search_plan) on its probed
+// network and `workload` (e.g. plan::workload_from_model), then
+// broadcast_plan. Other ranks' `network_on_root` is ignored. A network or
+// workload the planner rejects aborts every rank with the reason.
+plan::Plan plan_on_root_and_broadcast(MPI_Comm comm, const plan::Network& network_on_root,
+                                      const plan::Workload& workload, const plan::SearchOptions& options,
+                                      double deadline_s);
+
+// An owned communicator, freed on destruction.
+class Communicator {
+ public:
+  Communicator() = default;
+  explicit Communicator(MPI_Comm comm) : comm_(comm) {}
+  ~Communicator();
+  Communicator(Communicator&& other) noexcept : comm_(std::exchange(other.comm_, MPI_COMM_NULL)) {}
+  Communicator& operator=(Communicator&& other) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// This rank's place in the plan. Device d is rank d of the communicator the
+// plan was made for (the probe's numbering).
+struct Topology {
+  int rank = 0;
+  int stage = 0, replica = 0;                 // rank == plan.stages[stage][replica]
+  int pipeline_stages = 1, data_parallel = 1;
+  int previous_rank = -1;                     // stages[stage-1][replica]; -1 on the first stage
+  int next_rank = -1;                         // stages[stage+1][replica]; -1 on the last stage
+  std::vector<int> dp_ranks;                  // stages[stage][*]: the data-parallel group, by replica
+  Communicator dp_comm;                       // those ranks; rank in it == replica
+};
+
+// Collective over `world`: validates the plan against the communicator's
+// size, splits one data-parallel communicator per stage
+// (MPI_Comm_split(color = stage, key = replica)) and finds the pipeline
+// neighbours. A barrier with the deadline runs first, so a dead rank is
+// named instead of hanging the split.
+Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s);
+
+// One line: "rank 3: stage 1 of 2, replica 1 of 2, data-parallel group [1 3], previous 2, next -".
+std::string describe(const Topology& topology);
+
+}  // namespace geotrain::runtime

@@ -1,0 +1,46 @@
+// Measures the network between the ranks of a communicator: latency and
+// bandwidth of every ordered pair, as the planner's Network.
+//
+// Method: a roll call (every rank reports to rank 0, which names the ranks
+// that do not), then the round-robin tournament of plan/tournament.hpp, so
+// disjoint pairs measure concurrently in N-1 rounds (N for odd N). In each
+// round a rank and its partner
+//   1. warm up (small round trips, one large message each way: connections
+//      and rendezvous paths open lazily),
+//   2. time `latency_repeats` round trips of `small_bytes`; latency = median
+//      RTT / 2 (one way; the same both ways),
+//   3. each direction in turn: `bandwidth_repeats` times, Isend `large_bytes`
+//      and wait for a small acknowledgement; bandwidth = bytes / (median
+//      time - 2 * latency), i.e. the message and the ack's latency removed.
+// The lower-ranked partner times the RTTs and sends its latency to the other;
+// each direction's bandwidth is timed by its sender. Each rank's row
+// (its outgoing links) is then gathered to rank 0 with MPI_Igather and
+// validated there (finite, latency >= 0, bandwidth > 0), as are the host
+// names, which become the site names. Every wait has a deadline: a rank
+// that stops answering makes the others abort, naming it (mpi_check.hpp).
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+
+#include "geotrain/plan/network.hpp"
+
+namespace geotrain::runtime {
+
+struct ProbeOptions {
+  int small_bytes = 8;
+  std::int64_t large_bytes = 4 << 20;  // 4 MiB
+  int latency_repeats = 20;
+  int bandwidth_repeats = 4;
+  int warmup_round_trips = 3;
+  double deadline_s = 30;  // per wait (round r of R waits D * (1 + r / 2R); see the .cpp)
+  // Tests only: this rank answers the roll call, then never again.
+  int silent_rank_for_testing = -1;
+};
+
+// Collective over `comm`. Returns the full network on rank 0 of `comm`
+// (device d = rank d, site = host name) and an empty Network elsewhere.
+// Options must be the same on every rank.
+plan::Network probe_network(MPI_Comm comm, const ProbeOptions& options);
+
+}  // namespace geotrain::runtime

@@ -1,0 +1,139 @@
+#include "geotrain/plan/plan_codec.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace geotrain::plan {
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'T', 'R', 'N', 'P', 'L', 'A', 'N'};
+constexpr std::size_t kHeaderBytes = 24;
+constexpr std::int64_t kMaxDevices = 1 << 24;
+
+void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint32_t get_u32(std::span<const std::uint8_t> in, std::size_t at) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(in[at + i]) << (8 * i);
+  return v;
+}
+std::uint64_t get_u64(std::span<const std::uint8_t> in, std::size_t at) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(in[at + i]) << (8 * i);
+  return v;
+}
+
+[[noreturn]] void reject(const std::string& what) {
+  throw std::invalid_argument("plan message: " + what);
+}
+
+double checked_cost(std::span<const std::uint8_t> in, std::size_t at, const std::string& name) {
+  const double v = std::bit_cast<double>(get_u64(in, at));
+  if (std::isnan(v) || v < 0) reject(name + " must be >= 0, got " + std::to_string(v));
+  return v;
+}
+
+}  // namespace
+
+std::uint64_t plan_checksum(std::span<const std::uint8_t> bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint8_t b : bytes) {
+    h ^= b;
+    h *= 1099511628211ull;
+  }
+  // splitmix64 finaliser: a bijection, so distinct FNV states stay distinct.
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+std::vector<std::uint8_t> encode_plan(const Plan& plan) {
+  const int pp = plan.pipeline_stages, dp = plan.data_parallel;
+  if (pp < 1 || dp < 1 || static_cast<int>(plan.stages.size()) != pp) {
+    throw std::invalid_argument("encode_plan: plan has " + std::to_string(plan.stages.size()) +
+                                " stages for pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp));
+  }
+  std::vector<std::uint8_t> out(kMagic, kMagic + 8);
+  put_u32(out, kPlanCodecVersion);
+  put_u32(out, static_cast<std::uint32_t>(pp));
+  put_u32(out, static_cast<std::uint32_t>(dp));
+  put_u32(out, static_cast<std::uint32_t>(plan.boundary_s.size()));
+  for (const auto& stage : plan.stages) {
+    if (static_cast<int>(stage.size()) != dp) {
+      throw std::invalid_argument("encode_plan: a stage has " + std::to_string(stage.size()) +
+                                  " devices, expected dp = " + std::to_string(dp));
+    }
+    for (int device : stage) put_u32(out, static_cast<std::uint32_t>(device));
+  }
+  for (double b : plan.boundary_s) put_u64(out, std::bit_cast<std::uint64_t>(b));
+  put_u64(out, std::bit_cast<std::uint64_t>(plan.cost.datap_s));
+  put_u64(out, std::bit_cast<std::uint64_t>(plan.cost.pipeline_s));
+  put_u64(out, plan_checksum(out));
+  return out;
+}
+
+Plan decode_plan(std::span<const std::uint8_t> in, int expected_devices) {
+  if (in.size() < kHeaderBytes) {
+    reject("truncated: " + std::to_string(in.size()) + " bytes, the header alone has " +
+           std::to_string(kHeaderBytes));
+  }
+  if (std::memcmp(in.data(), kMagic, 8) != 0) reject("bad magic (not a geotrain plan)");
+  const std::uint32_t version = get_u32(in, 8);
+  if (version != kPlanCodecVersion) {
+    reject("version " + std::to_string(version) + ", this build reads " + std::to_string(kPlanCodecVersion));
+  }
+  const std::int64_t pp = get_u32(in, 12), dp = get_u32(in, 16), boundaries = get_u32(in, 20);
+  if (pp < 1 || dp < 1 || pp > kMaxDevices || dp > kMaxDevices || pp * dp > kMaxDevices) {
+    reject("sizes pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp) + " out of range");
+  }
+  if (boundaries != 0 && boundaries != pp - 1) {
+    reject("boundary count " + std::to_string(boundaries) + ", expected 0 or pp - 1 = " + std::to_string(pp - 1));
+  }
+  const std::size_t devices = static_cast<std::size_t>(pp * dp);
+  const std::size_t expected_size = kHeaderBytes + 4 * devices + 8 * static_cast<std::size_t>(boundaries) + 16 + 8;
+  if (in.size() != expected_size) {
+    reject("length " + std::to_string(in.size()) + " bytes, the header implies " + std::to_string(expected_size));
+  }
+  const std::uint64_t stored = get_u64(in, expected_size - 8);
+  if (stored != plan_checksum(in.first(expected_size - 8))) reject("checksum mismatch (corrupted in transit)");
+  if (expected_devices >= 0 && pp * dp != expected_devices) {
+    reject("pp * dp = " + std::to_string(pp) + " * " + std::to_string(dp) + " = " + std::to_string(pp * dp) +
+           ", but there are " + std::to_string(expected_devices) + " ranks");
+  }
+
+  Plan plan;
+  plan.pipeline_stages = static_cast<int>(pp);
+  plan.data_parallel = static_cast<int>(dp);
+  plan.stages.assign(pp, std::vector<int>(dp));
+  std::vector<char> seen(devices, 0);
+  std::size_t at = kHeaderBytes;
+  for (std::int64_t s = 0; s < pp; ++s) {
+    for (std::int64_t r = 0; r < dp; ++r, at += 4) {
+      const std::uint32_t device = get_u32(in, at);
+      const std::string where = "stages[" + std::to_string(s) + "][" + std::to_string(r) + "]";
+      if (device >= devices) reject(where + " = " + std::to_string(device) + " is not a device id < " + std::to_string(devices));
+      if (seen[device]) reject(where + ": device " + std::to_string(device) + " appears twice");
+      seen[device] = 1;
+      plan.stages[s][r] = static_cast<int>(device);
+    }
+  }
+  for (std::int64_t b = 0; b < boundaries; ++b, at += 8) {
+    plan.boundary_s.push_back(checked_cost(in, at, "boundary_s[" + std::to_string(b) + "]"));
+  }
+  plan.cost.datap_s = checked_cost(in, at, "cost.datap_s");
+  plan.cost.pipeline_s = checked_cost(in, at + 8, "cost.pipeline_s");
+  return plan;
+}
+
+}  // namespace geotrain::plan

@@ -1,0 +1,144 @@
+#include "geotrain/runtime/mpi_plan.hpp"
+
+#include <span>
+#include <sstream>
+#include <stdexcept>
+
+#include "geotrain/plan/plan_codec.hpp"
+#include "geotrain/runtime/mpi_check.hpp"
+
+namespace geotrain::runtime {
+
+std::vector<std::uint8_t> broadcast_bytes(MPI_Comm comm, const std::vector<std::uint8_t>& bytes, int root,
+                                          double deadline_s, const std::string& what) {
+  int rank = 0;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  std::uint64_t size = rank == root ? bytes.size() : 0;
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Ibcast(&size, 1, MPI_UINT64_T, root, comm, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, what + " (size)", rank == root ? -1 : root);
+  if (size > (std::uint64_t{1} << 30)) {
+    abort_all(what + ": announced size " + std::to_string(size) + " bytes is over 1 GiB; rejected");
+  }
+  std::vector<std::uint8_t> out(rank == root ? bytes : std::vector<std::uint8_t>(size));
+  GT_MPI_CHECK(MPI_Ibcast(out.data(), static_cast<int>(size), MPI_BYTE, root, comm, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, what, rank == root ? -1 : root);
+  return out;
+}
+
+bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const std::string& what) {
+  std::uint64_t low = 0, high = 0;
+  MPI_Request requests[2];
+  GT_MPI_CHECK(MPI_Iallreduce(&value, &low, 1, MPI_UINT64_T, MPI_MIN, comm, &requests[0]));
+  GT_MPI_CHECK(MPI_Iallreduce(&value, &high, 1, MPI_UINT64_T, MPI_MAX, comm, &requests[1]));
+  wait_all_or_abort(requests, deadline_s, what, -1);
+  return low == high;
+}
+
+plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double deadline_s) {
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<std::uint8_t> bytes;
+  if (rank == 0) {
+    try {
+      bytes = plan::encode_plan(plan_on_root);
+    } catch (const std::invalid_argument& e) {
+      abort_all(std::string("cannot send the plan: ") + e.what());
+    }
+  }
+  bytes = broadcast_bytes(comm, bytes, 0, deadline_s, "receiving the plan from rank 0");
+  plan::Plan plan;
+  try {
+    plan = plan::decode_plan(bytes, size);
+  } catch (const std::invalid_argument& e) {
+    abort_all(std::string("plan from rank 0 rejected: ") + e.what());
+  }
+  if (!ranks_agree(comm, plan.hash(), deadline_s, "comparing plan hashes")) {
+    abort_all("ranks received different plans (plan hash " + std::to_string(plan.hash()) + " here)");
+  }
+  return plan;
+}
+
+plan::Plan plan_on_root_and_broadcast(MPI_Comm comm, const plan::Network& network_on_root,
+                                      const plan::Workload& workload, const plan::SearchOptions& options,
+                                      double deadline_s) {
+  int rank = 0;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  plan::Plan planned;
+  if (rank == 0) {
+    try {
+      planned = plan::search_plan(plan::CostModel(network_on_root, workload), options).plan;
+    } catch (const std::exception& e) {
+      abort_all(std::string("planning on rank 0 failed: ") + e.what());
+    }
+  }
+  return broadcast_plan(comm, planned, deadline_s);
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+  }
+  return *this;
+}
+
+Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s) {
+  Topology t;
+  int size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
+  GT_MPI_CHECK(MPI_Comm_size(world, &size));
+  // The plan may come from anywhere: check it as the decoder does.
+  try {
+    plan::decode_plan(plan::encode_plan(plan), size);
+  } catch (const std::invalid_argument& e) {
+    abort_all(std::string("make_topology: ") + e.what());
+  }
+  t.pipeline_stages = plan.pipeline_stages;
+  t.data_parallel = plan.data_parallel;
+  for (int s = 0; s < plan.pipeline_stages; ++s) {
+    for (int r = 0; r < plan.data_parallel; ++r) {
+      if (plan.stages[s][r] == t.rank) t.stage = s, t.replica = r;
+    }
+  }
+  t.dp_ranks = plan.stages[t.stage];
+  if (t.stage > 0) t.previous_rank = plan.stages[t.stage - 1][t.replica];
+  if (t.stage + 1 < plan.pipeline_stages) t.next_rank = plan.stages[t.stage + 1][t.replica];
+
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Ibarrier(world, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, "building the communicators", -1);
+  MPI_Comm dp = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(world, t.stage, t.replica, &dp));
+  t.dp_comm = Communicator(dp);
+  int dp_rank = -1, dp_size = 0;
+  GT_MPI_CHECK(MPI_Comm_rank(dp, &dp_rank));
+  GT_MPI_CHECK(MPI_Comm_size(dp, &dp_size));
+  if (dp_rank != t.replica || dp_size != plan.data_parallel) {
+    abort_all("data-parallel communicator of stage " + std::to_string(t.stage) + " has rank " +
+              std::to_string(dp_rank) + " of " + std::to_string(dp_size) + ", expected replica " +
+              std::to_string(t.replica) + " of " + std::to_string(plan.data_parallel));
+  }
+  return t;
+}
+
+std::string describe(const Topology& t) {
+  std::ostringstream out;
+  out << "rank " << t.rank << ": stage " << t.stage << " of " << t.pipeline_stages << ", replica " << t.replica
+      << " of " << t.data_parallel << ", data-parallel group [";
+  for (std::size_t i = 0; i < t.dp_ranks.size(); ++i) out << (i ? " " : "") << t.dp_ranks[i];
+  out << "], previous ";
+  if (t.previous_rank >= 0) out << t.previous_rank; else out << "-";
+  out << ", next ";
+  if (t.next_rank >= 0) out << t.next_rank; else out << "-";
+  return out.str();
+}
+
+}  // namespace geotrain::runtime

@@ -1,0 +1,228 @@
+#include "geotrain/runtime/mpi_probe.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "geotrain/plan/tournament.hpp"
+#include "geotrain/runtime/mpi_check.hpp"
+
+namespace geotrain::runtime {
+
+namespace {
+
+enum Tag : int { kRollCall = 1001, kGo, kWarm, kLatency, kLatencyResult, kBulk, kAck };
+
+constexpr double kSpinS = 0.05;  // timed waits spin (yielding) this long before sleeping
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Pair {
+  MPI_Comm comm;
+  int peer;
+  int round;
+  double deadline_s;
+
+  std::string what(const char* phase) const {
+    return std::string(phase) + " with rank " + std::to_string(peer) + " (probe round " + std::to_string(round) + ")";
+  }
+  void send(const void* data, int bytes, int tag, const char* phase) const {
+    MPI_Request r;
+    GT_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, peer, tag, comm, &r));
+    wait_all_or_abort({&r, 1}, deadline_s, what(phase), peer, kSpinS);
+  }
+  void recv(void* data, int bytes, int tag, const char* phase) const {
+    MPI_Request r;
+    GT_MPI_CHECK(MPI_Irecv(data, bytes, MPI_BYTE, peer, tag, comm, &r));
+    wait_all_or_abort({&r, 1}, deadline_s, what(phase), peer, kSpinS);
+  }
+  // Send then receive (as one wait), returning the seconds it took.
+  double send_recv(const void* out, int out_bytes, int out_tag, void* in, int in_bytes, int in_tag,
+                   const char* phase) const {
+    MPI_Request r[2];
+    const double t0 = MPI_Wtime();
+    GT_MPI_CHECK(MPI_Irecv(in, in_bytes, MPI_BYTE, peer, in_tag, comm, &r[1]));
+    GT_MPI_CHECK(MPI_Isend(out, out_bytes, MPI_BYTE, peer, out_tag, comm, &r[0]));
+    wait_all_or_abort(r, deadline_s, what(phase), peer, kSpinS);
+    return MPI_Wtime() - t0;
+  }
+  // Receive then send back.
+  void echo(void* in, int in_bytes, int in_tag, const void* out, int out_bytes, int out_tag,
+            const char* phase) const {
+    recv(in, in_bytes, in_tag, phase);
+    send(out, out_bytes, out_tag, phase);
+  }
+};
+
+// Latency (one way, s) and this rank's outgoing bandwidth (bytes/s) to the peer.
+std::pair<double, double> measure_pair(const Pair& pair, bool leader, const ProbeOptions& o,
+                                       std::vector<char>& large, std::vector<char>& small,
+                                       std::vector<char>& small_in) {
+  const int s = o.small_bytes;
+  const int big = static_cast<int>(o.large_bytes);
+  char ack = 0;
+  // 1. Warm-up.
+  for (int i = 0; i < o.warmup_round_trips; ++i) {
+    if (leader) pair.send_recv(small.data(), s, kWarm, small_in.data(), s, kWarm, "warming up");
+    else pair.echo(small_in.data(), s, kWarm, small.data(), s, kWarm, "warming up");
+  }
+  for (int direction = 0; direction < 2; ++direction) {
+    const bool sending = (direction == 0) == leader;
+    if (sending) pair.send_recv(large.data(), big, kWarm, &ack, 1, kWarm, "warming up");
+    else pair.echo(large.data(), big, kWarm, &ack, 1, kWarm, "warming up");
+  }
+  // 2. Latency: the leader times the round trips and tells the other.
+  double latency_s = 0;
+  if (leader) {
+    std::vector<double> rtt(o.latency_repeats);
+    for (double& t : rtt) t = pair.send_recv(small.data(), s, kLatency, small_in.data(), s, kLatency, "measuring latency");
+    latency_s = median(rtt) / 2;
+    pair.send(&latency_s, sizeof latency_s, kLatencyResult, "sending the measured latency");
+  } else {
+    for (int i = 0; i < o.latency_repeats; ++i) {
+      pair.echo(small_in.data(), s, kLatency, small.data(), s, kLatency, "measuring latency");
+    }
+    pair.recv(&latency_s, sizeof latency_s, kLatencyResult, "receiving the measured latency");
+    if (!std::isfinite(latency_s) || latency_s < 0) {
+      abort_all("probe message from rank " + std::to_string(pair.peer) + " rejected: latency " +
+                std::to_string(latency_s) + " s is not a finite number >= 0");
+    }
+  }
+  // 3. Bandwidth, leader -> other first; each direction timed by its sender.
+  double bandwidth = 0;
+  for (int direction = 0; direction < 2; ++direction) {
+    const bool sending = (direction == 0) == leader;
+    if (sending) {
+      std::vector<double> t(o.bandwidth_repeats);
+      for (double& x : t) x = pair.send_recv(large.data(), big, kBulk, &ack, 1, kAck, "measuring bandwidth");
+      const double total = median(t);
+      // Remove the latency of the message and of the ack; if noise makes
+      // that implausible (under half the total), keep half the total.
+      const double transfer = std::max(total - 2 * latency_s, 0.5 * total);
+      bandwidth = static_cast<double>(o.large_bytes) / std::max(transfer, 1e-12);
+    } else {
+      for (int i = 0; i < o.bandwidth_repeats; ++i) {
+        pair.echo(large.data(), big, kBulk, &ack, 1, kAck, "measuring bandwidth");
+      }
+    }
+  }
+  return {latency_s, bandwidth};
+}
+
+// Every rank reports to rank 0; rank 0 names those that do not, then
+// releases everyone. Non-root ranks wait twice as long, so a silent rank is
+// named by rank 0 before anyone blames rank 0.
+void roll_call(MPI_Comm comm, int rank, int size, double deadline_s) {
+  int token = rank;
+  if (rank == 0) {
+    std::vector<int> tokens(size);
+    std::vector<MPI_Request> requests;
+    std::vector<int> peers;
+    for (int r = 1; r < size; ++r) {
+      requests.emplace_back();
+      peers.push_back(r);
+      GT_MPI_CHECK(MPI_Irecv(&tokens[r], 1, MPI_INT, r, kRollCall, comm, &requests.back()));
+    }
+    wait_each_or_abort(requests, peers, deadline_s, "taking the roll call before the network probe");
+    requests.assign(size - 1, MPI_REQUEST_NULL);
+    for (int r = 1; r < size; ++r) {
+      if (tokens[r] != r) abort_all("probe roll call: rank " + std::to_string(r) + " answered as " + std::to_string(tokens[r]));
+      GT_MPI_CHECK(MPI_Isend(&token, 1, MPI_INT, r, kGo, comm, &requests[r - 1]));
+    }
+    wait_each_or_abort(requests, peers, deadline_s, "starting the network probe");
+  } else {
+    MPI_Request requests[2];
+    int go = -1;
+    GT_MPI_CHECK(MPI_Isend(&token, 1, MPI_INT, 0, kRollCall, comm, &requests[0]));
+    GT_MPI_CHECK(MPI_Irecv(&go, 1, MPI_INT, 0, kGo, comm, &requests[1]));
+    wait_all_or_abort(requests, 2 * deadline_s, "waiting for rank 0 to start the network probe", 0);
+  }
+}
+
+}  // namespace
+
+plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
+  if (o.small_bytes < 1 || o.large_bytes < 1 || o.large_bytes > (1ll << 30) || o.latency_repeats < 1 ||
+      o.bandwidth_repeats < 1 || o.warmup_round_trips < 0 || !(o.deadline_s > 0)) {
+    abort_all("probe_network: invalid options (sizes, repeats and the deadline must be positive, at most 1 GiB)");
+  }
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  roll_call(comm, rank, size, o.deadline_s);
+
+  // Row of this rank: [latency_s x N, bandwidth x N]; the diagonal is 0 / 0
+  // here and normalised by the Network's users.
+  std::vector<double> row(2 * static_cast<std::size_t>(size), 0.0);
+  std::vector<char> large(static_cast<std::size_t>(o.large_bytes), 'g'), small(o.small_bytes, 's'),
+      small_in(o.small_bytes, 0);
+  const int rounds = plan::tournament_rounds(size);
+  for (int round = 0; round < rounds; ++round) {
+    const int peer = plan::partner_in_round(size, rank, round);
+    if (peer < 0) continue;
+    if (rank == o.silent_rank_for_testing) {
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    // Deadlines grow slightly with the round (D up to 1.5 D): when a rank
+    // stops answering in round r, its partner in round r times out before
+    // the ranks of later rounds that wait, indirectly, on that partner, so
+    // the first message names the silent rank.
+    const Pair pair{comm, peer, round, o.deadline_s * (1.0 + round / (2.0 * rounds))};
+    const auto [latency_s, bandwidth] = measure_pair(pair, rank < peer, o, large, small, small_in);
+    // Keep what a measurement can tell: latency to 10 ns, bandwidth to 4
+    // significant digits (the file then reads "0.00923", not 16 digits).
+    // Rounded in the file's units (ms, Gbit/s), so the file shows them short.
+    row[peer] = std::round(latency_s * 1e8) / 1e5 / 1000.0;
+    const double gbps = bandwidth / plan::kBytesPerGbit;
+    const double scale = std::pow(10.0, std::floor(std::log10(gbps)) - 3);
+    row[size + peer] = std::round(gbps / scale) * scale * plan::kBytesPerGbit;
+  }
+
+  // Gather rows and host names; rank 0 checks what it received.
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  std::strncpy(host, host_name().c_str(), sizeof host - 1);
+  std::vector<double> rows(rank == 0 ? row.size() * size : 0);
+  std::vector<char> hosts(rank == 0 ? sizeof host * size : 0);
+  MPI_Request requests[2];
+  GT_MPI_CHECK(MPI_Igather(row.data(), static_cast<int>(row.size()), MPI_DOUBLE, rows.data(),
+                           static_cast<int>(row.size()), MPI_DOUBLE, 0, comm, &requests[0]));
+  GT_MPI_CHECK(MPI_Igather(host, static_cast<int>(sizeof host), MPI_CHAR, hosts.data(), static_cast<int>(sizeof host),
+                           MPI_CHAR, 0, comm, &requests[1]));
+  // Rank 0 may be done while others still measure: it waits longest.
+  wait_all_or_abort(requests, 2 * o.deadline_s, "gathering the probed rows on rank 0", rank == 0 ? -1 : 0);
+
+  plan::Network net;
+  if (rank != 0) return net;
+  net.device_count = size;
+  net.latency_s.assign(static_cast<std::size_t>(size) * size, 0.0);
+  net.bandwidth_bytes_per_s.assign(static_cast<std::size_t>(size) * size, 0.0);
+  for (int u = 0; u < size; ++u) {
+    const double* r = rows.data() + row.size() * u;
+    for (int v = 0; v < size; ++v) {
+      const double latency = u == v ? 0.0 : r[v];
+      const double bandwidth = u == v ? std::numeric_limits<double>::infinity() : r[size + v];
+      if (u != v && (!std::isfinite(latency) || latency < 0 || !std::isfinite(bandwidth) || bandwidth <= 0)) {
+        abort_all("probe row from rank " + std::to_string(u) + " rejected: link to rank " + std::to_string(v) +
+                  " has latency " + std::to_string(latency) + " s, bandwidth " + std::to_string(bandwidth) + " B/s");
+      }
+      net.latency_s[u * size + v] = latency;
+      net.bandwidth_bytes_per_s[u * size + v] = bandwidth;
+    }
+    const char* name = hosts.data() + sizeof host * u;
+    const std::size_t length = strnlen(name, sizeof host);
+    if (length == 0 || length == sizeof host) abort_all("probe: host name of rank " + std::to_string(u) + " is malformed");
+    net.site_of_device.emplace_back(name, length);
+  }
+  return net;
+}
+
+}  // namespace geotrain::runtime

@@ -1,0 +1,145 @@
+// Plan broadcast (identical on every rank; a corrupted message is rejected)
+// and the communicators built from a shuffled plan.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "geotrain/plan/plan_codec.hpp"
+#include "geotrain/plan/search.hpp"
+#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/runtime/mpi_plan.hpp"
+
+namespace {
+
+using namespace geotrain;
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// Rank 0 plans for a random network of the job's size.
+plan::Plan plan_on_rank0(int pp, int dp) {
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> latency(1e-3, 50e-3), bandwidth(0.5e8, 2e9);
+  plan::Network net;
+  net.device_count = pp * dp;
+  for (int i = 0; i < pp * dp * pp * dp; ++i) {
+    net.latency_s.push_back(latency(rng));
+    net.bandwidth_bytes_per_s.push_back(bandwidth(rng));
+  }
+  plan::Workload w;
+  w.pipeline_stages = pp;
+  w.data_parallel = dp;
+  w.c_dp_bytes = 1e9;
+  w.c_pp_bytes = 1e8;
+  plan::SearchOptions options;
+  options.candidates = 50;
+  return plan::search_plan(plan::CostModel(net, w), options).plan;
+}
+
+TEST(PlanBroadcast, EveryRankGetsTheIdenticalPlan) {
+  const int n = world_size();
+  ASSERT_EQ(n % 2, 0) << "run with an even number of ranks";
+  const int rank = runtime::world_rank();
+  const plan::Plan mine = rank == 0 ? plan_on_rank0(2, n / 2) : plan::Plan{};
+  const plan::Plan got = runtime::broadcast_plan(MPI_COMM_WORLD, mine, 20);
+  EXPECT_EQ(got.pipeline_stages, 2);
+  EXPECT_EQ(got.data_parallel, n / 2);
+  // Compare with rank 0's hash, sent separately.
+  std::uint64_t root_hash = rank == 0 ? mine.hash() : 0;
+  MPI_Bcast(&root_hash, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(got.hash(), root_hash);
+  if (rank == 0) {
+    EXPECT_EQ(got.stages, mine.stages);
+  }
+}
+
+TEST(PlanBroadcast, CorruptedMessageIsRejectedOnEveryRank) {
+  const int n = world_size();
+  const int rank = runtime::world_rank();
+  std::vector<std::uint8_t> bytes;
+  if (rank == 0) {
+    bytes = plan::encode_plan(plan_on_rank0(2, n / 2));
+    bytes[bytes.size() / 2] ^= 0x04;  // one bit flipped "in transit"
+  }
+  const auto received = runtime::broadcast_bytes(MPI_COMM_WORLD, bytes, 0, 20, "receiving a test message");
+  EXPECT_THROW(plan::decode_plan(received, n), std::invalid_argument);
+  // A truncated message too.
+  const std::vector<std::uint8_t> cut(received.begin(), received.begin() + received.size() / 2);
+  EXPECT_THROW(plan::decode_plan(cut, n), std::invalid_argument);
+}
+
+TEST(PlanBroadcast, DisagreementIsSeenByEveryRank) {
+  const int rank = runtime::world_rank();
+  EXPECT_TRUE(runtime::ranks_agree(MPI_COMM_WORLD, 77, 20, "test"));
+  EXPECT_FALSE(runtime::ranks_agree(MPI_COMM_WORLD, rank == world_size() - 1 ? 78 : 77, 20, "test"));
+}
+
+TEST(Topology, ShuffledPlanGivesConsistentCommunicatorsAndChains) {
+  const int n = world_size();
+  const int rank = runtime::world_rank();
+  const int pp = 2, dp = n / 2;
+  // The same shuffled placement on every rank (same seed).
+  std::vector<int> devices(n);
+  for (int i = 0; i < n; ++i) devices[i] = i;
+  std::shuffle(devices.begin(), devices.end(), std::mt19937(2024));
+  plan::Plan p;
+  p.pipeline_stages = pp;
+  p.data_parallel = dp;
+  p.stages.assign(pp, std::vector<int>(dp));
+  for (int s = 0; s < pp; ++s) {
+    for (int r = 0; r < dp; ++r) p.stages[s][r] = devices[s * dp + r];
+  }
+  const auto topology = runtime::make_topology(MPI_COMM_WORLD, p, 20);
+  std::fprintf(stderr, "%s\n", runtime::describe(topology).c_str());
+
+  EXPECT_EQ(p.stages[topology.stage][topology.replica], rank);
+  // Data-parallel communicator: the stage's ranks, ordered by replica.
+  MPI_Group world_group, dp_group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Comm_group(topology.dp_comm.get(), &dp_group);
+  int dp_size = 0;
+  MPI_Group_size(dp_group, &dp_size);
+  ASSERT_EQ(dp_size, dp);
+  std::vector<int> local(dp), global(dp);
+  for (int i = 0; i < dp; ++i) local[i] = i;
+  MPI_Group_translate_ranks(dp_group, dp, local.data(), world_group, global.data());
+  EXPECT_EQ(global, p.stages[topology.stage]);
+  MPI_Group_free(&dp_group);
+  MPI_Group_free(&world_group);
+
+  // An all-reduce inside each group sums that stage's ranks.
+  int sum = 0;
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, topology.dp_comm.get());
+  int expected = 0;
+  for (int d : p.stages[topology.stage]) expected += d;
+  EXPECT_EQ(sum, expected);
+
+  // Pipeline chains: previous/next agree pairwise across ranks.
+  int mine[4] = {topology.stage, topology.replica, topology.previous_rank, topology.next_rank};
+  std::vector<int> all(4 * n);
+  MPI_Allgather(mine, 4, MPI_INT, all.data(), 4, MPI_INT, MPI_COMM_WORLD);
+  for (int r = 0; r < n; ++r) {
+    const int stage = all[4 * r], replica = all[4 * r + 1], prev = all[4 * r + 2], next = all[4 * r + 3];
+    EXPECT_EQ(prev < 0, stage == 0) << "rank " << r;
+    EXPECT_EQ(next < 0, stage == pp - 1) << "rank " << r;
+    if (next >= 0) {
+      EXPECT_EQ(all[4 * next + 2], r) << "rank " << r << " -> " << next;
+      EXPECT_EQ(all[4 * next], stage + 1);
+      EXPECT_EQ(all[4 * next + 1], replica);
+    }
+    if (prev >= 0) {
+      EXPECT_EQ(all[4 * prev + 3], r) << "rank " << r << " <- " << prev;
+    }
+  }
+}
+
+}  // namespace
