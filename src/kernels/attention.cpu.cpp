@@ -11,11 +11,16 @@
 #include <cstddef>
 #include <limits>
 
+#include "cpu_math.hpp"
 #include "cpu_ops.hpp"
 #include "cpu_parallel.hpp"
 
 namespace geotrain::kernels::cpu {
 namespace {
+
+// GEOTRAIN_SIMD_CLONES (cpu_math.hpp): the per-row / per-head bodies are also
+// built for AVX2 + FMA; with hs = 32..64 the inner loops are only 4-16 SSE
+// vectors long, and AVX2 halves that.
 
 // Pointers into one (batch, head) slice of the packed qkv / out tensors.
 struct HeadView {
@@ -41,32 +46,41 @@ float dot(const float* x, const float* y, int n) {
 
 // One query row: scores, max-subtracted softmax into att_row[0..T), then
 // the weighted sum of values into out.
-void attend_row(float* out, float* att_row, const HeadView& head, int t, int T, float scale) {
+GEOTRAIN_SIMD_CLONES void attend_row(float* out, float* att_row, const HeadView& head, int t, int T, float scale) {
   float max_score = -std::numeric_limits<float>::infinity();
   for (int t2 = 0; t2 <= t; ++t2) {
     const float score = dot(head.q(t), head.k(t2), head.hs) * scale;
     att_row[t2] = score;
     if (score > max_score) max_score = score;
   }
+  // Vectorised exp (cpu_math.hpp) and a simd sum: the order is fixed at
+  // compile time, as in dot(), so results do not depend on the thread count.
   float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
   for (int t2 = 0; t2 <= t; ++t2) {
-    att_row[t2] = std::exp(att_row[t2] - max_score);
+    att_row[t2] = exp_vectorisable(att_row[t2] - max_score);
     sum += att_row[t2];
   }
   const float inverse = 1.0f / sum;  // sum >= 1: the row's maximum contributes exp(0)
   for (int t2 = 0; t2 <= t; ++t2) att_row[t2] *= inverse;
   for (int t2 = t + 1; t2 < T; ++t2) att_row[t2] = 0.0f;
 
+  // `omp simd` here and in the backward: out / dq / dk / dv never overlap
+  // the rows they read (different thirds of qkv, or different tensors), but
+  // the compiler cannot prove it and otherwise keeps these loops scalar or
+  // behind runtime alias checks. Element-wise loops: no reordering of sums.
   for (int i = 0; i < head.hs; ++i) out[i] = 0.0f;
   for (int t2 = 0; t2 <= t; ++t2) {
     const float* v = head.v(t2);
-    for (int i = 0; i < head.hs; ++i) out[i] += att_row[t2] * v[i];
+    const float a = att_row[t2];
+#pragma omp simd
+    for (int i = 0; i < head.hs; ++i) out[i] += a * v[i];
   }
 }
 
 // One (batch, head) slice. Row t adds into dk and dv of every t2 <= t, so
 // the slice is one task: all its writes stay in one thread.
-void attention_backward_head(float* dqkv_head, float* datt, const float* dout_head, const HeadView& head,
+GEOTRAIN_SIMD_CLONES void attention_backward_head(float* dqkv_head, float* datt, const float* dout_head, const HeadView& head,
                              const float* att, int T, float scale) {
   const int C = head.C, hs = head.hs;
   auto dq = [&](int t) { return dqkv_head + static_cast<std::ptrdiff_t>(t) * 3 * C; };
@@ -79,7 +93,9 @@ void attention_backward_head(float* dqkv_head, float* datt, const float* dout_he
     for (int t2 = 0; t2 <= t; ++t2) {
       datt_row[t2] = dot(dout_t, head.v(t2), hs);
       float* dv = dq(t2) + 2 * C;
-      for (int i = 0; i < hs; ++i) dv[i] += att_row[t2] * dout_t[i];
+      const float a = att_row[t2];
+#pragma omp simd
+      for (int i = 0; i < hs; ++i) dv[i] += a * dout_t[i];
     }
     // Through the softmax, in place: datt_row becomes d(scores).
     const float weighted = dot(att_row, datt_row, t + 1);
@@ -92,6 +108,7 @@ void attention_backward_head(float* dqkv_head, float* datt, const float* dout_he
       const float g = datt_row[t2] * scale;
       const float* k = head.k(t2);
       float* dk = dq(t2) + C;
+#pragma omp simd
       for (int i = 0; i < hs; ++i) {
         dq_t[i] += g * k[i];
         dk[i] += g * q_t[i];
