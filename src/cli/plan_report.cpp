@@ -36,6 +36,15 @@ double gap(double cost, double bound) { return cost > 0 ? (cost - bound) / cost 
 
 }  // namespace
 
+std::string device_list(const std::vector<int>& devices) {
+  std::string text;
+  for (int d : devices) {
+    if (!text.empty()) text += ' ';
+    text += std::to_string(d);
+  }
+  return text;
+}
+
 std::string render_plan_table(const PlanReport& r) {
   const auto& w = r.scenario->workload;
   const auto& plan = r.result->plan;
@@ -51,11 +60,7 @@ std::string render_plan_table(const PlanReport& r) {
   out << "Pipeline (stage s of replica r runs on device [s][r]; column r is one pipeline):\n";
   out << "  stage  devices by replica                      sites                      link to next (s)\n";
   for (int s = 0; s < plan.pipeline_stages; ++s) {
-    std::string devices;
-    for (int d : plan.stages[s]) {
-      if (!devices.empty()) devices += ' ';
-      devices += std::to_string(d);
-    }
+    const std::string devices = device_list(plan.stages[s]);
     char line[512];
     std::snprintf(line, sizeof line, "  %5d  %-38s  %-25s  %s\n", s, devices.c_str(),
                   site_summary(net, plan.stages[s]).c_str(),

@@ -1,6 +1,7 @@
 // Renders a planning result as a table for people or as JSON for tools.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/search.hpp"
@@ -25,6 +26,8 @@ struct PlanReport {
 };
 
 std::string render_plan_table(const PlanReport& report);
+// "4 12 20 28": a stage's devices in replica order, for tables.
+std::string device_list(const std::vector<int>& devices);
 std::string render_plan_json(const PlanReport& report);
 
 }  // namespace geotrain::cli

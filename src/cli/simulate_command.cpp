@@ -13,6 +13,7 @@
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/simulator.hpp"
+#include "plan_report.hpp"
 
 namespace geotrain::cli {
 namespace {
@@ -122,11 +123,7 @@ std::string render_table(const Resolved& r) {
   out << "Stages (times per micro-batch; stages[s][r] sends to stages[s+1][r]):\n"
       << "  stage  forward ms  backward ms  gradient MB  DP exchange s  last backward s  devices by replica\n";
   for (int s = 0; s < plan.pipeline_stages; ++s) {
-    std::string devices;
-    for (int d : plan.stages[s]) {
-      if (!devices.empty()) devices += ' ';
-      devices += std::to_string(d);
-    }
+    const std::string devices = device_list(plan.stages[s]);
     char line[512];
     std::snprintf(line, sizeof line, "  %5d  %10.3f  %11.3f  %11.1f  %13.3f  %15.3f  %s\n", s, 1e3 * r.work.forward_s[s],
                   1e3 * r.work.backward_s[s], r.work.gradient_bytes[s] / 1e6, res.stage_datap_s[s],
