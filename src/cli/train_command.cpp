@@ -3,22 +3,36 @@
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/io/config.hpp"
+#include "geotrain/io/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/runtime/trainer.hpp"
+#ifdef GEOTRAIN_HAVE_MPI_TRAINING
+#include "geotrain/runtime/distributed_job.hpp"
+#endif
 
 namespace geotrain::cli {
 
 void add_train_command(CLI::App& app, TrainCommandOptions& o) {
   CLI::App* train = app.add_subcommand(
-      "train", "Train a GPT model: geotrain train [CONFIG.toml] [--section.key=value ...]");
+      "train", "Train a GPT model, alone or as every rank of an mpirun/srun job: "
+               "geotrain train [CONFIG.toml] [--section.key=value ...]");
   train->add_option("config", o.config_file, "run configuration (TOML); defaults without it");
   train->allow_extras();  // --section.key=value overrides, checked by the config loader
   train->callback([train, &o] { o.overrides = train->remaining(); });
 }
 
 int run_train_command(const TrainCommandOptions& o) {
+#ifdef GEOTRAIN_HAVE_MPI_TRAINING
+  if (runtime::launched_by_mpi()) return runtime::run_distributed_training(o.config_file, o.overrides, std::cout);
+#endif
   const io::Config config = o.config_file.empty() ? io::default_config(o.overrides)
                                                   : io::load_config(o.config_file, o.overrides);
+  if (config.pipeline_stages > 1) {
+    throw InputError((config.source.empty() ? std::string("command line") : config.source) +
+                     ": pipeline.stages: " + std::to_string(config.pipeline_stages) +
+                     " stages need a multiple of " + std::to_string(config.pipeline_stages) +
+                     " ranks: start geotrain under mpirun or srun (this geotrain runs alone)");
+  }
   const io::ModelFile model = io::load_model_file(config.model_file);
   const runtime::TrainResult result = runtime::train_single_rank(config, model.model, std::cout);
   std::cout << "final validation loss " << result.final_validation_loss << " (before training "

@@ -12,7 +12,7 @@
 namespace geotrain::io {
 namespace {
 
-using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*>;
+using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*>;
 struct Field {
   const char* key;
   Target target;
@@ -36,6 +36,14 @@ std::vector<Field> fields(Config& c) {
       {"train.log_every_steps", &c.log_every_steps},
       {"train.quiet", &c.quiet},
       {"train.log_json", &c.log_json},
+      {"pipeline.stages", &c.pipeline_stages},
+      {"pipeline.schedule", &c.pipeline_schedule},
+      {"pipeline.layers_per_stage", &c.layers_per_stage},
+      {"pipeline.placement", &c.placement},
+      {"pipeline.plan_candidates", &c.plan_candidates},
+      {"network.matrix", &c.network_matrix, true},
+      {"network.deadline_s", &c.network_deadline_s},
+      {"network.probe_bytes", &c.probe_bytes},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
       {"optimizer.warmup_steps", &c.warmup_steps},
@@ -79,6 +87,16 @@ void assign(Field& f, const toml::node& node, const std::string& where, const st
           *target = *v;
           if (f.is_path && !target->empty() && std::filesystem::path(*target).is_relative()) {
             *target = (std::filesystem::path(base_dir) / *target).lexically_normal().string();
+          }
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          const toml::array* list = node.as_array();
+          if (!list) fail(where, key, "must be a list of integers like [2, 3]");
+          target->clear();
+          for (const toml::node& item : *list) {
+            if (!item.is_integer()) fail(where, key, "must be a list of integers like [2, 3]");
+            const std::int64_t v = *item.value<std::int64_t>();
+            if (v < 1 || v > 1000000) fail(where, key, "entries must be in [1, 1000000], got " + std::to_string(v));
+            target->push_back(static_cast<int>(v));
           }
         } else if constexpr (std::is_same_v<T, bool>) {
           auto v = node.value<bool>();
@@ -150,6 +168,23 @@ void check(const Config& c) {
   positive("train.gradient_accumulation", c.gradient_accumulation);
   positive("train.eval_batches", c.eval_batches);
   positive("train.log_every_steps", c.log_every_steps);
+  positive("pipeline.stages", c.pipeline_stages);
+  positive("pipeline.plan_candidates", c.plan_candidates);
+  positive("network.probe_bytes", c.probe_bytes);
+  if (c.gradient_accumulation > 16000) {
+    fail(where, "train.gradient_accumulation", "must be <= 16000 (message tags), got " + std::to_string(c.gradient_accumulation));
+  }
+  if (c.pipeline_schedule != "1f1b" && c.pipeline_schedule != "gpipe") {
+    fail(where, "pipeline.schedule", "must be 1f1b or gpipe, got '" + c.pipeline_schedule + "'");
+  }
+  if (c.placement != "planned" && c.placement != "rank-order" && c.placement != "dtfm-rank-order" &&
+      c.placement != "random") {
+    fail(where, "pipeline.placement", "must be planned, rank-order, dtfm-rank-order or random, got '" + c.placement + "'");
+  }
+  if (!c.layers_per_stage.empty() && static_cast<int>(c.layers_per_stage.size()) != c.pipeline_stages) {
+    fail(where, "pipeline.layers_per_stage", "has " + std::to_string(c.layers_per_stage.size()) +
+         " entries but pipeline.stages is " + std::to_string(c.pipeline_stages));
+  }
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") {
     fail(where, "device.kind", "must be auto, cpu or cuda, got '" + c.device + "'");
   }
@@ -169,6 +204,7 @@ void check(const Config& c) {
   finite_range("optimizer.weight_decay", c.weight_decay, 0, 10);
   finite_range("optimizer.gradient_clip", c.gradient_clip, 0, 1e9);
   finite_range("device.peak_tflops", c.device_peak_tflops, 0, 1e6);
+  finite_range("network.deadline_s", c.network_deadline_s, 0.01, 1e7);
   if (c.warmup_steps > c.train_steps) {
     fail(where, "optimizer.warmup_steps", "is larger than train.steps (" + std::to_string(c.train_steps) + ")");
   }
@@ -212,6 +248,11 @@ std::string describe(const Config& config) {
           using T = std::remove_pointer_t<decltype(target)>;
           if constexpr (std::is_same_v<T, std::string>) out << '"' << *target << '"';
           else if constexpr (std::is_same_v<T, bool>) out << (*target ? "true" : "false");
+          else if constexpr (std::is_same_v<T, std::vector<int>>) {
+            out << '[';
+            for (std::size_t i = 0; i < target->size(); ++i) out << (i ? ", " : "") << (*target)[i];
+            out << ']';
+          }
           else out << *target;
         },
         f.target);

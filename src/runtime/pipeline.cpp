@@ -1,9 +1,20 @@
 #include "geotrain/runtime/pipeline.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 namespace geotrain::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
 
 int activation_slots(plan::Schedule schedule, int micro_batches, int pipeline_stages) {
   // 1F1B: at stage s, forward i + p comes after backward i (the warm-up is
@@ -30,6 +41,8 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   }
   const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
   double loss = 0;
+  times_ = {};
+  auto mark = Clock::now();
   // Links carry host memory: stage buffers go through host_buffer_ (on the
   // CPU backend these copies are memcpy; a CUDA-aware transport can skip them).
   for (const plan::Step& step : program_) {
@@ -59,6 +72,31 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
         links.send_gradient(host_buffer_.data(), activation_count_, i);
         break;
     }
+    // The backend may run asynchronously (CUDA): compute is charged when a
+    // later transfer waits for it, which is where the time is really spent
+    // from the pipeline's point of view only on the CPU backend.
+    const auto now = Clock::now();
+    const bool computing = step.kind == plan::StepKind::forward || step.kind == plan::StepKind::backward;
+    (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
+    mark = now;
+  }
+  links.complete_sends();
+  times_.pipeline_s += seconds(mark, Clock::now());
+  return last ? loss : 0.0;
+}
+
+double PipelineStep::forward_only(const MicroBatch& batch, PipelineLinks& links, int index) {
+  const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
+  if (!first) {
+    links.receive_activation(host_buffer_.data(), activation_count_, index);
+    backend_.upload(received_, host_buffer_.data(), activation_count_);
+  }
+  const double loss = stage_.forward(0, first ? batch.tokens : nullptr, first ? nullptr : received_,
+                                     last ? batch.targets : nullptr);
+  if (!last) {
+    backend_.download(host_buffer_.data(), stage_.output(0), activation_count_);
+    links.send_activation(host_buffer_.data(), activation_count_, index);
+    links.complete_sends();
   }
   return last ? loss : 0.0;
 }

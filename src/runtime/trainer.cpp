@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <ostream>
 
 #include "geotrain/io/errors.hpp"
@@ -27,17 +28,6 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-double validation_loss(model::Stage& stage, io::TokenDataset& data, int batches) {
-  const int B = stage.micro_batch(), T = stage.config().sequence_length;
-  double sum = 0;
-  int count = 0;
-  for (const auto& batch : data.validation_batches(B, T, batches)) {
-    sum += stage.forward(0, batch.inputs.data(), nullptr, batch.targets.data());
-    ++count;
-  }
-  return count ? sum / count : std::nan("");
-}
-
 model::OptimizerSettings optimizer_settings(const io::Config& c) {
   model::OptimizerSettings s;
   s.learning_rate = c.learning_rate;
@@ -52,88 +42,167 @@ model::OptimizerSettings optimizer_settings(const io::Config& c) {
   return s;
 }
 
+// A sum over every rank of the job: over the replica's stages, then over
+// the replicas.
+double sum_over_job(Collectives& collectives, double value) {
+  return collectives.sum_data_parallel_value(collectives.sum_over_pipeline(value));
+}
+
+// Mean validation loss over the first eval_batches global batches: replica r
+// evaluates batches r, r + R, ... (TokenDataset's validation order), each
+// through the pipeline, forward only.
+double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives& collectives,
+                       io::TokenDataset& data, int B, int T, int eval_batches, int replicas) {
+  const int per_replica = (eval_batches + replicas - 1) / replicas;
+  const auto batches = data.validation_batches(B, T, per_replica);
+  double sum = 0;
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    sum += pipeline.forward_only({batches[i].inputs.data(), batches[i].targets.data()}, links, static_cast<int>(i));
+  }
+  const double total = sum_over_job(collectives, sum);
+  return batches.empty() ? std::nan("") : total / (static_cast<double>(batches.size()) * replicas);
+}
+
+class NoLinks : public PipelineLinks {
+ public:
+  void send_activation(const float*, std::size_t, int) override { fail(); }
+  void receive_activation(float*, std::size_t, int) override { fail(); }
+  void send_gradient(const float*, std::size_t, int) override { fail(); }
+  void receive_gradient(float*, std::size_t, int) override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { throw std::logic_error("a single-stage pipeline has no links"); }
+};
+
+void print_progress(std::ostream& log, const io::Config& config, int step, double loss, double lr, double norm,
+                    double step_s, double tokens_per_step, double flops, double eta_s) {
+  char line[320];
+  if (config.log_json) {
+    std::snprintf(line, sizeof line,
+                  "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
+                  "\"tokens_per_s\": %.1f, \"gflops\": %.3f}",
+                  step + 1, loss, lr, norm, 1e3 * step_s, tokens_per_step / step_s, flops / 1e9);
+  } else {
+    std::string mfu;
+    if (config.device_peak_tflops > 0) {
+      mfu = " | MFU " + std::to_string(static_cast<int>(100 * flops / (config.device_peak_tflops * 1e12) + 0.5)) + "%";
+    }
+    std::snprintf(line, sizeof line,
+                  "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOPS%s | ETA %s",
+                  step + 1, config.train_steps, loss, lr, norm, 1e3 * step_s, tokens_per_step / step_s,
+                  flops / 1e9, mfu.c_str(), format_duration(eta_s).c_str());
+  }
+  log << line << "\n";
+  log.flush();
+}
+
 }  // namespace
 
 double flops_per_token(const model::GptConfig& m, double parameters) {
   return 6.0 * parameters + 12.0 * m.layers * m.hidden * static_cast<double>(m.sequence_length);
 }
 
-TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log) {
+TrainResult train(const io::Config& config, const model::GptConfig& model, const RankRole& role, std::ostream& log) {
+  LocalCollectives local_collectives;
+  NoLinks no_links;
+  if ((role.stages > 1 && role.links == nullptr) ||
+      ((role.stages > 1 || role.replicas > 1) && role.collectives == nullptr)) {
+    throw std::logic_error("train: a rank of a pipeline or data-parallel job needs links and collectives");
+  }
+  PipelineLinks& links = role.links ? *role.links : no_links;
+  Collectives& collectives = role.collectives ? *role.collectives : local_collectives;
+
   auto backend = kernels::make_backend(config.device);
   backend->set_matmul_precision(config.matmul_precision == "bf16" ? kernels::MatmulPrecision::bf16
                                                                    : kernels::MatmulPrecision::fp32);
-  io::TokenDataset data = io::TokenDataset::from_shards(config.data_train, config.data_validation,
-                                                       model.vocabulary, config.seed);
-  const int B = config.micro_batch_sequences, T = model.sequence_length;
-  model::Stage stage(model, model::StageSpec::whole(model), *backend, B, 1);
+  std::optional<io::TokenDataset> loaded;
+  if (!role.data) loaded.emplace(io::TokenDataset::from_shards(config.data_train, config.data_validation,
+                                                               model.vocabulary, config.seed));
+  io::TokenDataset& data = role.data ? *role.data : *loaded;
+  data.set_replica(role.replica, role.replicas);
+  const int B = config.micro_batch_sequences, T = model.sequence_length, m = config.gradient_accumulation;
+  const plan::Schedule schedule = config.pipeline_schedule == "gpipe" ? plan::Schedule::gpipe : plan::Schedule::one_f_one_b;
+  const model::StageSpec spec = role.whole_model ? model::StageSpec::whole(model) : role.spec;
+  model::Stage stage(model, spec, *backend, B, activation_slots(schedule, m, role.stages));
   stage.initialize(config.seed);
   model::AdamW optimizer(*backend, stage, optimizer_settings(config));
+  PipelineStep pipeline(stage, *backend, schedule, role.stage, role.stages, m);
 
   TrainResult result;
-  result.model_flops_per_token = flops_per_token(model, static_cast<double>(stage.parameter_count()));
-  const double tokens_per_step = static_cast<double>(B) * T * config.gradient_accumulation;
-  if (!config.quiet) {
-    log << "geotrain train: model " << model.name << " (" << stage.parameter_count() << " parameters, "
+  // The tied embedding lives on the first and the last stage: count it once.
+  const model::ParameterView* wte = stage.find("wte");
+  const bool second_copy = wte != nullptr && role.stages > 1 && spec.has_head;
+  const double own_parameters = static_cast<double>(stage.parameter_count() - (second_copy ? wte->count : 0));
+  const double parameters = sum_over_job(collectives, own_parameters) / role.replicas;
+  result.model_flops_per_token = flops_per_token(model, parameters);
+  const double tokens_per_step = static_cast<double>(B) * T * m * role.replicas;
+  const bool talk = role.reports && !config.quiet;
+  if (talk) {
+    log << "geotrain train: model " << model.name << " (" << static_cast<long long>(parameters) << " parameters, "
         << model.layers << " layers, hidden " << model.hidden << "), " << backend->description() << "\n"
-        << "  " << config.train_steps << " steps x " << config.gradient_accumulation << " micro-batches x " << B
-        << " sequences x " << T << " tokens; data " << config.data_train << "\n";
+        << "  " << config.train_steps << " steps x " << role.replicas << " replicas x " << m << " micro-batches x "
+        << B << " sequences x " << T << " tokens; data " << config.data_train << "\n";
   }
-  result.initial_validation_loss = validation_loss(stage, data, config.eval_batches);
-  if (!config.quiet) log << "validation before training: loss " << result.initial_validation_loss << "\n";
+  result.initial_validation_loss =
+      validation_loss(pipeline, links, collectives, data, B, T, config.eval_batches, role.replicas);
+  if (talk) log << "validation before training: loss " << result.initial_validation_loss << "\n";
 
-  std::vector<int> inputs, targets;
+  std::vector<std::vector<int>> inputs(m), targets(m);
   const auto run_start = Clock::now();
-  double timed_seconds = 0;  // training steps after the first (which pays for warm-up)
+  StepBreakdown own;  // this rank, summed over the timed steps
   for (int step = 0; step < config.train_steps; ++step) {
     const auto step_start = Clock::now();
-    stage.zero_grads();
-    double loss = 0;
-    for (int micro = 0; micro < config.gradient_accumulation; ++micro) {
-      data.next_batch(B, T, inputs, targets);
-      loss += stage.forward(0, inputs.data(), nullptr, targets.data());
-      stage.backward(0, nullptr, static_cast<float>(1.0 / tokens_per_step));
+    std::vector<MicroBatch> batches;
+    for (int i = 0; i < m; ++i) {
+      data.next_batch(B, T, inputs[i], targets[i]);  // every stage draws, so all stay in step
+      batches.push_back({inputs[i].data(), targets[i].data()});
     }
-    loss /= config.gradient_accumulation;
-    if (!std::isfinite(loss)) throw RunError("train: loss became " + std::to_string(loss) + " at step " +
-                                             std::to_string(step + 1) + " (lower optimizer.learning_rate?)");
-    const double norm = std::sqrt(optimizer.gradient_sum_of_squares());
+    stage.zero_grads();
+    const double replica_loss = pipeline.run(batches, links, static_cast<float>(1.0 / tokens_per_step));
+    const auto sync_start = Clock::now();
+    const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas);
+    const double sync_s = seconds_since(sync_start);
+    const auto optimizer_start = Clock::now();
     const double lr = optimizer.step(step, norm);
     backend->synchronize();
-    result.step_loss.push_back(loss);
+    const double optimizer_s = seconds_since(optimizer_start);
+    const double loss = sum_over_job(collectives, replica_loss) / (static_cast<double>(m) * role.replicas);
     const double step_s = seconds_since(step_start);
-    if (step > 0) timed_seconds += step_s;
+    if (!std::isfinite(loss)) {
+      throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
+                     " (lower optimizer.learning_rate?)");
+    }
+    result.step_loss.push_back(loss);
+    if (step > 0 || config.train_steps == 1) {
+      own.step_s += step_s;
+      own.compute_s += pipeline.times().compute_s;
+      own.pipeline_s += pipeline.times().pipeline_s;
+      own.data_parallel_s += sync_s;
+      own.optimizer_s += optimizer_s;
+    }
     const double flops = result.model_flops_per_token * tokens_per_step / step_s;
-    if (!config.quiet && ((step + 1) % config.log_every_steps == 0 || step + 1 == config.train_steps)) {
-      char line[256];
+    if (talk && ((step + 1) % config.log_every_steps == 0 || step + 1 == config.train_steps)) {
       const double eta = seconds_since(run_start) / (step + 1) * (config.train_steps - step - 1);
-      std::string mfu = "";
-      if (config.device_peak_tflops > 0) mfu = " | MFU " + std::to_string(static_cast<int>(100 * flops / (config.device_peak_tflops * 1e12) + 0.5)) + "%";
-      if (config.log_json) {
-        std::snprintf(line, sizeof line,
-                      "{\"step\": %d, \"loss\": %.6f, \"lr\": %.3e, \"grad_norm\": %.4f, \"step_ms\": %.2f, "
-                      "\"tokens_per_s\": %.1f, \"gflops\": %.2f}",
-                      step + 1, loss, lr, norm, 1e3 * step_s, tokens_per_step / step_s, flops / 1e9);
-        log << line << "\n";
-      } else {
-        std::snprintf(line, sizeof line,
-                      "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOPS%s | ETA %s",
-                      step + 1, config.train_steps, loss, lr, norm, 1e3 * step_s, tokens_per_step / step_s,
-                      flops / 1e9, mfu.c_str(), format_duration(eta).c_str());
-        log << line << "\n";
-      }
-      log.flush();
+      print_progress(log, config, step, loss, lr, norm, step_s, tokens_per_step, flops, eta);
     }
     const bool last = step + 1 == config.train_steps;
     if (last || (config.eval_every_steps > 0 && (step + 1) % config.eval_every_steps == 0)) {
-      const double v = validation_loss(stage, data, config.eval_batches);
+      const double v = validation_loss(pipeline, links, collectives, data, B, T, config.eval_batches, role.replicas);
       if (last) result.final_validation_loss = v;
-      if (!config.quiet) log << "validation at step " << step + 1 << ": loss " << v << "\n";
+      if (talk) log << "validation at step " << step + 1 << ": loss " << v << "\n";
     }
   }
-  if (config.train_steps > 1) {
-    result.tokens_per_second = tokens_per_step * (config.train_steps - 1) / timed_seconds;
-  }
+  const int timed_steps = config.train_steps > 1 ? config.train_steps - 1 : 1;
+  const double ranks = static_cast<double>(role.stages) * role.replicas;
+  auto mean_per_step = [&](double own_total) { return sum_over_job(collectives, own_total) / ranks / timed_steps; };
+  result.breakdown = {mean_per_step(own.step_s), mean_per_step(own.compute_s), mean_per_step(own.pipeline_s),
+                      mean_per_step(own.data_parallel_s), mean_per_step(own.optimizer_s)};
+  result.tokens_per_second = tokens_per_step / result.breakdown.step_s;
   return result;
+}
+
+TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log) {
+  return train(config, model, RankRole{}, log);
 }
 
 }  // namespace geotrain::runtime

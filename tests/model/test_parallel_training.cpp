@@ -115,6 +115,9 @@ class GroupCollectives : public Collectives {
   double sum_over_pipeline(double value) override {
     return g_.sum("pipe" + std::to_string(r_), pp_, s_, {value})[0];
   }
+  double sum_data_parallel_value(double value) override {
+    return g_.sum("dpv" + std::to_string(s_), dp_, r_, {value})[0];
+  }
 
  private:
   void sum_into(const std::string& group, int members, int member, float* data, std::size_t n) {

@@ -28,6 +28,18 @@ struct Config {
   int log_every_steps = 1;
   bool quiet = false;
   bool log_json = false;
+  // [pipeline]: under mpirun, ranks = stages * data-parallel replicas;
+  // train.gradient_accumulation is then the micro-batches per step of each
+  // replica (the pipeline's m).
+  int pipeline_stages = 1;
+  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe
+  std::vector<int> layers_per_stage;       // empty: an even split
+  std::string placement = "planned";       // planned | rank-order | dtfm-rank-order | random
+  int plan_candidates = 2000;              // the planner's search effort (per island)
+  // [network]
+  std::string network_matrix;              // scenario file to plan on instead of probing; "" = probe
+  double network_deadline_s = 120;         // longest any rank waits for a peer before aborting the job
+  int probe_bytes = 1 << 20;               // bandwidth message size of the start-up probe
   // [optimizer]
   double learning_rate = 1e-3;
   double min_learning_rate_fraction = 0.1;

@@ -20,6 +20,17 @@ class Collectives {
   virtual void sum_tied_embedding(float* host_data, std::size_t count) = 0;
   // Sum over the stages of this replica (every stage calls it).
   virtual double sum_over_pipeline(double value) = 0;
+  // Sum of a scalar over the data-parallel group (losses, timings).
+  virtual double sum_data_parallel_value(double value) = 0;
+};
+
+// One rank alone: every sum is the value itself.
+class LocalCollectives : public Collectives {
+ public:
+  void sum_data_parallel(float*, std::size_t) override {}
+  void sum_tied_embedding(float*, std::size_t) override {}
+  double sum_over_pipeline(double value) override { return value; }
+  double sum_data_parallel_value(double value) override { return value; }
 };
 
 // Returns the global L2 norm of the gradient (wte counted once).

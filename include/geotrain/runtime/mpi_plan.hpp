@@ -63,12 +63,17 @@ struct Topology {
   int next_rank = -1;                         // stages[stage+1][replica]; -1 on the last stage
   std::vector<int> dp_ranks;                  // stages[stage][*]: the data-parallel group, by replica
   Communicator dp_comm;                       // those ranks; rank in it == replica
+  Communicator pipeline_comm;                 // stages[*][replica]; rank in it == stage
+  Communicator tied_comm;                     // this replica's first and last stage (pp > 1, those two only)
+  Communicator pipeline_links;                // a duplicate of the world communicator for activations
 };
 
 // Collective over `world`: validates the plan against the communicator's
 // size, splits one data-parallel communicator per stage
-// (MPI_Comm_split(color = stage, key = replica)) and finds the pipeline
-// neighbours. A barrier with the deadline runs first, so a dead rank is
+// (MPI_Comm_split(color = stage, key = replica)), one pipeline communicator
+// per replica and the tied-embedding pairs, duplicates `world` for the
+// point-to-point traffic (so its tags never meet a library's), and finds the
+// pipeline neighbours. A barrier with the deadline runs first, so a dead rank is
 // named instead of hanging the split.
 Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s);
 

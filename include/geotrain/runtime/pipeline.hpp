@@ -21,6 +21,15 @@ class PipelineLinks {
   virtual void receive_activation(float* data, std::size_t count, int micro_batch) = 0;     // from previous
   virtual void send_gradient(const float* data, std::size_t count, int micro_batch) = 0;    // to previous
   virtual void receive_gradient(float* data, std::size_t count, int micro_batch) = 0;       // from next
+  // Returns when every send so far has left (sends may complete later than
+  // they return; their data is the link's own copy).
+  virtual void complete_sends() {}
+};
+
+// Where one stage's step time went (seconds, summed over the step).
+struct StageTimes {
+  double compute_s = 0;   // forward and backward of this stage
+  double pipeline_s = 0;  // waiting for, sending and staging activations and their gradients
 };
 
 // Tokens and targets of micro-batch i of this step (host memory, B*T each).
@@ -48,6 +57,14 @@ class PipelineStep {
   // micro-batches' mean losses on the last stage, 0 elsewhere.
   double run(const std::vector<MicroBatch>& batches, PipelineLinks& links, float loss_scale);
 
+  // Forward only (validation): batch `index` through this stage, activations
+  // over the same links. Returns the batch's mean loss on the last stage, 0
+  // elsewhere. Uses activation slot 0.
+  double forward_only(const MicroBatch& batch, PipelineLinks& links, int index);
+
+  // Times of the last run().
+  const StageTimes& times() const { return times_; }
+
   const std::vector<plan::Step>& program() const { return program_; }
 
  private:
@@ -58,6 +75,7 @@ class PipelineStep {
   std::size_t activation_count_;
   float* received_ = nullptr;          // device buffer for incoming activations / gradients
   std::vector<float> host_buffer_;     // staging between device and links
+  StageTimes times_;
 };
 
 }  // namespace geotrain::runtime

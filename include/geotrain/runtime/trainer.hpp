@@ -1,26 +1,62 @@
-// Training on one rank: the whole model as one stage, gradient accumulation
-// over micro-batches, AdamW, periodic validation, a progress line per step.
+// The training loop of one rank: its pipeline stage of the model, its
+// replica's slice of every global batch, the pipeline step (GPipe or 1F1B),
+// gradient synchronisation, AdamW, periodic validation and a progress line
+// per step on the reporting rank. The same loop runs alone (one stage, one
+// replica) and under MPI (trainer links and collectives from mpi_training.hpp).
 #pragma once
 #include <iosfwd>
 #include <vector>
 
 #include "geotrain/io/config.hpp"
+#include "geotrain/io/token_shard.hpp"
 #include "geotrain/model/gpt.hpp"
+#include "geotrain/runtime/gradient_sync.hpp"
+#include "geotrain/runtime/pipeline.hpp"
 
 namespace geotrain::runtime {
 
+// Where one step's time went on the average rank (seconds per step, the
+// first step excluded; means over all ranks).
+struct StepBreakdown {
+  double step_s = 0;
+  double compute_s = 0;        // forward + backward
+  double pipeline_s = 0;       // waiting for / sending activations and gradients (the bubble included)
+  double data_parallel_s = 0;  // gradient all-reduce, tied embedding, global norm
+  double optimizer_s = 0;
+};
+
 struct TrainResult {
-  std::vector<double> step_loss;      // mean training loss of each step
+  std::vector<double> step_loss;      // mean training loss of each step (whole global batch)
   double initial_validation_loss = 0;
   double final_validation_loss = 0;
-  double tokens_per_second = 0;       // over all steps after the first
+  double tokens_per_second = 0;       // global tokens, over all steps after the first
   double model_flops_per_token = 0;
+  StepBreakdown breakdown;
+};
+
+// This rank's part of the job.
+struct RankRole {
+  int stage = 0, stages = 1;        // pipeline position
+  int replica = 0, replicas = 1;    // data-parallel position
+  bool reports = true;              // prints progress (one rank per job)
+  model::StageSpec spec{};          // the layers it holds; default: set from the model (whole)
+  bool whole_model = true;          // spec is the whole model
+  PipelineLinks* links = nullptr;   // required when stages > 1
+  Collectives* collectives = nullptr;  // required when stages > 1 or replicas > 1
+  io::TokenDataset* data = nullptr;    // already loaded; null: loaded from the config
 };
 
 // FLOPs of one token's forward + backward: 6 per parameter plus attention's
 // 12 * layers * hidden * sequence (the usual estimate; no recomputation).
 double flops_per_token(const model::GptConfig& config, double parameters);
 
+// Trains this rank's stage. Every rank of a job calls it with the same
+// config; the global batch of a step is replicas * gradient_accumulation
+// micro-batches of micro_batch_sequences sequences. Throws RunError when the
+// loss stops being finite (on every rank: the loss is global).
+TrainResult train(const io::Config& config, const model::GptConfig& model, const RankRole& role, std::ostream& log);
+
+// One rank, the whole model.
 TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log);
 
 }  // namespace geotrain::runtime

@@ -126,6 +126,17 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
               std::to_string(dp_rank) + " of " + std::to_string(dp_size) + ", expected replica " +
               std::to_string(t.replica) + " of " + std::to_string(plan.data_parallel));
   }
+  MPI_Comm pipe = MPI_COMM_NULL, tied = MPI_COMM_NULL, links = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(world, t.replica, t.stage, &pipe));
+  t.pipeline_comm = Communicator(pipe);
+  const bool holds_embedding = t.pipeline_stages > 1 && (t.stage == 0 || t.stage == t.pipeline_stages - 1);
+  GT_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? t.replica : MPI_UNDEFINED, t.stage, &tied));
+  t.tied_comm = Communicator(tied);
+  GT_MPI_CHECK(MPI_Comm_dup(world, &links));
+  t.pipeline_links = Communicator(links);
+  for (MPI_Comm c : {dp, pipe, tied, links}) {
+    if (c != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  }
   return t;
 }
 

@@ -1,0 +1,74 @@
+// The trainer's links and collectives over MPI, and the distributed `train`
+// job: network (probe or matrix) -> plan on rank 0 -> broadcast ->
+// communicators -> the training loop of trainer.hpp on every rank.
+#pragma once
+#include <mpi.h>
+
+#include <deque>
+#include <iosfwd>
+#include <vector>
+
+#include "geotrain/io/config.hpp"
+#include "geotrain/model/gpt.hpp"
+#include "geotrain/runtime/gradient_sync.hpp"
+#include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/runtime/pipeline.hpp"
+#include "geotrain/runtime/trainer.hpp"
+
+namespace geotrain::runtime {
+
+// Activations to the next stage and gradients to the previous one, over the
+// topology's duplicated world communicator. Tag = 2 * micro-batch +
+// (gradient ? 1 : 0): the two directions and different micro-batches never
+// match each other. Sends are non-blocking on a private copy (a blocking
+// send could deadlock 1F1B, where both neighbours send before receiving);
+// every wait has the deadline and names the silent peer.
+class MpiPipelineLinks : public PipelineLinks {
+ public:
+  MpiPipelineLinks(const Topology& topology, double deadline_s);
+  ~MpiPipelineLinks() override;
+  void send_activation(const float* data, std::size_t count, int micro_batch) override;
+  void receive_activation(float* data, std::size_t count, int micro_batch) override;
+  void send_gradient(const float* data, std::size_t count, int micro_batch) override;
+  void receive_gradient(float* data, std::size_t count, int micro_batch) override;
+  void complete_sends() override;
+
+ private:
+  struct PendingSend {
+    std::vector<float> data;
+    MPI_Request request = MPI_REQUEST_NULL;
+    int peer = -1;
+  };
+  void send(const float* data, std::size_t count, int peer, int tag, const char* what);
+  void receive(float* data, std::size_t count, int peer, int tag, const char* what);
+  void reap_completed_sends();
+
+  MPI_Comm comm_;
+  int previous_, next_, stage_;
+  double deadline_s_;
+  std::deque<PendingSend> pending_;
+  std::vector<std::vector<float>> spare_;  // buffers of completed sends, reused
+};
+
+// Sums over the topology's communicators (MPI_Iallreduce, waited on with the
+// deadline). Results are the same on every member: Open MPI's reductions of
+// a commutative op combine the same partial sums on all ranks.
+class MpiCollectives : public Collectives {
+ public:
+  MpiCollectives(const Topology& topology, double deadline_s);
+  void sum_data_parallel(float* host_data, std::size_t count) override;
+  void sum_tied_embedding(float* host_data, std::size_t count) override;
+  double sum_over_pipeline(double value) override;
+  double sum_data_parallel_value(double value) override;
+
+ private:
+  const Topology& topology_;
+  double deadline_s_;
+};
+
+// The whole job on MPI_COMM_WORLD (every rank calls it with the same config).
+// Errors every rank meets alike (config, model, data, matrix) surface as
+// InputError on all ranks; a rank that fails alone aborts the job.
+TrainResult train_distributed(const io::Config& config, const model::GptConfig& model, std::ostream& log);
+
+}  // namespace geotrain::runtime

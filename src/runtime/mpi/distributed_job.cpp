@@ -1,0 +1,228 @@
+// geotrain train under mpirun / srun: the whole start-up and the training
+// loop on every rank. Rank 0 prints; every rank fails together.
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "geotrain/io/errors.hpp"
+#include "geotrain/io/model_file.hpp"
+#include "geotrain/io/scenario.hpp"
+#include "geotrain/io/token_shard.hpp"
+#include "geotrain/model/stage_split.hpp"
+#include "geotrain/plan/placement.hpp"
+#include "geotrain/plan/workload.hpp"
+#include "geotrain/runtime/distributed_job.hpp"
+#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/runtime/mpi_training.hpp"
+
+namespace geotrain::runtime {
+namespace {
+
+// What every rank prepares before talking to the others; failures here are
+// bad input (exit 2) unless said otherwise.
+struct Setup {
+  io::Config config;
+  io::ModelFile model;
+  std::vector<model::StageSpec> stages;
+  std::optional<io::TokenDataset> data;
+  std::optional<plan::Network> matrix;  // network.matrix, when given
+};
+
+void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
+  s.config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
+  const std::string where = s.config.source.empty() ? "command line" : s.config.source;
+  s.model = io::load_model_file(s.config.model_file);
+  const int pp = s.config.pipeline_stages;
+  if (ranks % pp != 0) {
+    throw InputError(where + ": pipeline.stages: " + std::to_string(pp) + " does not divide the " +
+                     std::to_string(ranks) + " ranks of this job (ranks = stages x data-parallel replicas; change "
+                     "the rank count or pipeline.stages)");
+  }
+  try {
+    s.stages = model::split_layers(s.model.model.layers, pp, s.config.layers_per_stage);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(where + ": pipeline.layers_per_stage: " + e.what());
+  }
+  s.data.emplace(io::TokenDataset::from_shards(s.config.data_train, s.config.data_validation,
+                                              s.model.model.vocabulary, s.config.seed));
+  if (!s.config.network_matrix.empty()) {
+    io::Scenario scenario = io::load_scenario(s.config.network_matrix, {pp, ranks / pp});
+    if (scenario.network.device_count != ranks) {
+      throw InputError(s.config.network_matrix + ": devices: the matrix has " +
+                       std::to_string(scenario.network.device_count) + " devices but the job has " +
+                       std::to_string(ranks) + " ranks (network.matrix must describe exactly the job's ranks)");
+    }
+    s.matrix = std::move(scenario.network);
+  }
+}
+
+// Collective: returns 0 when no rank failed; otherwise the lowest failing
+// rank prints its message and every rank returns that rank's exit code.
+int agree_on_failure(const std::string& error, int code, double deadline_s) {
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  int first_failed = error.empty() ? size : rank;
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, "checking that every rank read its inputs", -1);
+  if (first_failed == size) return 0;
+  if (rank == first_failed) {
+    std::cerr << "geotrain: error: " << error << (size > 1 ? " (rank " + std::to_string(rank) + ", host " + host_name() + ")" : "")
+              << "\n";
+  }
+  GT_MPI_CHECK(MPI_Ibcast(&code, 1, MPI_INT, first_failed, MPI_COMM_WORLD, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, "agreeing on the exit code", first_failed);
+  return code;
+}
+
+plan::ModelShape shape_of(const model::GptConfig& m, const io::Config& c, int replicas) {
+  plan::ModelShape shape;
+  shape.name = m.name;
+  shape.layers = m.layers;
+  shape.hidden = m.hidden;
+  shape.heads = m.heads;
+  shape.sequence_length = m.sequence_length;
+  shape.vocabulary = m.vocabulary;
+  shape.tokens_per_step = static_cast<double>(c.micro_batch_sequences) * m.sequence_length *
+                          c.gradient_accumulation * replicas;
+  shape.activation_bytes = 4;  // fp32 on the wire
+  shape.gradient_bytes = 4;
+  return shape;
+}
+
+std::string format_plan(const plan::Plan& p, const std::string& placement, const plan::Network& net) {
+  std::ostringstream out;
+  out << "plan (" << placement << "): " << p.pipeline_stages << " stages x " << p.data_parallel
+      << " replicas; predicted communication per step " << std::setprecision(4) << p.cost.total_s() << " s (data-parallel "
+      << p.cost.datap_s << " s, pipeline " << p.cost.pipeline_s << " s)\n";
+  for (int r = 0; r < p.data_parallel; ++r) {
+    out << "  pipeline " << r << ": ranks ";
+    for (int s = 0; s < p.pipeline_stages; ++s) {
+      const int d = p.stages[s][r];
+      out << (s ? " -> " : "") << d;
+      if (!net.site_of_device.empty()) out << " (" << net.site_of_device[d] << ")";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+int run_distributed_training(const std::string& config_file, const std::vector<std::string>& overrides,
+                             std::ostream& log) {
+  MpiSession mpi(nullptr, nullptr);
+  const int rank = mpi.rank(), ranks = mpi.size();
+  const bool root = rank == 0;
+
+  Setup setup;
+  std::string error;
+  int code = 0;
+  try {
+    prepare(setup, config_file, overrides, ranks);
+  } catch (const InputError& e) {
+    error = e.what(), code = kExitInputError;
+  } catch (const std::exception& e) {
+    error = e.what(), code = kExitRunError;
+  }
+  // Inputs are not read yet when the config itself failed: fall back to a
+  // short deadline that still outlasts slow file systems.
+  const double deadline_s = code == 0 ? setup.config.network_deadline_s : 120.0;
+  if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
+  const io::Config& config = setup.config;
+  const model::GptConfig& model = setup.model.model;
+  const int pp = config.pipeline_stages, dp = ranks / pp;
+
+  // 1. The network: measured, or given.
+  plan::Network network;
+  if (setup.matrix) {
+    network = *setup.matrix;
+    if (root && !config.quiet) log << "network: " << config.network_matrix << " (" << ranks << " ranks, not probed)\n";
+  } else if (ranks > 1) {
+    ProbeOptions probe;
+    probe.large_bytes = config.probe_bytes;
+    probe.deadline_s = deadline_s;
+    const double start = MPI_Wtime();
+    network = probe_network(MPI_COMM_WORLD, probe);
+    if (root && !config.quiet) {
+      char line[128];
+      std::snprintf(line, sizeof line, "network: probed %d ranks in %.2f s\n", ranks, MPI_Wtime() - start);
+      log << line;
+    }
+  } else {
+    network.device_count = 1;
+    network.latency_s = {0.0};
+    network.bandwidth_bytes_per_s = {1.0};
+  }
+
+  // 2. The plan, on rank 0, checked everywhere.
+  plan::Plan the_plan;
+  if (root) {
+    try {
+      plan::Placement placement = plan::Placement::planned;
+      plan::parse_placement(config.placement, &placement);
+      plan::SearchOptions options;
+      options.seed = config.seed;
+      options.candidates = config.plan_candidates;
+      const plan::Workload workload = plan::workload_from_model(shape_of(model, config, dp), pp, dp);
+      the_plan = plan::make_placement(plan::CostModel(network, workload), placement, options).plan;
+    } catch (const std::exception& e) {
+      abort_all(std::string("planning failed: ") + e.what());
+    }
+  }
+  the_plan = broadcast_plan(MPI_COMM_WORLD, the_plan, deadline_s);
+  if (root && !config.quiet) log << format_plan(the_plan, config.placement, network) << std::flush;
+
+  // 3. Communicators, then 4. training.
+  Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s);
+  MpiPipelineLinks links(topology, deadline_s);
+  MpiCollectives collectives(topology, deadline_s);
+  RankRole role;
+  role.stage = topology.stage, role.stages = pp;
+  role.replica = topology.replica, role.replicas = dp;
+  role.reports = root;
+  role.spec = setup.stages[topology.stage];
+  role.whole_model = false;
+  role.links = &links;
+  role.collectives = &collectives;
+  role.data = &*setup.data;
+  TrainResult result;
+  try {
+    result = train(config, model, role, log);
+  } catch (const std::exception& e) {
+    abort_all(e.what());
+  }
+  if (root) {
+    const StepBreakdown& b = result.breakdown;
+    log << "final validation loss " << result.final_validation_loss << " (before training "
+        << result.initial_validation_loss << "), " << static_cast<long>(result.tokens_per_second) << " tokens/s\n";
+    if (!config.quiet) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "time per step (mean over %d ranks): %.1f ms = compute %.1f + pipeline %.1f + data-parallel %.1f "
+                    "+ optimizer %.1f ms\n",
+                    ranks, 1e3 * b.step_s, 1e3 * b.compute_s, 1e3 * b.pipeline_s, 1e3 * b.data_parallel_s,
+                    1e3 * b.optimizer_s);
+      log << line;
+    }
+  }
+  return 0;
+}
+
+}  // namespace geotrain::runtime
+
+namespace geotrain::runtime {
+
+bool launched_by_mpi() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"}) {
+    if (std::getenv(variable) != nullptr) return true;
+  }
+  return false;
+}
+
+}  // namespace geotrain::runtime

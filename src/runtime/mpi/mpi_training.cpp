@@ -1,0 +1,133 @@
+#include "geotrain/runtime/mpi_training.hpp"
+
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "geotrain/io/errors.hpp"
+#include "geotrain/runtime/mpi_check.hpp"
+
+namespace geotrain::runtime {
+namespace {
+
+int tag_of(int micro_batch, bool gradient) { return 2 * micro_batch + (gradient ? 1 : 0); }
+
+std::string describe_message(const char* what, int micro_batch, int peer) {
+  return std::string(what) + " of micro-batch " + std::to_string(micro_batch) + " (rank " + std::to_string(peer) + ")";
+}
+
+}  // namespace
+
+MpiPipelineLinks::MpiPipelineLinks(const Topology& topology, double deadline_s)
+    : comm_(topology.pipeline_links.get()), previous_(topology.previous_rank), next_(topology.next_rank),
+      stage_(topology.stage), deadline_s_(deadline_s) {}
+
+MpiPipelineLinks::~MpiPipelineLinks() {
+  // Normally empty (complete_sends ends every step); on an exception path
+  // the requests must not outlive their buffers.
+  for (PendingSend& p : pending_) {
+    if (p.request != MPI_REQUEST_NULL) {
+      MPI_Cancel(&p.request);
+      MPI_Request_free(&p.request);
+    }
+  }
+}
+
+void MpiPipelineLinks::reap_completed_sends() {
+  while (!pending_.empty()) {
+    int done = 0;
+    GT_MPI_CHECK(MPI_Test(&pending_.front().request, &done, MPI_STATUS_IGNORE));
+    if (!done) return;
+    spare_.push_back(std::move(pending_.front().data));
+    pending_.pop_front();
+  }
+}
+
+void MpiPipelineLinks::send(const float* data, std::size_t count, int peer, int tag, const char* what) {
+  if (peer < 0) abort_all(std::string("pipeline stage ") + std::to_string(stage_) + " has no peer to send " + what + " to");
+  if (count > static_cast<std::size_t>(INT32_MAX)) abort_all(std::string(what) + ": message over 2^31 floats");
+  reap_completed_sends();
+  PendingSend p;
+  if (!spare_.empty()) {
+    p.data = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  p.data.assign(data, data + count);
+  p.peer = peer;
+  pending_.push_back(std::move(p));
+  PendingSend& sent = pending_.back();
+  GT_MPI_CHECK(MPI_Isend(sent.data.data(), static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &sent.request));
+}
+
+void MpiPipelineLinks::receive(float* data, std::size_t count, int peer, int tag, const char* what) {
+  if (peer < 0) abort_all(std::string("pipeline stage ") + std::to_string(stage_) + " has no peer to receive " + what + " from");
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &request));
+  // Our own sends progress while we wait (the same MPI_Test calls drive them).
+  wait_all_or_abort({&request, 1}, deadline_s_, std::string("waiting for ") + describe_message(what, tag / 2, peer),
+                    peer);
+}
+
+void MpiPipelineLinks::send_activation(const float* data, std::size_t count, int i) {
+  send(data, count, next_, tag_of(i, false), "activations");
+}
+void MpiPipelineLinks::receive_activation(float* data, std::size_t count, int i) {
+  receive(data, count, previous_, tag_of(i, false), "activations");
+}
+void MpiPipelineLinks::send_gradient(const float* data, std::size_t count, int i) {
+  send(data, count, previous_, tag_of(i, true), "activation gradients");
+}
+void MpiPipelineLinks::receive_gradient(float* data, std::size_t count, int i) {
+  receive(data, count, next_, tag_of(i, true), "activation gradients");
+}
+
+void MpiPipelineLinks::complete_sends() {
+  if (pending_.empty()) return;
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  for (const PendingSend& p : pending_) requests.push_back(p.request), peers.push_back(p.peer);
+  wait_each_or_abort(requests, peers, deadline_s_, "sending activations / gradients to the next pipeline stages");
+  for (PendingSend& p : pending_) spare_.push_back(std::move(p.data));
+  pending_.clear();
+}
+
+MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s)
+    : topology_(topology), deadline_s_(deadline_s) {}
+
+namespace {
+
+void allreduce_in_place(MPI_Comm comm, void* data, std::size_t count, MPI_Datatype type, double deadline_s,
+                        const std::string& what) {
+  if (count > static_cast<std::size_t>(INT32_MAX)) abort_all(what + ": over 2^31 elements");
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, MPI_SUM, comm, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, what, -1);
+}
+
+}  // namespace
+
+void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
+  allreduce_in_place(topology_.dp_comm.get(), data, count, MPI_FLOAT, deadline_s_,
+                     "summing gradients over the data-parallel group of stage " + std::to_string(topology_.stage));
+}
+
+void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
+  if (topology_.tied_comm.get() == MPI_COMM_NULL) abort_all("sum_tied_embedding called on a middle stage");
+  allreduce_in_place(topology_.tied_comm.get(), data, count, MPI_FLOAT, deadline_s_,
+                     "joining the tied embedding of replica " + std::to_string(topology_.replica));
+}
+
+double MpiCollectives::sum_over_pipeline(double value) {
+  allreduce_in_place(topology_.pipeline_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
+                     "summing over the pipeline of replica " + std::to_string(topology_.replica));
+  return value;
+}
+
+double MpiCollectives::sum_data_parallel_value(double value) {
+  allreduce_in_place(topology_.dp_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
+                     "summing over the data-parallel group of stage " + std::to_string(topology_.stage));
+  return value;
+}
+
+}  // namespace geotrain::runtime

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""N-rank training equals 1-rank training.
+
+Runs `geotrain train` once alone with G micro-batches per step, then under
+mpirun for every (pp, dp) case with G / dp micro-batches per replica (the same
+global batch), for the rank-order placement and for a shuffled (random) one,
+and checks that every step's loss and the final validation loss match the
+single-rank run within the relative tolerance. The golden trajectory is the
+single-rank run of the same binary: the claim under test is that pipelining
+and data parallelism do not change the mathematics.
+
+usage: check_trajectories.py GEOTRAIN CONFIG CASES -- MPIRUN...
+  CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp)
+"""
+import json
+import re
+import subprocess
+import sys
+
+TOLERANCE = 1e-5
+GLOBAL_MICRO_BATCHES = 4
+STEPS = 10
+
+
+def run(command):
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
+    losses = [json.loads(line)["loss"] for line in done.stdout.splitlines() if line.startswith("{")]
+    final = re.search(r"final validation loss (\S+)", done.stdout)
+    pipelines = re.findall(r"^  pipeline \d+: ranks (.*)$", done.stdout, re.M)
+    if len(losses) != STEPS or not final:
+        sys.exit(f"FAILED: expected {STEPS} step lines and a final validation loss from {' '.join(command)}\n{done.stdout}")
+    return losses, float(final.group(1)), pipelines
+
+
+def relative(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def main():
+    separator = sys.argv.index("--")
+    geotrain, config, cases = sys.argv[1:separator]
+    mpirun = sys.argv[separator + 1:]
+    common = [config, f"--train.steps={STEPS}", "--train.log_every_steps=1", "--train.log_json=true",
+              "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=4"]
+    reference, reference_final, _ = run([geotrain, "train", *common,
+                                         f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES}"])
+    print(f"single rank: losses {reference[0]:.6f} .. {reference[-1]:.6f}, validation {reference_final:.6f}")
+    failures = []
+    for case in cases.split(","):
+        pp, dp = (int(x) for x in case.split("x"))
+        layouts = {}
+        for placement, schedule in (("rank-order", "1f1b"), ("random", "gpipe")):
+            losses, final, pipelines = run(
+                [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
+                 f"--pipeline.placement={placement}", f"--pipeline.schedule={schedule}",
+                 f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}"])
+            layouts[placement] = pipelines
+            worst = max(relative(a, b) for a, b in zip(losses, reference))
+            worst = max(worst, relative(final, reference_final))
+            verdict = "ok" if worst <= TOLERANCE else "MISMATCH"
+            print(f"pp={pp} dp={dp} {placement:10s} {schedule}: pipelines {pipelines}: "
+                  f"max relative difference {worst:.2e} {verdict}")
+            if worst > TOLERANCE:
+                failures.append(f"{case} {placement}: {losses} vs {reference}")
+        if pp * dp >= 4 and layouts["random"] == layouts["rank-order"]:
+            failures.append(f"{case}: the random placement equals rank order; the shuffled case tests nothing")
+    if failures:
+        sys.exit("FAILED:\n" + "\n".join(failures))
+    print("all trajectories equal the single-rank run")
+
+
+if __name__ == "__main__":
+    main()
