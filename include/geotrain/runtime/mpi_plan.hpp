@@ -62,6 +62,7 @@ struct Topology {
   int previous_rank = -1;                     // stages[stage-1][replica]; -1 on the first stage
   int next_rank = -1;                         // stages[stage+1][replica]; -1 on the last stage
   std::vector<int> dp_ranks;                  // stages[stage][*]: the data-parallel group, by replica
+  std::vector<int> pipeline_ranks;            // stages[*][replica]: this replica's pipeline, by stage
   Communicator dp_comm;                       // those ranks; rank in it == replica
   Communicator pipeline_comm;                 // stages[*][replica]; rank in it == stage
   Communicator tied_comm;                     // this replica's first and last stage (pp > 1, those two only)

@@ -109,6 +109,7 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
     }
   }
   t.dp_ranks = plan.stages[t.stage];
+  for (int s = 0; s < plan.pipeline_stages; ++s) t.pipeline_ranks.push_back(plan.stages[s][t.replica]);
   if (t.stage > 0) t.previous_rank = plan.stages[t.stage - 1][t.replica];
   if (t.stage + 1 < plan.pipeline_stages) t.next_rank = plan.stages[t.stage + 1][t.replica];
 

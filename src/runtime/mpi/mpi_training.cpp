@@ -13,8 +13,8 @@ namespace {
 
 int tag_of(int micro_batch, bool gradient) { return 2 * micro_batch + (gradient ? 1 : 0); }
 
-std::string describe_message(const char* what, int micro_batch, int peer) {
-  return std::string(what) + " of micro-batch " + std::to_string(micro_batch) + " (rank " + std::to_string(peer) + ")";
+std::string describe_message(const char* what, int micro_batch) {
+  return std::string(what) + " of micro-batch " + std::to_string(micro_batch);
 }
 
 }  // namespace
@@ -65,7 +65,7 @@ void MpiPipelineLinks::receive(float* data, std::size_t count, int peer, int tag
   MPI_Request request;
   GT_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &request));
   // Our own sends progress while we wait (the same MPI_Test calls drive them).
-  wait_all_or_abort({&request, 1}, deadline_s_, std::string("waiting for ") + describe_message(what, tag / 2, peer),
+  wait_all_or_abort({&request, 1}, deadline_s_, std::string("waiting for ") + describe_message(what, tag / 2),
                     peer);
 }
 
@@ -97,6 +97,16 @@ MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s)
 
 namespace {
 
+// " (ranks 2, 3)": the other members of a group, for deadline messages.
+std::string members_except(const std::vector<int>& ranks, int self) {
+  std::string text;
+  for (int r : ranks) {
+    if (r == self) continue;
+    text += (text.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return " (waiting for rank" + std::string(text.find(',') == std::string::npos ? " " : "s ") + text + ")";
+}
+
 void allreduce_in_place(MPI_Comm comm, void* data, std::size_t count, MPI_Datatype type, double deadline_s,
                         const std::string& what) {
   if (count > static_cast<std::size_t>(INT32_MAX)) abort_all(what + ": over 2^31 elements");
@@ -109,24 +119,29 @@ void allreduce_in_place(MPI_Comm comm, void* data, std::size_t count, MPI_Dataty
 
 void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
   allreduce_in_place(topology_.dp_comm.get(), data, count, MPI_FLOAT, deadline_s_,
-                     "summing gradients over the data-parallel group of stage " + std::to_string(topology_.stage));
+                     "summing gradients over the data-parallel group of stage " + std::to_string(topology_.stage) +
+                         members_except(topology_.dp_ranks, topology_.rank));
 }
 
 void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
   if (topology_.tied_comm.get() == MPI_COMM_NULL) abort_all("sum_tied_embedding called on a middle stage");
   allreduce_in_place(topology_.tied_comm.get(), data, count, MPI_FLOAT, deadline_s_,
-                     "joining the tied embedding of replica " + std::to_string(topology_.replica));
+                     "joining the tied embedding of replica " + std::to_string(topology_.replica) +
+                         members_except({topology_.pipeline_ranks.front(), topology_.pipeline_ranks.back()},
+                                        topology_.rank));
 }
 
 double MpiCollectives::sum_over_pipeline(double value) {
   allreduce_in_place(topology_.pipeline_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
-                     "summing over the pipeline of replica " + std::to_string(topology_.replica));
+                     "summing over the pipeline of replica " + std::to_string(topology_.replica) +
+                         members_except(topology_.pipeline_ranks, topology_.rank));
   return value;
 }
 
 double MpiCollectives::sum_data_parallel_value(double value) {
   allreduce_in_place(topology_.dp_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
-                     "summing over the data-parallel group of stage " + std::to_string(topology_.stage));
+                     "summing over the data-parallel group of stage " + std::to_string(topology_.stage) +
+                         members_except(topology_.dp_ranks, topology_.rank));
   return value;
 }
 
