@@ -1,9 +1,12 @@
 // geotrain: one executable, one subcommand per job. Thin on purpose: parsing
 // here, work in the libraries, errors mapped to the exit-code convention.
+#include <sched.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <cstring>
 #include <iostream>
 
@@ -21,6 +24,31 @@ void restart_with_quiet_thread_pools(char** argv) {
   setenv("GEOTRAIN_THREAD_POOLS_SET", "1", 1);
   setenv("OMP_WAIT_POLICY", "passive", 0);       // 0: a user's own choice wins
   setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);     // 2^4 cycles: the minimum
+  // Several ranks on one node: each would start a thread per core and they
+  // would fight. A rank bound to some cores uses those; an unbound one its
+  // share of the node (ranks of this node from the launcher).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    int threads = 0;
+    cpu_set_t allowed;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int usable = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : static_cast<int>(online);
+    if (const char* per_task = std::getenv("SLURM_CPUS_PER_TASK")) {
+      threads = std::atoi(per_task);
+    } else if (usable < online) {
+      threads = usable;
+    } else {
+      for (const char* local : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+        if (const char* value = std::getenv(local); value != nullptr && std::atoi(value) > 0) {
+          threads = std::max(1, usable / std::atoi(value));
+          break;
+        }
+      }
+    }
+    if (threads > 0) {
+      setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+      setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 0);
+    }
+  }
   execv("/proc/self/exe", argv);                 // returns only on failure: carry on as we are
 }
 
