@@ -85,13 +85,16 @@ if(TARGET geotrain_runtime)
   expect_input_error(train-unknown-key "command line: train.stepz: unknown key" train --train.stepz=3)
   expect_input_error(train-bad-model "no-such-model\\.toml: cannot open file"
                      train --model.file=${BAD}/no-such-model.toml)
+  expect_input_error(train-pipeline-without-mpirun "pipeline.stages: 2 stages need a multiple of 2 ranks: start geotrain under mpirun"
+                     train --pipeline.stages=2)
+  expect_input_error(train-bad-schedule "command line: pipeline.schedule: must be 1f1b or gpipe" train --pipeline.schedule=zb)
   add_test(NAME cli.train.cuda-without-gpu
            COMMAND ${EXPECT} 1 "device = cuda: .*(without the CUDA backend|no usable GPU)" -- ${GT} train
                    --device.kind=cuda --train.steps=1 --optimizer.warmup_steps=0)
   set_tests_properties(cli.train.cuda-without-gpu PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME cli.train.quickstart-short
            COMMAND ${GT} train ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml --train.steps=3
-                   --train.eval_batches=2 --optimizer.warmup_steps=1 --device.kind=cpu)
+                   --train.eval_batches=2 --optimizer.warmup_steps=1 --device.kind=cpu --pipeline.stages=1)
   set_tests_properties(cli.train.quickstart-short PROPERTIES
     PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9.]+ .*tok/s.*final validation loss [0-9.]+")
 endif()

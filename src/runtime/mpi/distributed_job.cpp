@@ -50,7 +50,7 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   s.data.emplace(io::TokenDataset::from_shards(s.config.data_train, s.config.data_validation,
                                               s.model.model.vocabulary, s.config.seed));
   if (!s.config.network_matrix.empty()) {
-    io::Scenario scenario = io::load_scenario(s.config.network_matrix, {pp, ranks / pp});
+    io::Scenario scenario = io::load_scenario(s.config.network_matrix);
     if (scenario.network.device_count != ranks) {
       throw InputError(s.config.network_matrix + ": devices: the matrix has " +
                        std::to_string(scenario.network.device_count) + " devices but the job has " +
