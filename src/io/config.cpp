@@ -44,6 +44,7 @@ std::vector<Field> fields(Config& c) {
       {"network.matrix", &c.network_matrix, true},
       {"network.deadline_s", &c.network_deadline_s},
       {"network.probe_bytes", &c.probe_bytes},
+      {"network.transport", &c.transport},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
       {"optimizer.warmup_steps", &c.warmup_steps},
@@ -173,6 +174,12 @@ void check(const Config& c) {
   positive("network.probe_bytes", c.probe_bytes);
   if (c.gradient_accumulation > 16000) {
     fail(where, "train.gradient_accumulation", "must be <= 16000 (message tags), got " + std::to_string(c.gradient_accumulation));
+  }
+  if (c.transport != "auto" && c.transport != "mpi" && c.transport != "nccl") {
+    fail(where, "network.transport", "must be auto, mpi or nccl, got '" + c.transport + "'");
+  }
+  if (c.transport == "nccl" && c.device == "cpu") {
+    fail(where, "network.transport", "nccl needs device.kind = cuda or auto (NCCL moves GPU memory)");
   }
   if (c.pipeline_schedule != "1f1b" && c.pipeline_schedule != "gpipe") {
     fail(where, "pipeline.schedule", "must be 1f1b or gpipe, got '" + c.pipeline_schedule + "'");

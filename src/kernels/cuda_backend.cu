@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
+  void* native_stream() override { return stream_; }
 
   std::string description() const override {
     const double gib = static_cast<double>(properties_.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0);

@@ -5,25 +5,38 @@
 
 namespace geotrain::runtime {
 
+namespace {
+
+// Sums `count` floats of device memory at `data` with `sum`, through host
+// memory unless the collectives take device memory.
+template <typename Sum>
+void sum_buffer(kernels::Backend& backend, Collectives& collectives, float* data, std::size_t count, Sum sum) {
+  if (collectives.takes_device_memory()) {
+    sum(data, count);
+    return;
+  }
+  std::vector<float> host(count);
+  backend.download(host.data(), data, count);
+  sum(host.data(), count);
+  backend.upload(data, host.data(), count);
+}
+
+}  // namespace
+
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
                              int pipeline_stages, int data_parallel) {
   const std::size_t count = stage.parameter_count();
-  std::vector<float> host;
   if (data_parallel > 1) {
-    host.resize(count);
-    backend.download(host.data(), stage.grads(), count);
-    collectives.sum_data_parallel(host.data(), count);
-    backend.upload(stage.grads(), host.data(), count);
+    sum_buffer(backend, collectives, stage.grads(), count,
+               [&](float* d, std::size_t n) { collectives.sum_data_parallel(d, n); });
   }
   const model::ParameterView* wte = stage.find("wte");
   const bool split_embedding = pipeline_stages > 1 && wte != nullptr;
   if (split_embedding) {
     // The first stage holds the embedding's gradient, the last the head's:
     // the tied parameter's gradient is their sum, on both.
-    std::vector<float> part(wte->count);
-    backend.download(part.data(), stage.grads() + wte->offset, wte->count);
-    collectives.sum_tied_embedding(part.data(), wte->count);
-    backend.upload(stage.grads() + wte->offset, part.data(), wte->count);
+    sum_buffer(backend, collectives, stage.grads() + wte->offset, wte->count,
+               [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
   }
   double squares = backend.sum_of_squares(stage.grads(), count);
   if (split_embedding && stage.spec().has_head) {

@@ -49,27 +49,23 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
     const int i = step.micro_batch, slot = i % slots_;
     switch (step.kind) {
       case plan::StepKind::recv_activation:
-        links.receive_activation(host_buffer_.data(), activation_count_, i);
-        backend_.upload(received_, host_buffer_.data(), activation_count_);
+        receive(links, i, false);
         break;
       case plan::StepKind::forward:
         loss += stage_.forward(slot, first ? batches[i].tokens : nullptr, first ? nullptr : received_,
                                last ? batches[i].targets : nullptr);
         break;
       case plan::StepKind::send_activation:
-        backend_.download(host_buffer_.data(), stage_.output(slot), activation_count_);
-        links.send_activation(host_buffer_.data(), activation_count_, i);
+        send(links, stage_.output(slot), i, false);
         break;
       case plan::StepKind::recv_gradient:
-        links.receive_gradient(host_buffer_.data(), activation_count_, i);
-        backend_.upload(received_, host_buffer_.data(), activation_count_);
+        receive(links, i, true);
         break;
       case plan::StepKind::backward:
         stage_.backward(slot, last ? nullptr : received_, loss_scale);
         break;
       case plan::StepKind::send_gradient:
-        backend_.download(host_buffer_.data(), stage_.dinput(), activation_count_);
-        links.send_gradient(host_buffer_.data(), activation_count_, i);
+        send(links, stage_.dinput(), i, true);
         break;
     }
     // The backend may run asynchronously (CUDA): compute is charged when a
@@ -85,17 +81,29 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   return last ? loss : 0.0;
 }
 
+void PipelineStep::receive(PipelineLinks& links, int micro_batch, bool gradient) {
+  const bool direct = links.takes_device_memory();
+  float* target = direct ? received_ : host_buffer_.data();
+  if (gradient) links.receive_gradient(target, activation_count_, micro_batch);
+  else links.receive_activation(target, activation_count_, micro_batch);
+  if (!direct) backend_.upload(received_, host_buffer_.data(), activation_count_);
+}
+
+void PipelineStep::send(PipelineLinks& links, const float* data, int micro_batch, bool gradient) {
+  const bool direct = links.takes_device_memory();
+  if (!direct) backend_.download(host_buffer_.data(), data, activation_count_);
+  const float* source = direct ? data : host_buffer_.data();
+  if (gradient) links.send_gradient(source, activation_count_, micro_batch);
+  else links.send_activation(source, activation_count_, micro_batch);
+}
+
 double PipelineStep::forward_only(const MicroBatch& batch, PipelineLinks& links, int index) {
   const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
-  if (!first) {
-    links.receive_activation(host_buffer_.data(), activation_count_, index);
-    backend_.upload(received_, host_buffer_.data(), activation_count_);
-  }
+  if (!first) receive(links, index, false);
   const double loss = stage_.forward(0, first ? batch.tokens : nullptr, first ? nullptr : received_,
                                      last ? batch.targets : nullptr);
   if (!last) {
-    backend_.download(host_buffer_.data(), stage_.output(0), activation_count_);
-    links.send_activation(host_buffer_.data(), activation_count_, index);
+    send(links, stage_.output(0), index, false);
     links.complete_sends();
   }
   return last ? loss : 0.0;

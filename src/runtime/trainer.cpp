@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <ostream>
 
@@ -112,7 +113,9 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   PipelineLinks& links = role.links ? *role.links : no_links;
   Collectives& collectives = role.collectives ? *role.collectives : local_collectives;
 
-  auto backend = kernels::make_backend(config.device);
+  std::unique_ptr<kernels::Backend> owned_backend;
+  if (!role.backend) owned_backend = kernels::make_backend(config.device);
+  kernels::Backend* backend = role.backend ? role.backend : owned_backend.get();
   backend->set_matmul_precision(config.matmul_precision == "bf16" ? kernels::MatmulPrecision::bf16
                                                                    : kernels::MatmulPrecision::fp32);
   std::optional<io::TokenDataset> loaded;

@@ -140,6 +140,16 @@ if grep -qE '^ +train ' <<<"$geotrain_help"; then
     gpt2=(--model.file=inputs/models/gpt2-124m.toml "${short[@]}" --train.eval_batches=1)
     step train_gpt2_fp32 120 "$geotrain" train --device.kind=cuda --device.matmul_precision=fp32 "${gpt2[@]}"
     step train_gpt2_bf16 120 "$geotrain" train --device.kind=cuda --device.matmul_precision=bf16 "${gpt2[@]}"
+    # Under mpirun: 4 ranks sharing the one GPU (2 stages x 2 replicas,
+    # host-staged MPI transfers: NCCL refuses two ranks on one GPU), then one
+    # rank with the NCCL transport selected; the 4-rank curve must follow the
+    # single-rank CUDA run of the same global batch (8 micro-batches of 2).
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mpi=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1)
+    q=(inputs/quickstart.toml --device.kind=cuda "${short[@]}" --train.log_json=true --train.log_every_steps=1)
+    step mpi_tiny_cuda_4ranks 90 "${mpi[@]}" -n 4 "$geotrain" train "${q[@]}" --network.transport=mpi
+    step mpi_tiny_cuda_1rank_ref 60 "$geotrain" train "${q[@]}" --pipeline.stages=1 --train.gradient_accumulation=8
+    step mpi_tiny_nccl_1rank 60 "${mpi[@]}" -n 1 "$geotrain" train "${q[@]}" --pipeline.stages=1 --network.transport=nccl
   else
     log "SKIP  train: inputs/data has no corpus"
     record train "no corpus" "-"
@@ -196,6 +206,20 @@ if [[ -f $OUT/train_tiny_cuda_20.log && -f $OUT/train_tiny_cpu_20.log ]]; then
   fi
 fi
 
+# The 4-rank GPU run against the single-rank GPU run.
+if [[ -f $OUT/mpi_tiny_cuda_4ranks.log && -f $OUT/mpi_tiny_cuda_1rank_ref.log ]]; then
+  losses "$OUT/mpi_tiny_cuda_4ranks.log" >"$OUT/losses_mpi4.txt"
+  losses "$OUT/mpi_tiny_cuda_1rank_ref.log" >"$OUT/losses_ref1.txt"
+  if [[ -s $OUT/losses_mpi4.txt && $(wc -l <"$OUT/losses_mpi4.txt") == $(wc -l <"$OUT/losses_ref1.txt") ]]; then
+    worst=$(paste "$OUT/losses_mpi4.txt" "$OUT/losses_ref1.txt" |
+      awk '{ d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d } END { printf "%.2e", w }')
+    log "max relative difference, 4 ranks on the GPU vs 1: $worst (limit 1e-4)"
+    awk -v w="$worst" 'BEGIN { exit !(w <= 1e-4) }' || fail_step mpi_gpu_parity "4-rank and 1-rank GPU losses differ: $worst"
+  else
+    fail_step mpi_gpu_parity "step losses missing or of different counts"
+  fi
+fi
+
 # ---- summary
 {
   echo "geotrain GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -217,7 +241,8 @@ fi
     grep -E ' ms ' "$OUT/cuda_ops_bench.log" | sed 's/^/  /' || true
   fi
   echo "tiny loss curves: $loss_comparison"
-  for run in train_tiny_cuda_20 train_tiny_cpu_20 train_tiny_cuda train_gpt2_fp32 train_gpt2_bf16; do
+  for run in train_tiny_cuda_20 train_tiny_cpu_20 train_tiny_cuda train_gpt2_fp32 train_gpt2_bf16 \
+             mpi_tiny_cuda_4ranks mpi_tiny_cuda_1rank_ref mpi_tiny_nccl_1rank; do
     if [[ -f $OUT/$run.log ]]; then
       echo "$run:"
       grep -E 'geotrain train: model' "$OUT/$run.log" | head -1 | sed 's/^/  /' || true

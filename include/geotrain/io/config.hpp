@@ -40,6 +40,7 @@ struct Config {
   std::string network_matrix;              // scenario file to plan on instead of probing; "" = probe
   double network_deadline_s = 120;         // longest any rank waits for a peer before aborting the job
   int probe_bytes = 1 << 20;               // bandwidth message size of the start-up probe
+  std::string transport = "auto";          // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
   // [optimizer]
   double learning_rate = 1e-3;
   double min_learning_rate_fraction = 0.1;

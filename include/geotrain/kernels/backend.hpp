@@ -29,6 +29,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string description() const = 0;  // e.g. "CPU, OpenBLAS (Haswell), 2 threads"
+  // The queue every op of this backend runs on (cudaStream_t for CUDA), so
+  // that communication libraries (NCCL) can order their work after it;
+  // nullptr for the CPU backend.
+  virtual void* native_stream() { return nullptr; }
 
   // ---- memory
   virtual float* alloc(std::size_t count) = 0;             // zero-initialised

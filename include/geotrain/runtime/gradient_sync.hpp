@@ -15,13 +15,16 @@ class Collectives {
  public:
   virtual ~Collectives() = default;
   // Sum over the ranks that hold the same stage (the data-parallel group).
-  virtual void sum_data_parallel(float* host_data, std::size_t count) = 0;
+  virtual void sum_data_parallel(float* data, std::size_t count) = 0;
   // Sum between this replica's first and last stage (only they call it).
-  virtual void sum_tied_embedding(float* host_data, std::size_t count) = 0;
+  virtual void sum_tied_embedding(float* data, std::size_t count) = 0;
   // Sum over the stages of this replica (every stage calls it).
   virtual double sum_over_pipeline(double value) = 0;
   // Sum of a scalar over the data-parallel group (losses, timings).
   virtual double sum_data_parallel_value(double value) = 0;
+  // True: the float sums take the backend's device memory (NCCL); false:
+  // host memory (MPI), staged.
+  virtual bool takes_device_memory() const { return false; }
 };
 
 // One rank alone: every sum is the value itself.

@@ -24,6 +24,9 @@ class PipelineLinks {
   // Returns when every send so far has left (sends may complete later than
   // they return; their data is the link's own copy).
   virtual void complete_sends() {}
+  // True: the pointers are the backend's device memory (NCCL), so the step
+  // passes stage buffers directly; false: host memory (MPI), staged.
+  virtual bool takes_device_memory() const { return false; }
 };
 
 // Where one stage's step time went (seconds, summed over the step).
@@ -74,8 +77,13 @@ class PipelineStep {
   std::vector<plan::Step> program_;
   std::size_t activation_count_;
   float* received_ = nullptr;          // device buffer for incoming activations / gradients
-  std::vector<float> host_buffer_;     // staging between device and links
+  std::vector<float> host_buffer_;     // staging between device and host-memory links
   StageTimes times_;
+
+  // received_ <- the link (staged through host_buffer_ unless the link takes device memory).
+  void receive(PipelineLinks& links, int micro_batch, bool gradient);
+  // data (device) -> the link.
+  void send(PipelineLinks& links, const float* data, int micro_batch, bool gradient);
 };
 
 }  // namespace geotrain::runtime

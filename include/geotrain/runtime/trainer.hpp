@@ -9,6 +9,7 @@
 
 #include "geotrain/io/config.hpp"
 #include "geotrain/io/token_shard.hpp"
+#include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
 #include "geotrain/runtime/pipeline.hpp"
@@ -44,6 +45,7 @@ struct RankRole {
   PipelineLinks* links = nullptr;   // required when stages > 1
   Collectives* collectives = nullptr;  // required when stages > 1 or replicas > 1
   io::TokenDataset* data = nullptr;    // already loaded; null: loaded from the config
+  kernels::Backend* backend = nullptr; // already made (the links may need it); null: from the config
 };
 
 // FLOPs of one token's forward + backward: 6 per parameter plus attention's

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -18,6 +19,9 @@
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
 #include "geotrain/runtime/mpi_training.hpp"
+#ifdef GEOTRAIN_HAVE_NCCL
+#include "geotrain/runtime/nccl_training.hpp"
+#endif
 
 namespace geotrain::runtime {
 namespace {
@@ -180,16 +184,39 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
 
   // 3. Communicators, then 4. training.
   Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s);
-  MpiPipelineLinks links(topology, deadline_s);
-  MpiCollectives collectives(topology, deadline_s);
+  std::unique_ptr<kernels::Backend> backend;
+  try {
+    backend = kernels::make_backend(config.device);
+  } catch (const std::exception& e) {
+    abort_all(e.what());
+  }
+  MpiCollectives mpi_collectives(topology, deadline_s);
+  std::unique_ptr<PipelineLinks> links;
+  std::unique_ptr<Collectives> nccl_collectives;
+  const bool on_gpu = backend->kind() == kernels::DeviceKind::cuda;
+#ifdef GEOTRAIN_HAVE_NCCL
+  if (on_gpu && config.transport != "mpi") {
+    links = make_nccl_links(topology, *backend, deadline_s);
+    nccl_collectives = make_nccl_collectives(topology, *backend, mpi_collectives, deadline_s);
+  }
+#endif
+  if (config.transport == "nccl" && !links) {
+    abort_all(std::string("network.transport = nccl: ") +
+              (on_gpu ? "this geotrain was built without NCCL" : "this rank trains on the CPU") +
+              " (use network.transport = mpi)");
+  }
+  if (!links) links = std::make_unique<MpiPipelineLinks>(topology, deadline_s);
+  Collectives& collectives = nccl_collectives ? *nccl_collectives : mpi_collectives;
+  if (root && !config.quiet) log << "transport: " << (nccl_collectives ? "NCCL" : "MPI") << "\n";
   RankRole role;
   role.stage = topology.stage, role.stages = pp;
   role.replica = topology.replica, role.replicas = dp;
   role.reports = root;
   role.spec = setup.stages[topology.stage];
   role.whole_model = false;
-  role.links = &links;
+  role.links = links.get();
   role.collectives = &collectives;
+  role.backend = backend.get();
   role.data = &*setup.data;
   TrainResult result;
   try {
@@ -202,12 +229,17 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
     log << "final validation loss " << result.final_validation_loss << " (before training "
         << result.initial_validation_loss << "), " << static_cast<long>(result.tokens_per_second) << " tokens/s\n";
     if (!config.quiet) {
-      char line[256];
+      // The pipeline share of the pipeline phase: the bubble plus transfers.
+      const int m = config.gradient_accumulation;
+      const double measured = b.pipeline_s / (b.compute_s + b.pipeline_s);
+      const double ideal = static_cast<double>(pp - 1) / (m + pp - 1);
+      char line[320];
       std::snprintf(line, sizeof line,
                     "time per step (mean over %d ranks): %.1f ms = compute %.1f + pipeline %.1f + data-parallel %.1f "
-                    "+ optimizer %.1f ms\n",
+                    "+ optimizer %.1f ms\n"
+                    "pipeline idle %.1f%% of the pipeline phase (bubble (p-1)/(m+p-1) = %.1f%% for p=%d, m=%d)\n",
                     ranks, 1e3 * b.step_s, 1e3 * b.compute_s, 1e3 * b.pipeline_s, 1e3 * b.data_parallel_s,
-                    1e3 * b.optimizer_s);
+                    1e3 * b.optimizer_s, 100 * measured, 100 * ideal, pp, m);
       log << line;
     }
   }
