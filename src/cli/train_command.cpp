@@ -35,6 +35,11 @@ int run_train_command(const TrainCommandOptions& o) {
   }
   const io::ModelFile model = io::load_model_file(config.model_file);
   const runtime::TrainResult result = runtime::train_single_rank(config, model.model, std::cout);
+  if (result.stopped_by_signal) {
+    std::cerr << "geotrain: stopped by SIGTERM after step " << result.first_step + result.step_loss.size()
+              << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";
+    return kExitRunError;
+  }
   std::cout << "final validation loss " << result.final_validation_loss << " (before training "
             << result.initial_validation_loss << "), " << static_cast<long>(result.tokens_per_second)
             << " tokens/s\n";

@@ -45,6 +45,10 @@ std::vector<Field> fields(Config& c) {
       {"network.deadline_s", &c.network_deadline_s},
       {"network.probe_bytes", &c.probe_bytes},
       {"network.transport", &c.transport},
+      {"checkpoint.dir", &c.checkpoint_dir},
+      {"checkpoint.every_steps", &c.checkpoint_every_steps},
+      {"checkpoint.keep", &c.checkpoint_keep},
+      {"checkpoint.resume", &c.checkpoint_resume},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
       {"optimizer.warmup_steps", &c.warmup_steps},
@@ -174,6 +178,10 @@ void check(const Config& c) {
   positive("network.probe_bytes", c.probe_bytes);
   if (c.gradient_accumulation > 16000) {
     fail(where, "train.gradient_accumulation", "must be <= 16000 (message tags), got " + std::to_string(c.gradient_accumulation));
+  }
+  positive("checkpoint.keep", c.checkpoint_keep);
+  if (c.checkpoint_resume == "auto" && c.checkpoint_dir.empty()) {
+    fail(where, "checkpoint.resume", "auto needs checkpoint.dir (where to look for the latest checkpoint)");
   }
   if (c.transport != "auto" && c.transport != "mpi" && c.transport != "nccl") {
     fail(where, "network.transport", "must be auto, mpi or nccl, got '" + c.transport + "'");

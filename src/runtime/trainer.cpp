@@ -1,7 +1,9 @@
 #include "geotrain/runtime/trainer.hpp"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -97,6 +99,9 @@ void print_progress(std::ostream& log, const io::Config& config, int step, doubl
   log.flush();
 }
 
+volatile std::sig_atomic_t termination_requested = 0;
+extern "C" void request_termination(int) { termination_requested = 1; }
+
 }  // namespace
 
 double flops_per_token(const model::GptConfig& m, double parameters) {
@@ -132,6 +137,37 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   PipelineStep pipeline(stage, *backend, schedule, role.stage, role.stages, m);
 
   TrainResult result;
+  // Resume: parameters and moments by name (any layout), the sampler, the step.
+  std::optional<io::Checkpoint> loaded_checkpoint;
+  const io::Checkpoint* resume = role.resume;
+  std::string resume_path = role.resume_path;
+  if (!resume && !config.checkpoint_resume.empty()) {
+    resume_path = io::resolve_resume(config.checkpoint_dir, config.checkpoint_resume);
+    if (!resume_path.empty()) resume = &loaded_checkpoint.emplace(io::read_checkpoint_file(resume_path));
+  }
+  if (resume) {
+    restore_tensors(stage, optimizer, *backend, *resume, resume_path);
+    data.restore(resume->sampler);
+    result.first_step = static_cast<int>(std::min<std::int64_t>(resume->completed_steps, config.train_steps));
+  }
+  std::optional<LocalCheckpointSink> local_sink;
+  CheckpointSink* sink = role.checkpoints;
+  if (!sink && !config.checkpoint_dir.empty()) sink = &local_sink.emplace(config.checkpoint_dir, config.checkpoint_keep);
+  if (sink) {
+    termination_requested = 0;
+    std::signal(SIGTERM, request_termination);  // Slurm's pre-emption notice: checkpoint, then stop
+  }
+  auto save = [&](int completed_steps) {
+    io::Checkpoint metadata;
+    metadata.completed_steps = completed_steps;
+    metadata.sampler = data.state();
+    metadata.model = model;
+    metadata.config_text = io::describe(config);
+    metadata.plan_text = role.plan_text;
+    std::vector<io::CheckpointTensor> tensors;
+    if (role.replica == 0) tensors = collect_tensors(stage, optimizer, *backend, role.stages > 1 && spec.has_head);
+    result.last_checkpoint = sink->save(std::move(metadata), std::move(tensors));
+  };
   // The tied embedding lives on the first and the last stage: count it once.
   const model::ParameterView* wte = stage.find("wte");
   const bool second_copy = wte != nullptr && role.stages > 1 && spec.has_head;
@@ -148,12 +184,16 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   }
   result.initial_validation_loss =
       validation_loss(pipeline, links, collectives, data, B, T, config.eval_batches, role.replicas);
-  if (talk) log << "validation before training: loss " << result.initial_validation_loss << "\n";
+  if (talk) {
+    log << "validation " << (resume ? "at the checkpoint" : "before training") << ": loss "
+        << result.initial_validation_loss << "\n";
+    if (resume) log << "resumed from " << resume_path << " after step " << result.first_step << "\n";
+  }
 
   std::vector<std::vector<int>> inputs(m), targets(m);
   const auto run_start = Clock::now();
   StepBreakdown own;  // this rank, summed over the timed steps
-  for (int step = 0; step < config.train_steps; ++step) {
+  for (int step = result.first_step; step < config.train_steps; ++step) {
     const auto step_start = Clock::now();
     std::vector<MicroBatch> batches;
     for (int i = 0; i < m; ++i) {
@@ -176,7 +216,7 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
                      " (lower optimizer.learning_rate?)");
     }
     result.step_loss.push_back(loss);
-    if (step > 0 || config.train_steps == 1) {
+    if (step > result.first_step || config.train_steps == result.first_step + 1) {
       own.step_s += step_s;
       own.compute_s += pipeline.times().compute_s;
       own.pipeline_s += pipeline.times().pipeline_s;
@@ -194,13 +234,26 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
       if (last) result.final_validation_loss = v;
       if (talk) log << "validation at step " << step + 1 << ": loss " << v << "\n";
     }
+    if (sink) {
+      // Every rank must take the same decision: the signal may reach some only.
+      const bool stop = sum_over_job(collectives, termination_requested ? 1.0 : 0.0) > 0 && !last;
+      if (stop || last || (config.checkpoint_every_steps > 0 && (step + 1) % config.checkpoint_every_steps == 0)) {
+        save(step + 1);
+        if (talk) log << "checkpoint " << result.last_checkpoint << "\n";
+      }
+      if (stop) {
+        result.stopped_by_signal = true;
+        break;
+      }
+    }
   }
-  const int timed_steps = config.train_steps > 1 ? config.train_steps - 1 : 1;
+  const int done_steps = static_cast<int>(result.step_loss.size());
+  const int timed_steps = done_steps > 1 ? done_steps - 1 : 1;
   const double ranks = static_cast<double>(role.stages) * role.replicas;
   auto mean_per_step = [&](double own_total) { return sum_over_job(collectives, own_total) / ranks / timed_steps; };
   result.breakdown = {mean_per_step(own.step_s), mean_per_step(own.compute_s), mean_per_step(own.pipeline_s),
                       mean_per_step(own.data_parallel_s), mean_per_step(own.optimizer_s)};
-  result.tokens_per_second = tokens_per_step / result.breakdown.step_s;
+  result.tokens_per_second = result.breakdown.step_s > 0 ? tokens_per_step / result.breakdown.step_s : 0.0;
   return result;
 }
 

@@ -40,6 +40,11 @@ struct Config {
   std::string network_matrix;              // scenario file to plan on instead of probing; "" = probe
   double network_deadline_s = 120;         // longest any rank waits for a peer before aborting the job
   int probe_bytes = 1 << 20;               // bandwidth message size of the start-up probe
+  // [checkpoint]
+  std::string checkpoint_dir;              // "" = no checkpoints; relative to the working directory
+  int checkpoint_every_steps = 0;          // 0: only at the end (and on SIGTERM)
+  int checkpoint_keep = 3;                 // newest files kept
+  std::string checkpoint_resume;           // "" | auto (the dir's latest, if any) | a checkpoint file
   std::string transport = "auto";          // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
   // [optimizer]
   double learning_rate = 1e-3;

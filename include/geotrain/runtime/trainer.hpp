@@ -11,6 +11,7 @@
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
+#include "geotrain/runtime/checkpointing.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
 #include "geotrain/runtime/pipeline.hpp"
 
@@ -33,6 +34,9 @@ struct TrainResult {
   double tokens_per_second = 0;       // global tokens, over all steps after the first
   double model_flops_per_token = 0;
   StepBreakdown breakdown;
+  int first_step = 0;                 // steps already done by the checkpoint resumed from
+  bool stopped_by_signal = false;     // SIGTERM: checkpointed and stopped before the last step
+  std::string last_checkpoint;        // path of the last checkpoint written ("" if none)
 };
 
 // This rank's part of the job.
@@ -46,6 +50,10 @@ struct RankRole {
   Collectives* collectives = nullptr;  // required when stages > 1 or replicas > 1
   io::TokenDataset* data = nullptr;    // already loaded; null: loaded from the config
   kernels::Backend* backend = nullptr; // already made (the links may need it); null: from the config
+  CheckpointSink* checkpoints = nullptr;  // null: a LocalCheckpointSink when checkpoint.dir is set
+  const io::Checkpoint* resume = nullptr; // loaded already; null: from checkpoint.resume if set
+  std::string resume_path;                // the file `resume` came from, for messages
+  std::string plan_text;                  // stored in checkpoints
 };
 
 // FLOPs of one token's forward + backward: 6 per parameter plus attention's

@@ -1,6 +1,7 @@
 // geotrain train under mpirun / srun: the whole start-up and the training
 // loop on every rank. Rank 0 prints; every rank fails together.
 #include <cstdio>
+#include <climits>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "geotrain/io/checkpoint.hpp"
 #include "geotrain/io/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/scenario.hpp"
@@ -34,6 +36,61 @@ struct Setup {
   std::vector<model::StageSpec> stages;
   std::optional<io::TokenDataset> data;
   std::optional<plan::Network> matrix;  // network.matrix, when given
+  std::optional<io::Checkpoint> resume; // checkpoint.resume, when it names a checkpoint
+  std::string resume_path;
+};
+
+// Rank 0 writes the checkpoint: the other ranks' tensors are gathered to it
+// (MPI_Igatherv, each wait with the deadline), then its verdict is broadcast
+// so that no rank leaves (and no launcher kills rank 0) mid-write.
+class MpiCheckpointSink : public CheckpointSink {
+ public:
+  MpiCheckpointSink(std::string dir, int keep, double deadline_s)
+      : dir_(std::move(dir)), keep_(keep), deadline_s_(deadline_s) {}
+  std::string save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
+    int rank = 0, size = 1;
+    GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    const std::vector<std::uint8_t> mine = io::serialize_tensors(tensors);
+    if (mine.size() > static_cast<std::size_t>(INT32_MAX)) {
+      abort_all("checkpoint: this stage's tensors are over 2 GiB, more than one gather carries");
+    }
+    int my_size = static_cast<int>(mine.size());
+    std::vector<int> sizes(rank == 0 ? size : 0), offsets(rank == 0 ? size : 0);
+    MPI_Request request;
+    GT_MPI_CHECK(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
+    wait_all_or_abort({&request, 1}, deadline_s_, "gathering checkpoint sizes", rank == 0 ? -1 : 0);
+    std::vector<std::uint8_t> all;
+    if (rank == 0) {
+      long long total = 0;
+      for (int r = 0; r < size; ++r) offsets[r] = static_cast<int>(total), total += sizes[r];
+      if (total > INT32_MAX) abort_all("checkpoint: the model's tensors are over 2 GiB, more than one gather carries");
+      all.resize(static_cast<std::size_t>(total));
+    }
+    GT_MPI_CHECK(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0,
+                              MPI_COMM_WORLD, &request));
+    wait_all_or_abort({&request, 1}, deadline_s_, "gathering the checkpoint", rank == 0 ? -1 : 0);
+    std::vector<std::uint8_t> path_bytes;
+    if (rank == 0) {
+      try {
+        for (int r = 0; r < size; ++r) {
+          const std::vector<std::uint8_t> part(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
+          for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
+        }
+        const std::string path = io::save_checkpoint(dir_, metadata, keep_);
+        path_bytes.assign(path.begin(), path.end());
+      } catch (const std::exception& e) {
+        abort_all(std::string("checkpoint not written: ") + e.what());
+      }
+    }
+    path_bytes = broadcast_bytes(MPI_COMM_WORLD, path_bytes, 0, deadline_s_, "waiting for rank 0 to write the checkpoint");
+    return std::string(path_bytes.begin(), path_bytes.end());
+  }
+
+ private:
+  std::string dir_;
+  int keep_;
+  double deadline_s_;
 };
 
 void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
@@ -61,6 +118,10 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
                        std::to_string(ranks) + " ranks (network.matrix must describe exactly the job's ranks)");
     }
     s.matrix = std::move(scenario.network);
+  }
+  if (!s.config.checkpoint_resume.empty()) {
+    s.resume_path = io::resolve_resume(s.config.checkpoint_dir, s.config.checkpoint_resume);
+    if (!s.resume_path.empty()) s.resume.emplace(io::read_checkpoint_file(s.resume_path));
   }
 }
 
@@ -218,6 +279,10 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   role.collectives = &collectives;
   role.backend = backend.get();
   role.data = &*setup.data;
+  std::optional<MpiCheckpointSink> sink;
+  if (!config.checkpoint_dir.empty()) role.checkpoints = &sink.emplace(config.checkpoint_dir, config.checkpoint_keep, deadline_s);
+  if (setup.resume) role.resume = &*setup.resume, role.resume_path = setup.resume_path;
+  role.plan_text = format_plan(the_plan, config.placement, network);
   TrainResult result;
   try {
     result = train(config, model, role, log);
@@ -226,6 +291,10 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   }
   if (root) {
     const StepBreakdown& b = result.breakdown;
+    if (result.stopped_by_signal) {
+      std::cerr << "geotrain: stopped by SIGTERM after step " << result.first_step + result.step_loss.size()
+                << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";
+    }
     log << "final validation loss " << result.final_validation_loss << " (before training "
         << result.initial_validation_loss << "), " << static_cast<long>(result.tokens_per_second) << " tokens/s\n";
     if (!config.quiet) {
@@ -243,7 +312,7 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
       log << line;
     }
   }
-  return 0;
+  return result.stopped_by_signal ? kExitRunError : 0;
 }
 
 }  // namespace geotrain::runtime

@@ -1,0 +1,403 @@
+#include "geotrain/io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <stdexcept>
+
+#include "geotrain/io/errors.hpp"
+
+namespace geotrain::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The HDF5 member of the checked-call family: a negative result becomes an
+// exception naming the call and its place; `fail` picks the kind (bad input
+// when reading, run-time failure when writing).
+[[noreturn]] void h5_failed(const char* call, const char* file, int line, const std::string& context, bool reading) {
+  const std::string message = context + ": " + call + " failed (" + file + ":" + std::to_string(line) + ")";
+  if (reading) throw InputError(message);
+  throw RunError(message);
+}
+#define GT_H5_CHECK(call, context, reading)                                          \
+  ([&]() {                                                                           \
+    auto gt_h5_result_ = (call);                                                     \
+    if (gt_h5_result_ < 0) h5_failed(#call, __FILE__, __LINE__, (context), (reading)); \
+    return gt_h5_result_;                                                            \
+  }())
+
+// An HDF5 handle closed on scope exit.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+void quiet_hdf5() {
+  static const bool done = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  (void)done;
+}
+
+std::size_t element_count(const std::vector<int>& shape) {
+  std::size_t n = 1;
+  for (int d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+std::string shape_text(const std::vector<int>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// ---- writing
+
+void write_dataset(hid_t group, const std::string& name, const std::vector<int>& shape, const std::vector<float>& data,
+                   const std::string& context) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(GT_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), context, false), H5Sclose);
+  Handle set(GT_H5_CHECK(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                         context, false),
+             H5Dclose);
+  GT_H5_CHECK(H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), context, false);
+}
+
+void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& context) {
+  Handle space(GT_H5_CHECK(H5Screate(H5S_SCALAR), context, false), H5Sclose);
+  Handle attribute(GT_H5_CHECK(H5Acreate2(object, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), context, false),
+                   H5Aclose);
+  GT_H5_CHECK(H5Awrite(attribute, H5T_NATIVE_INT64, &value), context, false);
+}
+
+hid_t utf8_string_type() {
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  return type;
+}
+
+void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& context) {
+  Handle type(utf8_string_type(), H5Tclose);
+  Handle space(GT_H5_CHECK(H5Screate(H5S_SCALAR), context, false), H5Sclose);
+  Handle attribute(GT_H5_CHECK(H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Aclose);
+  const char* text = value.c_str();
+  GT_H5_CHECK(H5Awrite(attribute, type, &text), context, false);
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw RunError(path + ": cannot open to flush it to disk");
+  const int result = ::fsync(fd);
+  ::close(fd);
+  if (result != 0) throw RunError(path + ": fsync failed");
+}
+
+// ---- reading
+
+std::int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
+  const std::string field = std::string("attribute ") + name;
+  if (H5Aexists(object, name) <= 0) throw InputError(path + ": " + field + ": missing (not a geotrain checkpoint?)");
+  Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), path + ": " + field, true), H5Aclose);
+  Handle type(GT_H5_CHECK(H5Aget_type(attribute), path + ": " + field, true), H5Tclose);
+  if (H5Tget_class(type) != H5T_INTEGER) throw InputError(path + ": " + field + ": must be an integer");
+  std::int64_t value = 0;
+  GT_H5_CHECK(H5Aread(attribute, H5T_NATIVE_INT64, &value), path + ": " + field, true);
+  return value;
+}
+
+std::string read_string_attribute(hid_t object, const char* name, const std::string& path) {
+  const std::string field = std::string("attribute ") + name;
+  if (H5Aexists(object, name) <= 0) throw InputError(path + ": " + field + ": missing (not a geotrain checkpoint?)");
+  Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), path + ": " + field, true), H5Aclose);
+  Handle type(GT_H5_CHECK(H5Aget_type(attribute), path + ": " + field, true), H5Tclose);
+  if (H5Tget_class(type) != H5T_STRING) throw InputError(path + ": " + field + ": must be a string");
+  if (H5Tis_variable_str(type) > 0) {
+    Handle memory(utf8_string_type(), H5Tclose);
+    char* text = nullptr;
+    GT_H5_CHECK(H5Aread(attribute, memory, &text), path + ": " + field, true);
+    std::string value = text ? text : "";
+    H5free_memory(text);
+    return value;
+  }
+  const std::size_t size = H5Tget_size(type);
+  std::string value(size, '\0');
+  GT_H5_CHECK(H5Aread(attribute, type, value.data()), path + ": " + field, true);
+  return value.substr(0, value.find('\0'));
+}
+
+std::vector<std::string> member_names(hid_t group, const std::string& context) {
+  H5G_info_t info;
+  GT_H5_CHECK(H5Gget_info(group, &info), context, true);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t length = GT_H5_CHECK(
+        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT), context, true);
+    std::string name(static_cast<std::size_t>(length) + 1, '\0');
+    GT_H5_CHECK(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT),
+                context, true);
+    name.resize(static_cast<std::size_t>(length));
+    names.push_back(name);
+  }
+  return names;
+}
+
+// Reads dataset `name` of `group`; its shape into `shape` (checked against
+// `expected` when that is not empty).
+std::vector<float> read_dataset(hid_t group, const std::string& name, const std::string& field,
+                                std::vector<int>& shape, const std::vector<int>& expected) {
+  if (H5Lexists(group, name.c_str(), H5P_DEFAULT) <= 0) throw InputError(field + ": missing");
+  Handle set(GT_H5_CHECK(H5Dopen2(group, name.c_str(), H5P_DEFAULT), field, true), H5Dclose);
+  Handle type(GT_H5_CHECK(H5Dget_type(set), field, true), H5Tclose);
+  if (H5Tget_class(type) != H5T_FLOAT) throw InputError(field + ": must hold floating-point numbers");
+  Handle space(GT_H5_CHECK(H5Dget_space(set), field, true), H5Sclose);
+  const int rank = GT_H5_CHECK(H5Sget_simple_extent_ndims(space), field, true);
+  if (rank < 1 || rank > 4) throw InputError(field + ": has " + std::to_string(rank) + " dimensions (1 to 4 expected)");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  GT_H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr), field, true);
+  shape.assign(dims.begin(), dims.end());
+  for (hsize_t d : dims) {
+    if (d == 0 || d > (1u << 30)) throw InputError(field + ": dimension " + std::to_string(d) + " out of range");
+  }
+  if (!expected.empty() && shape != expected) {
+    throw InputError(field + ": shape " + shape_text(shape) + " differs from the parameter's " + shape_text(expected));
+  }
+  std::vector<float> data(element_count(shape));
+  GT_H5_CHECK(H5Dread(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), field, true);
+  return data;
+}
+
+// ---- serialisation helpers
+
+template <typename T>
+void put(std::vector<std::uint8_t>& out, const T& value) {
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(&value);
+  out.insert(out.end(), bytes, bytes + sizeof value);
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<std::uint8_t>& bytes) : bytes_(bytes) {}
+  template <typename T>
+  T get() {
+    T value;
+    take(&value, sizeof value);
+    return value;
+  }
+  void take(void* out, std::size_t size) {
+    if (size > bytes_.size() - at_) throw std::invalid_argument("checkpoint tensors: message truncated");
+    std::memcpy(out, bytes_.data() + at_, size);
+    at_ += size;
+  }
+  bool done() const { return at_ == bytes_.size(); }
+
+ private:
+  const std::vector<std::uint8_t>& bytes_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+const CheckpointTensor* Checkpoint::find(const std::string& name) const {
+  for (const CheckpointTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
+  quiet_hdf5();
+  const std::string context = path;
+  Handle file(GT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Fclose);
+  write_int_attribute(file, "format_version", c.format_version, context);
+  write_int_attribute(file, "completed_steps", c.completed_steps, context);
+  write_int_attribute(file, "sampler_seed", static_cast<std::int64_t>(c.sampler.seed), context);
+  write_int_attribute(file, "sampler_epoch", c.sampler.epoch, context);
+  write_int_attribute(file, "sampler_position", c.sampler.position, context);
+  write_string_attribute(file, "model_name", c.model.name, context);
+  write_int_attribute(file, "model_layers", c.model.layers, context);
+  write_int_attribute(file, "model_hidden", c.model.hidden, context);
+  write_int_attribute(file, "model_heads", c.model.heads, context);
+  write_int_attribute(file, "model_vocabulary", c.model.vocabulary, context);
+  write_int_attribute(file, "model_sequence_length", c.model.sequence_length, context);
+  write_string_attribute(file, "config", c.config_text, context);
+  write_string_attribute(file, "plan", c.plan_text, context);
+  write_string_attribute(file, "writer", "geotrain 0.1.0", context);
+  Handle params(GT_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+  Handle optimizer(GT_H5_CHECK(H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+  Handle m(GT_H5_CHECK(H5Gcreate2(optimizer, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+  Handle v(GT_H5_CHECK(H5Gcreate2(optimizer, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+  for (const CheckpointTensor& t : c.tensors) {
+    const std::size_t n = element_count(t.shape);
+    if (t.value.size() != n || t.first_moment.size() != n || t.second_moment.size() != n) {
+      throw std::invalid_argument("write_checkpoint_file: tensor " + t.name + " has the wrong size");
+    }
+    write_dataset(params, t.name, t.shape, t.value, context + ": /params/" + t.name);
+    write_dataset(m, t.name, t.shape, t.first_moment, context + ": /optimizer/m/" + t.name);
+    write_dataset(v, t.name, t.shape, t.second_moment, context + ": /optimizer/v/" + t.name);
+  }
+  GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), context, false);
+}
+
+Checkpoint read_checkpoint_file(const std::string& path) {
+  quiet_hdf5();
+  if (!fs::exists(path)) throw InputError(path + ": cannot open file (no such checkpoint)");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file (truncated or not a checkpoint)");
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (file < 0) throw InputError(path + ": cannot be opened as HDF5 (truncated or damaged)");
+  Checkpoint c;
+  c.format_version = static_cast<int>(read_int_attribute(file, "format_version", path));
+  if (c.format_version != kCheckpointFormatVersion) {
+    throw InputError(path + ": attribute format_version: " + std::to_string(c.format_version) +
+                     " is not supported (this geotrain reads version " + std::to_string(kCheckpointFormatVersion) + ")");
+  }
+  c.completed_steps = read_int_attribute(file, "completed_steps", path);
+  c.sampler.seed = static_cast<std::uint64_t>(read_int_attribute(file, "sampler_seed", path));
+  c.sampler.epoch = read_int_attribute(file, "sampler_epoch", path);
+  c.sampler.position = read_int_attribute(file, "sampler_position", path);
+  if (c.completed_steps < 0 || c.sampler.epoch < 0 || c.sampler.position < 0) {
+    throw InputError(path + ": attribute completed_steps / sampler_*: negative");
+  }
+  c.model.name = read_string_attribute(file, "model_name", path);
+  c.model.layers = static_cast<int>(read_int_attribute(file, "model_layers", path));
+  c.model.hidden = static_cast<int>(read_int_attribute(file, "model_hidden", path));
+  c.model.heads = static_cast<int>(read_int_attribute(file, "model_heads", path));
+  c.model.vocabulary = static_cast<int>(read_int_attribute(file, "model_vocabulary", path));
+  c.model.sequence_length = static_cast<int>(read_int_attribute(file, "model_sequence_length", path));
+  c.config_text = read_string_attribute(file, "config", path);
+  c.plan_text = read_string_attribute(file, "plan", path);
+  for (const char* group : {"params", "optimizer/m", "optimizer/v"}) {
+    if (H5Lexists(file, "optimizer", H5P_DEFAULT) <= 0 && std::string(group) != "params") {
+      throw InputError(path + ": /optimizer: missing");
+    }
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) throw InputError(path + ": /" + group + ": missing");
+  }
+  Handle params(GT_H5_CHECK(H5Gopen2(file, "params", H5P_DEFAULT), path + ": /params", true), H5Gclose);
+  Handle m(GT_H5_CHECK(H5Gopen2(file, "optimizer/m", H5P_DEFAULT), path + ": /optimizer/m", true), H5Gclose);
+  Handle v(GT_H5_CHECK(H5Gopen2(file, "optimizer/v", H5P_DEFAULT), path + ": /optimizer/v", true), H5Gclose);
+  for (const std::string& name : member_names(params, path + ": /params")) {
+    CheckpointTensor t;
+    t.name = name;
+    t.value = read_dataset(params, name, path + ": /params/" + name, t.shape, {});
+    std::vector<int> shape;
+    t.first_moment = read_dataset(m, name, path + ": /optimizer/m/" + name, shape, t.shape);
+    t.second_moment = read_dataset(v, name, path + ": /optimizer/v/" + name, shape, t.shape);
+    c.tensors.push_back(std::move(t));
+  }
+  if (c.tensors.empty()) throw InputError(path + ": /params: empty");
+  return c;
+}
+
+std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>& tensors) {
+  std::vector<std::uint8_t> out;
+  put(out, static_cast<std::uint32_t>(tensors.size()));
+  for (const CheckpointTensor& t : tensors) {
+    put(out, static_cast<std::uint32_t>(t.name.size()));
+    out.insert(out.end(), t.name.begin(), t.name.end());
+    put(out, static_cast<std::uint32_t>(t.shape.size()));
+    for (int d : t.shape) put(out, static_cast<std::int32_t>(d));
+    for (const auto* data : {&t.value, &t.first_moment, &t.second_moment}) {
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(data->data());
+      out.insert(out.end(), bytes, bytes + data->size() * sizeof(float));
+    }
+  }
+  return out;
+}
+
+std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t>& bytes) {
+  Reader in(bytes);
+  const std::uint32_t count = in.get<std::uint32_t>();
+  if (count > 1000000) throw std::invalid_argument("checkpoint tensors: implausible tensor count");
+  std::vector<CheckpointTensor> tensors(count);
+  for (CheckpointTensor& t : tensors) {
+    const std::uint32_t name_length = in.get<std::uint32_t>();
+    if (name_length == 0 || name_length > 4096) throw std::invalid_argument("checkpoint tensors: bad name length");
+    t.name.resize(name_length);
+    in.take(t.name.data(), name_length);
+    const std::uint32_t rank = in.get<std::uint32_t>();
+    if (rank < 1 || rank > 4) throw std::invalid_argument("checkpoint tensors: bad rank");
+    for (std::uint32_t i = 0; i < rank; ++i) {
+      const std::int32_t d = in.get<std::int32_t>();
+      if (d < 1) throw std::invalid_argument("checkpoint tensors: bad dimension");
+      t.shape.push_back(d);
+    }
+    const std::size_t n = element_count(t.shape);
+    if (n > bytes.size()) throw std::invalid_argument("checkpoint tensors: message truncated");
+    for (auto* data : {&t.value, &t.first_moment, &t.second_moment}) {
+      data->resize(n);
+      in.take(data->data(), n * sizeof(float));
+    }
+  }
+  if (!in.done()) throw std::invalid_argument("checkpoint tensors: trailing bytes");
+  return tensors;
+}
+
+std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw RunError(dir + ": cannot create the checkpoint directory: " + error.message());
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(checkpoint.completed_steps));
+  const std::string final_path = (fs::path(dir) / name).string();
+  const std::string temporary = final_path + ".tmp";
+  write_checkpoint_file(temporary, checkpoint);
+  fsync_path(temporary);
+  fs::rename(temporary, final_path, error);
+  if (error) throw RunError(temporary + ": cannot rename to " + final_path + ": " + error.message());
+  fsync_path(dir);
+  const std::string latest = (fs::path(dir) / "latest").string();
+  {
+    std::ofstream out(latest + ".tmp", std::ios::trunc);
+    out << name << "\n";
+    out.close();
+    if (!out) throw RunError(latest + ".tmp: cannot write");
+  }
+  fsync_path(latest + ".tmp");
+  fs::rename(latest + ".tmp", latest, error);
+  if (error) throw RunError(latest + ": cannot replace: " + error.message());
+  fsync_path(dir);
+  // Only after `latest` moved on: delete all but the newest `keep`.
+  std::vector<std::string> steps;
+  const std::regex pattern("step_[0-9]{8}\\.h5");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    if (std::regex_match(file, pattern)) steps.push_back(file);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (std::size_t i = 0; keep > 0 && i + static_cast<std::size_t>(keep) < steps.size(); ++i) {
+    if (steps[i] != name) fs::remove(fs::path(dir) / steps[i], error);
+  }
+  return final_path;
+}
+
+std::string resolve_resume(const std::string& dir, const std::string& resume) {
+  if (resume != "auto") return resume;
+  const fs::path latest = fs::path(dir) / "latest";
+  if (!fs::exists(latest)) return "";
+  std::ifstream in(latest);
+  std::string name;
+  std::getline(in, name);
+  const fs::path target = fs::path(dir) / name;
+  if (name.empty() || name.find('/') != std::string::npos || !fs::exists(target)) {
+    throw InputError(latest.string() + ": names '" + name + "', which is not a checkpoint in " + dir);
+  }
+  return target.string();
+}
+
+}  // namespace geotrain::io

@@ -1,0 +1,57 @@
+#include "geotrain/runtime/checkpointing.hpp"
+
+#include "geotrain/io/errors.hpp"
+
+namespace geotrain::runtime {
+
+std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::AdamW& optimizer,
+                                                  kernels::Backend& backend, bool skip_tied_copy) {
+  std::vector<io::CheckpointTensor> tensors;
+  for (const model::ParameterView& view : stage.parameters()) {
+    if (skip_tied_copy && view.name == "wte") continue;
+    io::CheckpointTensor t;
+    t.name = view.name;
+    t.shape = view.shape;
+    for (auto [target, source] : {std::pair{&t.value, stage.params()}, std::pair{&t.first_moment, optimizer.first_moment()},
+                                  std::pair{&t.second_moment, optimizer.second_moment()}}) {
+      target->resize(view.count);
+      backend.download(target->data(), source + view.offset, view.count);
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
+                     const io::Checkpoint& checkpoint, const std::string& path) {
+  const model::GptConfig& have = checkpoint.model;
+  const model::GptConfig& want = stage.config();
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"model_layers", {have.layers, want.layers}},       {"model_hidden", {have.hidden, want.hidden}},
+      {"model_heads", {have.heads, want.heads}},          {"model_vocabulary", {have.vocabulary, want.vocabulary}},
+      {"model_sequence_length", {have.sequence_length, want.sequence_length}}};
+  for (const auto& [name, values] : fields) {
+    if (values.first != values.second) {
+      throw InputError(path + ": attribute " + name + ": the checkpoint has " + std::to_string(values.first) +
+                       " but the model being trained has " + std::to_string(values.second) +
+                       " (a checkpoint of another model?)");
+    }
+  }
+  for (const model::ParameterView& view : stage.parameters()) {
+    const io::CheckpointTensor* t = checkpoint.find(view.name);
+    if (t == nullptr) throw InputError(path + ": /params/" + view.name + ": missing (a checkpoint of another model?)");
+    if (t->shape != view.shape || t->value.size() != view.count) {
+      throw InputError(path + ": /params/" + view.name + ": shape differs from the model's");
+    }
+    backend.upload(stage.params() + view.offset, t->value.data(), view.count);
+    backend.upload(optimizer.first_moment() + view.offset, t->first_moment.data(), view.count);
+    backend.upload(optimizer.second_moment() + view.offset, t->second_moment.data(), view.count);
+  }
+}
+
+std::string LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
+  metadata.tensors = std::move(tensors);
+  return io::save_checkpoint(dir_, metadata, keep_);
+}
+
+}  // namespace geotrain::runtime
