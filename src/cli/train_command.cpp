@@ -40,9 +40,7 @@ int run_train_command(const TrainCommandOptions& o) {
               << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";
     return kExitRunError;
   }
-  std::cout << "final validation loss " << result.final_validation_loss << " (before training "
-            << result.initial_validation_loss << "), " << static_cast<long>(result.tokens_per_second)
-            << " tokens/s\n";
+  std::cout << final_summary(result);
   return 0;
 }
 

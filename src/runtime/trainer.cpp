@@ -257,6 +257,13 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   return result;
 }
 
+std::string final_summary(const TrainResult& result) {
+  char line[160];
+  std::snprintf(line, sizeof line, "final validation loss %.6f (before training %.6f), %.0f tokens/s\n",
+                result.final_validation_loss, result.initial_validation_loss, result.tokens_per_second);
+  return line;
+}
+
 TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log) {
   return train(config, model, RankRole{}, log);
 }

@@ -5,6 +5,7 @@
 // replica) and under MPI (trainer links and collectives from mpi_training.hpp).
 #pragma once
 #include <iosfwd>
+#include <string>
 #include <vector>
 
 #include "geotrain/io/config.hpp"
@@ -65,6 +66,9 @@ double flops_per_token(const model::GptConfig& config, double parameters);
 // micro-batches of micro_batch_sequences sequences. Throws RunError when the
 // loss stops being finite (on every rank: the loss is global).
 TrainResult train(const io::Config& config, const model::GptConfig& model, const RankRole& role, std::ostream& log);
+
+// "final validation loss 2.411160 (before training 5.519800), 18365 tokens/s\n"
+std::string final_summary(const TrainResult& result);
 
 // One rank, the whole model.
 TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log);

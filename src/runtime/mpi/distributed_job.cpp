@@ -295,8 +295,7 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
       std::cerr << "geotrain: stopped by SIGTERM after step " << result.first_step + result.step_loss.size()
                 << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";
     }
-    log << "final validation loss " << result.final_validation_loss << " (before training "
-        << result.initial_validation_loss << "), " << static_cast<long>(result.tokens_per_second) << " tokens/s\n";
+    log << final_summary(result);
     if (!config.quiet) {
       // The pipeline share of the pipeline phase: the bubble plus transfers.
       const int m = config.gradient_accumulation;

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Load a geotrain checkpoint (HDF5) into a PyTorch GPT of the same
+architecture and compute its validation loss on a token shard, in the order
+geotrain evaluates: batch i holds the windows i*B .. i*B+B-1 of the shard
+(window k = tokens k*T .. k*T+T), one replica.
+
+usage: load_checkpoint.py CHECKPOINT.h5 VALIDATION.bin [--batch-size B] [--batches N] [--json]
+
+As a library: `model = load_gpt(path)` gives a torch.nn.Module whose
+parameters carry geotrain's names (h.3.attn.qkv.weight, ...).
+"""
+import argparse
+import json
+import math
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class GPT(torch.nn.Module):
+    """Pre-LayerNorm decoder, tanh GELU, tied embedding and head: geotrain's model."""
+
+    def __init__(self, layers, hidden, heads, vocabulary, sequence_length):
+        super().__init__()
+        self.layers, self.hidden, self.heads = layers, hidden, heads
+        self.vocabulary, self.sequence_length = vocabulary, sequence_length
+        shapes = {"wte": (vocabulary, hidden), "wpe": (sequence_length, hidden),
+                  "lnf.weight": (hidden,), "lnf.bias": (hidden,)}
+        for l in range(layers):
+            shapes.update({f"h.{l}.ln1.weight": (hidden,), f"h.{l}.ln1.bias": (hidden,),
+                           f"h.{l}.attn.qkv.weight": (3 * hidden, hidden), f"h.{l}.attn.qkv.bias": (3 * hidden,),
+                           f"h.{l}.attn.proj.weight": (hidden, hidden), f"h.{l}.attn.proj.bias": (hidden,),
+                           f"h.{l}.ln2.weight": (hidden,), f"h.{l}.ln2.bias": (hidden,),
+                           f"h.{l}.mlp.fc.weight": (4 * hidden, hidden), f"h.{l}.mlp.fc.bias": (4 * hidden,),
+                           f"h.{l}.mlp.proj.weight": (hidden, 4 * hidden), f"h.{l}.mlp.proj.bias": (hidden,)})
+        # nn.Module names cannot contain dots: keep geotrain's names in a dict.
+        self.params = torch.nn.ParameterDict({name.replace(".", "__"): torch.nn.Parameter(torch.zeros(shape))
+                                              for name, shape in shapes.items()})
+
+    def p(self, name):
+        return self.params[name.replace(".", "__")]
+
+    def named_geotrain_parameters(self):
+        return {name.replace("__", "."): value for name, value in self.params.items()}
+
+    def forward(self, tokens, targets):
+        B, T = tokens.shape
+        C, NH = self.hidden, self.heads
+        x = self.p("wte")[tokens] + self.p("wpe")[:T]
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        for l in range(self.layers):
+            p = lambda name: self.p(f"h.{l}.{name}")
+            h = F.layer_norm(x, (C,), p("ln1.weight"), p("ln1.bias"), eps=1e-5)
+            q, k, v = ((h @ p("attn.qkv.weight").T + p("attn.qkv.bias")).split(C, dim=-1))
+            q, k, v = (t.reshape(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+            y = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+            x = x + y.transpose(1, 2).reshape(B, T, C) @ p("attn.proj.weight").T + p("attn.proj.bias")
+            h = F.layer_norm(x, (C,), p("ln2.weight"), p("ln2.bias"), eps=1e-5)
+            h = F.gelu(h @ p("mlp.fc.weight").T + p("mlp.fc.bias"), approximate="tanh")
+            x = x + h @ p("mlp.proj.weight").T + p("mlp.proj.bias")
+        x = F.layer_norm(x, (C,), self.p("lnf.weight"), self.p("lnf.bias"), eps=1e-5)
+        logits = x @ self.p("wte").T
+        return F.cross_entropy(logits.reshape(-1, self.vocabulary), targets.reshape(-1))
+
+
+def load_gpt(path, dtype=torch.float64):
+    with h5py.File(path, "r") as f:
+        if int(f.attrs["format_version"]) != 1:
+            raise ValueError(f"{path}: format_version {f.attrs['format_version']} is not 1")
+        a = f.attrs
+        model = GPT(int(a["model_layers"]), int(a["model_hidden"]), int(a["model_heads"]),
+                    int(a["model_vocabulary"]), int(a["model_sequence_length"])).to(dtype)
+        with torch.no_grad():
+            for name, parameter in model.named_geotrain_parameters().items():
+                stored = f["params"][name]
+                if tuple(stored.shape) != tuple(parameter.shape):
+                    raise ValueError(f"{path}: /params/{name}: shape {stored.shape}, model {tuple(parameter.shape)}")
+                parameter.copy_(torch.from_numpy(np.asarray(stored, dtype=np.float32)).to(dtype))
+    return model
+
+
+def read_shard(path):
+    header = np.fromfile(path, dtype="<i4", count=256)
+    if header[0] != 20240520 or header[1] != 1:
+        raise ValueError(f"{path}: not a version-1 token shard")
+    tokens = np.fromfile(path, dtype="<u2", offset=1024)
+    if len(tokens) != header[2]:
+        raise ValueError(f"{path}: header says {header[2]} tokens, file holds {len(tokens)}")
+    return tokens.astype(np.int64)
+
+
+def validation_loss(model, tokens, batch_size, batches):
+    T = model.sequence_length
+    windows = (len(tokens) - 1) // T
+    count = min(windows // batch_size, batches)
+    losses = []
+    with torch.no_grad():
+        for i in range(count):
+            rows = [tokens[(i * batch_size + b) * T:(i * batch_size + b) * T + T + 1] for b in range(batch_size)]
+            batch = torch.from_numpy(np.stack(rows))
+            losses.append(model(batch[:, :-1], batch[:, 1:]).item())
+    return sum(losses) / len(losses)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint")
+    parser.add_argument("validation")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    model = load_gpt(args.checkpoint)
+    loss = validation_loss(model, read_shard(args.validation), args.batch_size, args.batches)
+    with h5py.File(args.checkpoint, "r") as f:
+        step = int(f.attrs["completed_steps"])
+    if args.json:
+        print(json.dumps({"validation_loss": loss, "completed_steps": step}))
+    else:
+        print(f"{args.checkpoint}: step {step}, validation loss {loss:.6f}")
+
+
+if __name__ == "__main__":
+    main()

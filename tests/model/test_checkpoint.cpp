@@ -1,0 +1,173 @@
+// Checkpoint files: round trip, the atomic directory protocol, and every
+// kind of bad checkpoint rejected with the file and field named.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "geotrain/io/checkpoint.hpp"
+#include "geotrain/io/errors.hpp"
+#include "geotrain/kernels/backend.hpp"
+#include "geotrain/model/optimizer.hpp"
+#include "geotrain/runtime/checkpointing.hpp"
+
+namespace geotrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("geotrain-ckpt-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+io::Checkpoint sample_checkpoint(int steps = 7) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  io::Checkpoint c;
+  c.completed_steps = steps;
+  c.sampler = {11, 2, 48};
+  c.model = {.name = "t", .layers = 1, .hidden = 4, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+  c.config_text = "train.steps = 9\n";
+  c.plan_text = "pipeline 0: ranks 0";
+  for (auto [name, shape] : {std::pair<std::string, std::vector<int>>{"wte", {8, 4}}, {"h.0.ln1.bias", {4}}}) {
+    io::CheckpointTensor t{name, shape, {}, {}, {}};
+    const int n = shape.size() == 2 ? shape[0] * shape[1] : shape[0];
+    for (int i = 0; i < n; ++i) {
+      t.value.push_back(normal(rng)), t.first_moment.push_back(normal(rng)), t.second_moment.push_back(std::abs(normal(rng)));
+    }
+    c.tensors.push_back(t);
+  }
+  return c;
+}
+
+void expect_rejected(const std::string& path, const std::string& fragment) {
+  try {
+    io::read_checkpoint_file(path);
+    FAIL() << "accepted " << path;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, FileRoundTripIsExact) {
+  const fs::path dir = fresh_dir("roundtrip");
+  const io::Checkpoint c = sample_checkpoint();
+  io::write_checkpoint_file((dir / "a.h5").string(), c);
+  const io::Checkpoint back = io::read_checkpoint_file((dir / "a.h5").string());
+  EXPECT_EQ(back.completed_steps, 7);
+  EXPECT_EQ(back.sampler, c.sampler);
+  EXPECT_EQ(back.model.hidden, 4);
+  EXPECT_EQ(back.config_text, c.config_text);
+  EXPECT_EQ(back.plan_text, c.plan_text);
+  ASSERT_EQ(back.tensors.size(), 2u);
+  for (const auto& t : c.tensors) {
+    const io::CheckpointTensor* b = back.find(t.name);
+    ASSERT_NE(b, nullptr) << t.name;
+    EXPECT_EQ(b->shape, t.shape);
+    EXPECT_EQ(b->value, t.value);  // bitwise: float32 stored as float32
+    EXPECT_EQ(b->first_moment, t.first_moment);
+    EXPECT_EQ(b->second_moment, t.second_moment);
+  }
+}
+
+TEST(Checkpoint, SerializedTensorsRoundTripAndTruncationIsRejected) {
+  const io::Checkpoint c = sample_checkpoint();
+  std::vector<std::uint8_t> bytes = io::serialize_tensors(c.tensors);
+  const auto back = io::deserialize_tensors(bytes);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].value, c.tensors[0].value);
+  EXPECT_EQ(back[1].second_moment, c.tensors[1].second_moment);
+  for (std::size_t cut : {std::size_t{0}, std::size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
+    EXPECT_THROW(io::deserialize_tensors(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + cut)),
+                 std::invalid_argument) << cut;
+  }
+  bytes.push_back(0);
+  EXPECT_THROW(io::deserialize_tensors(bytes), std::invalid_argument);
+}
+
+TEST(Checkpoint, DirectoryKeepsTheNewestAndLatestNamesAWholeFile) {
+  const fs::path dir = fresh_dir("directory");
+  for (int step : {10, 20, 30, 40}) io::save_checkpoint(dir.string(), sample_checkpoint(step), 2);
+  EXPECT_FALSE(fs::exists(dir / "step_00000010.h5"));
+  EXPECT_FALSE(fs::exists(dir / "step_00000020.h5"));
+  EXPECT_TRUE(fs::exists(dir / "step_00000030.h5"));
+  EXPECT_EQ(io::resolve_resume(dir.string(), "auto"), (dir / "step_00000040.h5").string());
+  // A crash mid-write leaves a .tmp behind: `latest` still names step 40.
+  std::ofstream(dir / "step_00000050.h5.tmp") << "half a file";
+  EXPECT_EQ(io::read_checkpoint_file(io::resolve_resume(dir.string(), "auto")).completed_steps, 40);
+  EXPECT_EQ(io::resolve_resume((dir / "empty").string(), "auto"), "");  // nothing yet: start fresh
+  std::ofstream(dir / "latest") << "step_00000099.h5\n";
+  EXPECT_THROW(io::resolve_resume(dir.string(), "auto"), InputError);
+}
+
+TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
+  const fs::path dir = fresh_dir("bad");
+  const std::string good = (dir / "good.h5").string();
+  io::write_checkpoint_file(good, sample_checkpoint());
+
+  expect_rejected((dir / "missing.h5").string(), "cannot open");
+  const std::string random = (dir / "random.h5").string();
+  {
+    std::ofstream out(random, std::ios::binary);
+    std::mt19937 rng(5);
+    for (int i = 0; i < 4096; ++i) out.put(static_cast<char>(rng()));
+  }
+  expect_rejected(random, "not an HDF5 file");
+  const std::string truncated = (dir / "truncated.h5").string();
+  fs::copy_file(good, truncated);
+  fs::resize_file(truncated, fs::file_size(good) / 2);
+  try {
+    io::read_checkpoint_file(truncated);
+    FAIL() << "a truncated checkpoint was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(truncated), std::string::npos) << e.what();
+  }
+
+  io::Checkpoint future = sample_checkpoint();
+  future.format_version = 2;
+  const std::string version = (dir / "version.h5").string();
+  io::write_checkpoint_file(version, future);
+  expect_rejected(version, "format_version: 2 is not supported");
+
+  const std::string no_moment = (dir / "no-moment.h5").string();
+  fs::copy_file(good, no_moment);
+  {
+    const hid_t file = H5Fopen(no_moment.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    ASSERT_GE(H5Ldelete(file, "/optimizer/m/wte", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  expect_rejected(no_moment, "/optimizer/m/wte: missing");
+}
+
+TEST(Checkpoint, RestoreRefusesAnotherModel) {
+  auto backend = kernels::make_cpu_backend();
+  const model::GptConfig shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
+  stage.initialize(1);
+  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  io::Checkpoint other = sample_checkpoint();  // hidden 4
+  try {
+    runtime::restore_tensors(stage, optimizer, *backend, other, "x.h5");
+    FAIL() << "restored a checkpoint of another model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.h5: attribute model_hidden: the checkpoint has 4"), std::string::npos)
+        << e.what();
+  }
+  // Same shape, a tensor missing: named.
+  io::Checkpoint same;
+  same.model = shape;
+  for (auto& t : runtime::collect_tensors(stage, optimizer, *backend, false)) {
+    if (t.name != "lnf.bias") same.tensors.push_back(t);
+  }
+  EXPECT_THROW(runtime::restore_tensors(stage, optimizer, *backend, same, "y.h5"), InputError);
+}
+
+}  // namespace
+}  // namespace geotrain
