@@ -5,6 +5,8 @@
 #include "geotrain/io/config.hpp"
 #include "geotrain/io/errors.hpp"
 #include "geotrain/io/model_file.hpp"
+#include "geotrain/io/timing_file.hpp"
+#include "geotrain/runtime/timing_record.hpp"
 #include "geotrain/runtime/trainer.hpp"
 #ifdef GEOTRAIN_HAVE_MPI_TRAINING
 #include "geotrain/runtime/distributed_job.hpp"
@@ -34,7 +36,14 @@ int run_train_command(const TrainCommandOptions& o) {
                      " ranks: start geotrain under mpirun or srun (this geotrain runs alone)");
   }
   const io::ModelFile model = io::load_model_file(config.model_file);
+  const std::string timing_path = io::expand_run_name(config.timing_file);
   const runtime::TrainResult result = runtime::train_single_rank(config, model.model, std::cout);
+  if (!timing_path.empty()) {
+    const runtime::JobDescription job = runtime::single_rank_job(result.device);
+    const runtime::RankTiming own{result.events, result.step_seconds, result.stage_parameters};
+    io::write_timing_file(timing_path, runtime::make_timing_run(config, model.model, job, result, {own}));
+    if (!config.quiet) std::cout << "timing: " << timing_path << "\n";
+  }
   if (result.stopped_by_signal) {
     std::cerr << "geotrain: stopped by SIGTERM after step " << result.first_step + result.step_loss.size()
               << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";

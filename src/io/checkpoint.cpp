@@ -13,47 +13,13 @@
 #include <stdexcept>
 
 #include "geotrain/io/errors.hpp"
+#include "hdf5_support.hpp"
 
 namespace geotrain::io {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The HDF5 member of the checked-call family: a negative result becomes an
-// exception naming the call and its place; `fail` picks the kind (bad input
-// when reading, run-time failure when writing).
-[[noreturn]] void h5_failed(const char* call, const char* file, int line, const std::string& context, bool reading) {
-  const std::string message = context + ": " + call + " failed (" + file + ":" + std::to_string(line) + ")";
-  if (reading) throw InputError(message);
-  throw RunError(message);
-}
-#define GT_H5_CHECK(call, context, reading)                                          \
-  ([&]() {                                                                           \
-    auto gt_h5_result_ = (call);                                                     \
-    if (gt_h5_result_ < 0) h5_failed(#call, __FILE__, __LINE__, (context), (reading)); \
-    return gt_h5_result_;                                                            \
-  }())
-
-// An HDF5 handle closed on scope exit.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  operator hid_t() const { return id_; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-void quiet_hdf5() {
-  static const bool done = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
-  (void)done;
-}
+using namespace hdf5;
 
 std::size_t element_count(const std::vector<int>& shape) {
   std::size_t n = 1;
@@ -71,42 +37,8 @@ std::string shape_text(const std::vector<int>& shape) {
 
 void write_dataset(hid_t group, const std::string& name, const std::vector<int>& shape, const std::vector<float>& data,
                    const std::string& context) {
-  std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Handle space(GT_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), context, false), H5Sclose);
-  Handle set(GT_H5_CHECK(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                         context, false),
-             H5Dclose);
-  GT_H5_CHECK(H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), context, false);
-}
-
-void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& context) {
-  Handle space(GT_H5_CHECK(H5Screate(H5S_SCALAR), context, false), H5Sclose);
-  Handle attribute(GT_H5_CHECK(H5Acreate2(object, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), context, false),
-                   H5Aclose);
-  GT_H5_CHECK(H5Awrite(attribute, H5T_NATIVE_INT64, &value), context, false);
-}
-
-hid_t utf8_string_type() {
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  return type;
-}
-
-void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& context) {
-  Handle type(utf8_string_type(), H5Tclose);
-  Handle space(GT_H5_CHECK(H5Screate(H5S_SCALAR), context, false), H5Sclose);
-  Handle attribute(GT_H5_CHECK(H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Aclose);
-  const char* text = value.c_str();
-  GT_H5_CHECK(H5Awrite(attribute, type, &text), context, false);
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw RunError(path + ": cannot open to flush it to disk");
-  const int result = ::fsync(fd);
-  ::close(fd);
-  if (result != 0) throw RunError(path + ": fsync failed");
+  write_array(group, name, std::vector<hsize_t>(shape.begin(), shape.end()), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+              data.data(), "", context);
 }
 
 // ---- reading

@@ -49,6 +49,8 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint.every_steps", &c.checkpoint_every_steps},
       {"checkpoint.keep", &c.checkpoint_keep},
       {"checkpoint.resume", &c.checkpoint_resume},
+      {"timing.file", &c.timing_file},
+      {"timing.max_event_steps", &c.timing_max_event_steps},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
       {"optimizer.warmup_steps", &c.warmup_steps},

@@ -45,26 +45,42 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   auto mark = Clock::now();
   // Links carry host memory: stage buffers go through host_buffer_ (on the
   // CPU backend these copies are memcpy; a CUDA-aware transport can skip them).
+  const bool timed = timeline_ != nullptr && timeline_->recording();
+  const auto bytes = static_cast<std::int64_t>(activation_count_ * sizeof(float));
   for (const plan::Step& step : program_) {
     const int i = step.micro_batch, slot = i % slots_;
+    io::EventKind kind = io::EventKind::forward;
+    int peer = -1;
     switch (step.kind) {
       case plan::StepKind::recv_activation:
-        receive(links, i, false);
+      case plan::StepKind::recv_gradient: {
+        const bool gradient = step.kind == plan::StepKind::recv_gradient;
+        kind = io::EventKind::recv;
+        peer = gradient ? links.next_peer() : links.previous_peer();
+        if (timed) {
+          links.wait_for_arrival(i, gradient);
+          const auto arrived = Clock::now();
+          timeline_->record(io::EventKind::idle, mark, arrived, i, 0, peer);
+          times_.pipeline_s += seconds(mark, arrived);
+          mark = arrived;
+        }
+        receive(links, i, gradient);
         break;
+      }
       case plan::StepKind::forward:
         loss += stage_.forward(slot, first ? batches[i].tokens : nullptr, first ? nullptr : received_,
                                last ? batches[i].targets : nullptr);
         break;
       case plan::StepKind::send_activation:
+        kind = io::EventKind::send, peer = links.next_peer();
         send(links, stage_.output(slot), i, false);
         break;
-      case plan::StepKind::recv_gradient:
-        receive(links, i, true);
-        break;
       case plan::StepKind::backward:
+        kind = io::EventKind::backward;
         stage_.backward(slot, last ? nullptr : received_, loss_scale);
         break;
       case plan::StepKind::send_gradient:
+        kind = io::EventKind::send, peer = links.previous_peer();
         send(links, stage_.dinput(), i, true);
         break;
     }
@@ -74,10 +90,13 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
     const auto now = Clock::now();
     const bool computing = step.kind == plan::StepKind::forward || step.kind == plan::StepKind::backward;
     (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
+    if (timed) timeline_->record(kind, mark, now, i, computing ? 0 : bytes, peer);
     mark = now;
   }
   links.complete_sends();
-  times_.pipeline_s += seconds(mark, Clock::now());
+  const auto now = Clock::now();
+  times_.pipeline_s += seconds(mark, now);
+  if (timed) timeline_->record(io::EventKind::send, mark, now);  // the last sends leaving
   return last ? loss : 0.0;
 }
 

@@ -191,9 +191,22 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   }
 
   std::vector<std::vector<int>> inputs(m), targets(m);
+  Timeline timeline;
+  pipeline.set_timeline(&timeline);
+  if (!config.timing_file.empty()) {
+    sum_over_job(collectives, 0.0);  // a barrier: every rank's clock starts together
+    timeline.start(role.rank, config.timing_max_event_steps);
+  }
+  // The bytes this rank's gradient synchronisation sums (what it sends, per
+  // the all-reduce's input): the whole stage across replicas, the tied
+  // embedding across the pipeline's ends.
+  const auto sync_bytes = static_cast<std::int64_t>(
+      sizeof(float) * ((role.replicas > 1 ? stage.parameter_count() : 0) +
+                       (role.stages > 1 && wte != nullptr ? wte->count : 0)));
   const auto run_start = Clock::now();
   StepBreakdown own;  // this rank, summed over the timed steps
   for (int step = result.first_step; step < config.train_steps; ++step) {
+    timeline.set_step(step + 1);
     const auto step_start = Clock::now();
     std::vector<MicroBatch> batches;
     for (int i = 0; i < m; ++i) {
@@ -201,21 +214,29 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
       batches.push_back({inputs[i].data(), targets[i].data()});
     }
     stage.zero_grads();
+    timeline.record(io::EventKind::data, step_start, Clock::now());
     const double replica_loss = pipeline.run(batches, links, static_cast<float>(1.0 / tokens_per_step));
     const auto sync_start = Clock::now();
     const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas);
-    const double sync_s = seconds_since(sync_start);
     const auto optimizer_start = Clock::now();
+    timeline.record(io::EventKind::allreduce, sync_start, optimizer_start, -1, sync_bytes);
+    const double sync_s = seconds_since(sync_start);
     const double lr = optimizer.step(step, norm);
     backend->synchronize();
+    const auto loss_start = Clock::now();
+    timeline.record(io::EventKind::optimizer, optimizer_start, loss_start);
     const double optimizer_s = seconds_since(optimizer_start);
     const double loss = sum_over_job(collectives, replica_loss) / (static_cast<double>(m) * role.replicas);
+    timeline.record(io::EventKind::allreduce, loss_start, Clock::now(), -1, sizeof(double));
     const double step_s = seconds_since(step_start);
     if (!std::isfinite(loss)) {
       throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
                      " (lower optimizer.learning_rate?)");
     }
     result.step_loss.push_back(loss);
+    result.step_learning_rate.push_back(lr);
+    result.step_grad_norm.push_back(norm);
+    result.step_seconds.push_back(step_s);
     if (step > result.first_step || config.train_steps == result.first_step + 1) {
       own.step_s += step_s;
       own.compute_s += pipeline.times().compute_s;
@@ -230,17 +251,25 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     }
     const bool last = step + 1 == config.train_steps;
     if (last || (config.eval_every_steps > 0 && (step + 1) % config.eval_every_steps == 0)) {
+      const auto evaluation_start = Clock::now();
+      timeline.pause(true);
       const double v = validation_loss(pipeline, links, collectives, data, B, T, config.eval_batches, role.replicas);
+      timeline.pause(false);
+      timeline.record(io::EventKind::evaluate, evaluation_start, Clock::now());
       if (last) result.final_validation_loss = v;
       if (talk) log << "validation at step " << step + 1 << ": loss " << v << "\n";
     }
     if (sink) {
+      const auto checkpoint_start = Clock::now();
+      timeline.pause(true);
       // Every rank must take the same decision: the signal may reach some only.
       const bool stop = sum_over_job(collectives, termination_requested ? 1.0 : 0.0) > 0 && !last;
       if (stop || last || (config.checkpoint_every_steps > 0 && (step + 1) % config.checkpoint_every_steps == 0)) {
         save(step + 1);
         if (talk) log << "checkpoint " << result.last_checkpoint << "\n";
       }
+      timeline.pause(false);
+      timeline.record(io::EventKind::checkpoint, checkpoint_start, Clock::now());
       if (stop) {
         result.stopped_by_signal = true;
         break;
@@ -254,6 +283,9 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   result.breakdown = {mean_per_step(own.step_s), mean_per_step(own.compute_s), mean_per_step(own.pipeline_s),
                       mean_per_step(own.data_parallel_s), mean_per_step(own.optimizer_s)};
   result.tokens_per_second = result.breakdown.step_s > 0 ? tokens_per_step / result.breakdown.step_s : 0.0;
+  result.events = timeline.take_events();
+  result.stage_parameters = static_cast<std::int64_t>(stage.parameter_count());
+  result.device = backend->description();
   return result;
 }
 

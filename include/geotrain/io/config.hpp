@@ -46,6 +46,9 @@ struct Config {
   int checkpoint_keep = 3;                 // newest files kept
   std::string checkpoint_resume;           // "" | auto (the dir's latest, if any) | a checkpoint file
   std::string transport = "auto";          // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
+  // [timing]: the run's HDF5 timing file (io/timing_file.hpp)
+  std::string timing_file = "runs/timing-{job}.h5";  // "" = none; {job}: Slurm job id or start time; relative to the working directory
+  int timing_max_event_steps = 1000;       // steps whose events are kept (the first ones); per-step records always
   // [optimizer]
   double learning_rate = 1e-3;
   double min_learning_rate_fraction = 0.1;

@@ -59,6 +59,12 @@ void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const
 void wait_each_or_abort(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
                         const std::string& what, double spin_s = 2e-4);
 
+// Returns once a message from `source` with `tag` on `comm` can be received
+// (MPI_Iprobe: for a large message, once its first part has arrived);
+// aborts naming `source` after `deadline_s`, like wait_all_or_abort.
+void wait_for_message_or_abort(MPI_Comm comm, int source, int tag, double deadline_s, const std::string& what,
+                               double spin_s = 2e-4);
+
 }  // namespace geotrain::runtime
 
 #define GT_MPI_CHECK(call) ::geotrain::runtime::check_mpi((call), #call, __FILE__, __LINE__)

@@ -18,6 +18,12 @@ namespace geotrain::runtime {
 std::vector<std::uint8_t> broadcast_bytes(MPI_Comm comm, const std::vector<std::uint8_t>& bytes, int root,
                                           double deadline_s, const std::string& what);
 
+// Collective: every rank's `bytes` to `root`, in rank order (sizes, then
+// MPI_Igatherv; each wait with the deadline); empty elsewhere. The total
+// must stay under 2 GiB (one gather's limit); over it, every rank aborts.
+std::vector<std::vector<std::uint8_t>> gather_bytes(MPI_Comm comm, const std::vector<std::uint8_t>& bytes, int root,
+                                                    double deadline_s, const std::string& what);
+
 // Collective: true on every rank when all ranks passed the same value
 // (MPI_Iallreduce of MIN and MAX), false on every rank otherwise.
 bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const std::string& what);

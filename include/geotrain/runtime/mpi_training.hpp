@@ -32,6 +32,9 @@ class MpiPipelineLinks : public PipelineLinks {
   void send_gradient(const float* data, std::size_t count, int micro_batch) override;
   void receive_gradient(float* data, std::size_t count, int micro_batch) override;
   void complete_sends() override;
+  void wait_for_arrival(int micro_batch, bool gradient) override;
+  int previous_peer() const override { return previous_; }
+  int next_peer() const override { return next_; }
 
  private:
   struct PendingSend {

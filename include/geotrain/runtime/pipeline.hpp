@@ -9,6 +9,7 @@
 
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/plan/simulator.hpp"
+#include "geotrain/runtime/timeline.hpp"
 
 namespace geotrain::runtime {
 
@@ -27,6 +28,14 @@ class PipelineLinks {
   // True: the pointers are the backend's device memory (NCCL), so the step
   // passes stage buffers directly; false: host memory (MPI), staged.
   virtual bool takes_device_memory() const { return false; }
+  // Returns once the message of the next receive_activation (gradient:
+  // receive_gradient) of `micro_batch` has begun to arrive, so that the wait
+  // for the peer (idle) and the transfer (recv) can be timed apart. Default:
+  // at once (the receive itself then holds both).
+  virtual void wait_for_arrival(int micro_batch, bool gradient) { (void)micro_batch, (void)gradient; }
+  // World ranks of the neighbours, for timing records (-1: none or unknown).
+  virtual int previous_peer() const { return -1; }
+  virtual int next_peer() const { return -1; }
 };
 
 // Where one stage's step time went (seconds, summed over the step).
@@ -67,6 +76,8 @@ class PipelineStep {
 
   // Times of the last run().
   const StageTimes& times() const { return times_; }
+  // Records every program step of run() (null: none).
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
   const std::vector<plan::Step>& program() const { return program_; }
 
@@ -79,6 +90,7 @@ class PipelineStep {
   float* received_ = nullptr;          // device buffer for incoming activations / gradients
   std::vector<float> host_buffer_;     // staging between device and host-memory links
   StageTimes times_;
+  Timeline* timeline_ = nullptr;
 
   // received_ <- the link (staged through host_buffer_ unless the link takes device memory).
   void receive(PipelineLinks& links, int micro_batch, bool gradient);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "geotrain/io/config.hpp"
+#include "geotrain/io/timing_file.hpp"
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
@@ -30,6 +31,8 @@ struct StepBreakdown {
 
 struct TrainResult {
   std::vector<double> step_loss;      // mean training loss of each step (whole global batch)
+  std::vector<double> step_learning_rate, step_grad_norm;
+  std::vector<double> step_seconds;   // this rank's time of each step
   double initial_validation_loss = 0;
   double final_validation_loss = 0;
   double tokens_per_second = 0;       // global tokens, over all steps after the first
@@ -38,12 +41,16 @@ struct TrainResult {
   int first_step = 0;                 // steps already done by the checkpoint resumed from
   bool stopped_by_signal = false;     // SIGTERM: checkpointed and stopped before the last step
   std::string last_checkpoint;        // path of the last checkpoint written ("" if none)
+  std::vector<io::TimingEvent> events;  // this rank's, when timing.file is set
+  std::int64_t stage_parameters = 0;    // this rank's (its stage's)
+  std::string device;                   // the backend's description
 };
 
 // This rank's part of the job.
 struct RankRole {
   int stage = 0, stages = 1;        // pipeline position
   int replica = 0, replicas = 1;    // data-parallel position
+  int rank = 0;                     // in the job (MPI_COMM_WORLD), for timing records
   bool reports = true;              // prints progress (one rank per job)
   model::StageSpec spec{};          // the layers it holds; default: set from the model (whole)
   bool whole_model = true;          // spec is the whole model

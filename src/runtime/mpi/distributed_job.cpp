@@ -1,6 +1,7 @@
 // geotrain train under mpirun / srun: the whole start-up and the training
 // loop on every rank. Rank 0 prints; every rank fails together.
 #include <cstdio>
+#include <cstring>
 #include <climits>
 #include <cstdlib>
 #include <iomanip>
@@ -21,6 +22,7 @@
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
 #include "geotrain/runtime/mpi_training.hpp"
+#include "geotrain/runtime/timing_record.hpp"
 #ifdef GEOTRAIN_HAVE_NCCL
 #include "geotrain/runtime/nccl_training.hpp"
 #endif
@@ -48,33 +50,12 @@ class MpiCheckpointSink : public CheckpointSink {
   MpiCheckpointSink(std::string dir, int keep, double deadline_s)
       : dir_(std::move(dir)), keep_(keep), deadline_s_(deadline_s) {}
   std::string save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
-    int rank = 0, size = 1;
-    GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-    const std::vector<std::uint8_t> mine = io::serialize_tensors(tensors);
-    if (mine.size() > static_cast<std::size_t>(INT32_MAX)) {
-      abort_all("checkpoint: this stage's tensors are over 2 GiB, more than one gather carries");
-    }
-    int my_size = static_cast<int>(mine.size());
-    std::vector<int> sizes(rank == 0 ? size : 0), offsets(rank == 0 ? size : 0);
-    MPI_Request request;
-    GT_MPI_CHECK(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
-    wait_all_or_abort({&request, 1}, deadline_s_, "gathering checkpoint sizes", rank == 0 ? -1 : 0);
-    std::vector<std::uint8_t> all;
-    if (rank == 0) {
-      long long total = 0;
-      for (int r = 0; r < size; ++r) offsets[r] = static_cast<int>(total), total += sizes[r];
-      if (total > INT32_MAX) abort_all("checkpoint: the model's tensors are over 2 GiB, more than one gather carries");
-      all.resize(static_cast<std::size_t>(total));
-    }
-    GT_MPI_CHECK(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0,
-                              MPI_COMM_WORLD, &request));
-    wait_all_or_abort({&request, 1}, deadline_s_, "gathering the checkpoint", rank == 0 ? -1 : 0);
+    const std::vector<std::vector<std::uint8_t>> parts =
+        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
     std::vector<std::uint8_t> path_bytes;
-    if (rank == 0) {
+    if (!parts.empty()) {
       try {
-        for (int r = 0; r < size; ++r) {
-          const std::vector<std::uint8_t> part(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
+        for (const std::vector<std::uint8_t>& part : parts) {
           for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
         }
         const std::string path = io::save_checkpoint(dir_, metadata, keep_);
@@ -92,6 +73,55 @@ class MpiCheckpointSink : public CheckpointSink {
   int keep_;
   double deadline_s_;
 };
+
+// One rank's RankTiming as bytes: parameters, step count, step times, events.
+std::vector<std::uint8_t> pack_timing(const TrainResult& r) {
+  std::vector<std::uint8_t> out(2 * sizeof(std::int64_t) + r.step_seconds.size() * sizeof(double));
+  const std::int64_t header[2] = {r.stage_parameters, static_cast<std::int64_t>(r.step_seconds.size())};
+  std::memcpy(out.data(), header, sizeof header);
+  if (!r.step_seconds.empty()) std::memcpy(out.data() + sizeof header, r.step_seconds.data(), r.step_seconds.size() * sizeof(double));
+  const std::vector<std::uint8_t> events = io::serialize_events(r.events);
+  out.insert(out.end(), events.begin(), events.end());
+  return out;
+}
+
+RankTiming unpack_timing(const std::vector<std::uint8_t>& bytes) {
+  std::int64_t header[2] = {0, 0};
+  if (bytes.size() < sizeof header) throw std::invalid_argument("timing message truncated");
+  std::memcpy(header, bytes.data(), sizeof header);
+  const std::size_t steps = static_cast<std::size_t>(header[1]);
+  if (header[1] < 0 || steps > (bytes.size() - sizeof header) / sizeof(double)) {
+    throw std::invalid_argument("timing message: bad step count");
+  }
+  RankTiming t;
+  t.stage_parameters = header[0];
+  t.step_seconds.resize(steps);
+  if (steps > 0) std::memcpy(t.step_seconds.data(), bytes.data() + sizeof header, steps * sizeof(double));
+  const auto events_at = bytes.begin() + static_cast<std::ptrdiff_t>(sizeof header + steps * sizeof(double));
+  t.events = io::deserialize_events(std::vector<std::uint8_t>(events_at, bytes.end()));
+  return t;
+}
+
+// Every rank's events to rank 0, which writes the timing file; the others
+// wait for its verdict, so the launcher does not stop rank 0 mid-write.
+bool write_job_timing(const std::string& path, const io::Config& config, const model::GptConfig& model,
+                      const JobDescription& job, const TrainResult& result, double deadline_s) {
+  const auto parts = gather_bytes(MPI_COMM_WORLD, pack_timing(result), 0, deadline_s, "gathering timing events");
+  std::vector<std::uint8_t> verdict;
+  if (!parts.empty()) {
+    try {
+      std::vector<RankTiming> ranks;
+      for (const std::vector<std::uint8_t>& part : parts) ranks.push_back(unpack_timing(part));
+      io::write_timing_file(path, make_timing_run(config, model, job, result, ranks));
+      verdict = {1};
+    } catch (const std::exception& e) {
+      std::cerr << "geotrain: error: timing file not written: " << e.what() << " (training itself finished)\n";
+      verdict = {0};
+    }
+  }
+  verdict = broadcast_bytes(MPI_COMM_WORLD, verdict, 0, deadline_s, "waiting for rank 0 to write the timing file");
+  return verdict.size() == 1 && verdict[0] == 1;
+}
 
 void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
   s.config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
@@ -272,6 +302,7 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   RankRole role;
   role.stage = topology.stage, role.stages = pp;
   role.replica = topology.replica, role.replicas = dp;
+  role.rank = rank;
   role.reports = root;
   role.spec = setup.stages[topology.stage];
   role.whole_model = false;
@@ -283,11 +314,22 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   if (!config.checkpoint_dir.empty()) role.checkpoints = &sink.emplace(config.checkpoint_dir, config.checkpoint_keep, deadline_s);
   if (setup.resume) role.resume = &*setup.resume, role.resume_path = setup.resume_path;
   role.plan_text = format_plan(the_plan, config.placement, network);
+  const std::string timing_path = root ? io::expand_run_name(config.timing_file) : "";
   TrainResult result;
   try {
     result = train(config, model, role, log);
   } catch (const std::exception& e) {
     abort_all(e.what());
+  }
+  if (!config.timing_file.empty()) {
+    JobDescription job;
+    job.device = result.device;
+    job.network = network;
+    job.network_source = setup.matrix ? config.network_matrix : (ranks > 1 ? "probed" : "single rank");
+    job.plan = the_plan;
+    job.plan_text = role.plan_text;
+    if (!write_job_timing(timing_path, config, model, job, result, deadline_s)) return kExitRunError;
+    if (root && !config.quiet) log << "timing: " << timing_path << "\n";
   }
   if (root) {
     const StepBreakdown& b = result.breakdown;

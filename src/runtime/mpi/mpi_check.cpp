@@ -62,43 +62,22 @@ void mpi_call_failed(int code, const char* call, const char* file, int line) {
 
 namespace {
 
-// Polls until all complete (returns) or the deadline passes (aborts, naming
-// the peers of the requests still open; peer < 0 = unknown, a collective).
-void wait_until_deadline(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
-                         const std::string& what, double spin_s) {
+// Calls `done` until it returns true (returns) or the deadline passes
+// (calls `expired`, which aborts unless it finds the wait over after all).
+// Spins (yielding) while an answer may be close, then backs off to sleeps of
+// up to 1 ms so that oversubscribed ranks share the cores.
+template <typename Done, typename Expired>
+void poll_until_deadline(double deadline_s, double spin_s, Done done, Expired expired) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(deadline_s));
   auto pause = std::chrono::microseconds(0);
   for (;;) {
-    int done = 0;
-    GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
-    if (done) return;
+    if (done()) return;
     if (clock::now() >= deadline) {
-      std::vector<int> missing;  // peers of the requests still open (peer < 0: a collective)
-      int open = 0;
-      for (std::size_t i = 0; i < requests.size(); ++i) {
-        int complete = 0;
-        GT_MPI_CHECK(MPI_Test(&requests[i], &complete, MPI_STATUS_IGNORE));
-        if (complete) continue;
-        ++open;
-        const int peer = peers.size() == 1 ? peers[0] : peers[i];
-        if (peer >= 0 && std::find(missing.begin(), missing.end(), peer) == missing.end()) missing.push_back(peer);
-      }
-      if (open == 0) return;  // the last ones completed just now
-      std::ostringstream message;
-      message << "no answer from ";
-      if (!missing.empty()) {
-        message << (missing.size() == 1 ? "rank " : "ranks ");
-        for (std::size_t i = 0; i < missing.size(); ++i) message << (i ? ", " : "") << missing[i];
-      } else {
-        message << "the other ranks";
-      }
-      message << " within " << std::setprecision(3) << deadline_s << " s while " << what;
-      abort_all(message.str());
+      expired();
+      return;
     }
-    // Spin (yielding) while an answer may be close, then back off to sleeps
-    // of up to 1 ms so that oversubscribed ranks share the cores.
     if (pause.count() == 0) {
       std::this_thread::yield();
       if (clock::now() - start > std::chrono::duration<double>(spin_s)) pause = std::chrono::microseconds(20);
@@ -107,6 +86,44 @@ void wait_until_deadline(std::span<MPI_Request> requests, std::span<const int> p
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
   }
+}
+
+[[noreturn]] void abort_no_answer(const std::vector<int>& missing, double deadline_s, const std::string& what) {
+  std::ostringstream message;
+  message << "no answer from ";
+  if (!missing.empty()) {
+    message << (missing.size() == 1 ? "rank " : "ranks ");
+    for (std::size_t i = 0; i < missing.size(); ++i) message << (i ? ", " : "") << missing[i];
+  } else {
+    message << "the other ranks";
+  }
+  message << " within " << std::setprecision(3) << deadline_s << " s while " << what;
+  abort_all(message.str());
+}
+
+// Polls until all complete (returns) or the deadline passes (aborts, naming
+// the peers of the requests still open; peer < 0 = unknown, a collective).
+void wait_until_deadline(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
+                         const std::string& what, double spin_s) {
+  auto all_done = [&] {
+    int done = 0;
+    GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+    return done != 0;
+  };
+  auto expired = [&] {
+    std::vector<int> missing;  // peers of the requests still open (peer < 0: a collective)
+    int open = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      int complete = 0;
+      GT_MPI_CHECK(MPI_Test(&requests[i], &complete, MPI_STATUS_IGNORE));
+      if (complete) continue;
+      ++open;
+      const int peer = peers.size() == 1 ? peers[0] : peers[i];
+      if (peer >= 0 && std::find(missing.begin(), missing.end(), peer) == missing.end()) missing.push_back(peer);
+    }
+    if (open > 0) abort_no_answer(missing, deadline_s, what);  // else: the last ones completed just now
+  };
+  poll_until_deadline(deadline_s, spin_s, all_done, expired);
 }
 
 }  // namespace
@@ -121,6 +138,19 @@ void wait_each_or_abort(std::span<MPI_Request> requests, std::span<const int> pe
                         const std::string& what, double spin_s) {
   if (peers.size() != requests.size()) abort_all("wait_each_or_abort: one peer per request needed");
   wait_until_deadline(requests, peers, deadline_s, what, spin_s);
+}
+
+void wait_for_message_or_abort(MPI_Comm comm, int source, int tag, double deadline_s, const std::string& what,
+                               double spin_s) {
+  auto arrived = [&] {
+    int flag = 0;
+    GT_MPI_CHECK(MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+  };
+  auto expired = [&] {
+    if (!arrived()) abort_no_answer({source}, deadline_s, what);
+  };
+  poll_until_deadline(deadline_s, spin_s, arrived, expired);
 }
 
 }  // namespace geotrain::runtime

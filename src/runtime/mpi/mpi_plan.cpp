@@ -1,5 +1,7 @@
 #include "geotrain/runtime/mpi_plan.hpp"
 
+#include <climits>
+
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -24,6 +26,33 @@ std::vector<std::uint8_t> broadcast_bytes(MPI_Comm comm, const std::vector<std::
   GT_MPI_CHECK(MPI_Ibcast(out.data(), static_cast<int>(size), MPI_BYTE, root, comm, &request));
   wait_all_or_abort({&request, 1}, deadline_s, what, rank == root ? -1 : root);
   return out;
+}
+
+std::vector<std::vector<std::uint8_t>> gather_bytes(MPI_Comm comm, const std::vector<std::uint8_t>& bytes, int root,
+                                                    double deadline_s, const std::string& what) {
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const bool is_root = rank == root;
+  if (bytes.size() > static_cast<std::size_t>(INT32_MAX)) abort_all(what + ": this rank's part is over 2 GiB");
+  int my_size = static_cast<int>(bytes.size());
+  std::vector<int> sizes(is_root ? size : 0), offsets(is_root ? size : 0);
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, what + " (sizes)", is_root ? -1 : root);
+  std::vector<std::uint8_t> all;
+  if (is_root) {
+    long long total = 0;
+    for (int r = 0; r < size; ++r) offsets[r] = static_cast<int>(total), total += sizes[r];
+    if (total > INT32_MAX) abort_all(what + ": over 2 GiB in all, more than one gather carries");
+    all.resize(static_cast<std::size_t>(total));
+  }
+  GT_MPI_CHECK(MPI_Igatherv(bytes.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, root,
+                            comm, &request));
+  wait_all_or_abort({&request, 1}, deadline_s, what, is_root ? -1 : root);
+  std::vector<std::vector<std::uint8_t>> parts;
+  for (int r = 0; is_root && r < size; ++r) parts.emplace_back(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
+  return parts;
 }
 
 bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const std::string& what) {

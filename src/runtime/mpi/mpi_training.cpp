@@ -82,6 +82,14 @@ void MpiPipelineLinks::receive_gradient(float* data, std::size_t count, int i) {
   receive(data, count, next_, tag_of(i, true), "activation gradients");
 }
 
+void MpiPipelineLinks::wait_for_arrival(int micro_batch, bool gradient) {
+  const int peer = gradient ? next_ : previous_;
+  if (peer < 0) return;  // receive() reports the missing peer
+  wait_for_message_or_abort(comm_, peer, tag_of(micro_batch, gradient), deadline_s_,
+                            "waiting for " + describe_message(gradient ? "activation gradients" : "activations",
+                                                              micro_batch));
+}
+
 void MpiPipelineLinks::complete_sends() {
   if (pending_.empty()) return;
   std::vector<MPI_Request> requests;

@@ -1,0 +1,121 @@
+"""Reading geotrain timing files (HDF5; layout in the README, "Timing files")
+and the numbers every report derives from them.
+
+    run = load("runs/timing-1234.h5")
+    run.events["kind"] == KIND["forward"]        # numpy columns, one row per event
+    summarize(run)                                # per-rank and per-stage table, iteration times
+"""
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+# Groups of event kinds in the report's columns.
+COMPUTE = ("forward", "backward")
+COMMUNICATION = ("send", "recv", "allreduce")
+IDLE = ("idle",)
+OPTIMIZER = ("optimizer",)
+OTHER = ("data", "evaluate", "checkpoint")
+
+
+@dataclass
+class TimingRun:
+    path: str
+    attrs: dict
+    events: dict            # column name -> numpy array
+    kinds: dict             # kind name -> enum value
+    steps: dict             # step, loss, learning_rate, grad_norm, wall_time [ranks, steps]
+    latency: np.ndarray     # [ranks, ranks] s
+    bandwidth: np.ndarray   # [ranks, ranks] bytes/s
+    sites: list
+    network_source: str
+    plan: dict = field(default_factory=dict)  # stage_of_rank, replica_of_rank, devices, forward_s, backward_s + attrs
+
+    @property
+    def ranks(self):
+        return int(self.attrs["ranks"])
+
+    def kind_mask(self, names):
+        return np.isin(self.events["kind"], [self.kinds[n] for n in names])
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def load(path):
+    with h5py.File(path, "r") as f:
+        if _text(f.attrs.get("format", "")) != "geotrain-timing":
+            raise ValueError(f"{path}: not a geotrain timing file (attribute format)")
+        if int(f.attrs["format_version"]) != 1:
+            raise ValueError(f"{path}: format_version {int(f.attrs['format_version'])}: this script reads version 1")
+        attrs = {k: (_text(v) if isinstance(v, (bytes, str)) else v.item() if hasattr(v, "item") else v)
+                 for k, v in f.attrs.items()}
+        events = {name: f["events"][name][()] for name in f["events"]}
+        kinds = h5py.check_enum_dtype(f["events"]["kind"].dtype)
+        steps = {name: f["steps"][name][()] for name in f["steps"]}
+        plan = {name: f["plan"][name][()] for name in f["plan"]}
+        plan.update({k: (_text(v) if isinstance(v, (bytes, str)) else float(v)) for k, v in f["plan"].attrs.items()})
+        sites = [_text(s) for s in f["network"]["site"][()]]
+        return TimingRun(path, attrs, events, kinds, steps, f["network"]["latency"][()],
+                         f["network"]["bandwidth"][()], sites, _text(f["network"].attrs["source"]), plan)
+
+
+def measured_iteration_s(run):
+    """Median over steps (the run's first step left out: warm-up) of the
+    slowest rank's step time: what one training step took."""
+    wall = run.steps["wall_time"]
+    if wall.shape[1] > 1:
+        wall = wall[:, 1:]
+    return float(np.median(wall.max(axis=0)))
+
+
+def summarize(run):
+    """Per rank: wall time of its recorded events (first start to last end)
+    and the time in each group of kinds, as totals and per step; per stage:
+    the means of its ranks; the run's measured and predicted iteration time."""
+    e = run.events
+    duration = e["end"] - e["start"]
+    recorded_steps = np.unique(e["step"])
+    first = recorded_steps.min() if len(recorded_steps) else 0
+    steady = e["step"] != first  # per-step figures leave the warm-up step out
+    steady_steps = max(len(recorded_steps) - 1, 1)
+    groups = {"compute": COMPUTE, "communication": COMMUNICATION, "idle": IDLE, "optimizer": OPTIMIZER,
+              "other": OTHER}
+    stage_of_rank = run.plan["stage_of_rank"]
+    rows = []
+    for rank in range(run.ranks):
+        mine = e["rank"] == rank
+        row = {"rank": rank, "stage": int(stage_of_rank[rank]), "replica": int(run.plan["replica_of_rank"][rank]),
+               "site": run.sites[rank] if rank < len(run.sites) else ""}
+        if not mine.any():
+            rows.append(row)
+            continue
+        row["wall_s"] = float(e["end"][mine].max() - e["start"][mine].min())
+        tracked = 0.0
+        for name, kinds in groups.items():
+            chosen = mine & run.kind_mask(kinds)
+            row[f"{name}_s"] = float(duration[chosen].sum())
+            row[f"{name}_per_step_s"] = float(duration[chosen & steady].sum()) / steady_steps
+            tracked += row[f"{name}_s"]
+        row["untracked_s"] = row["wall_s"] - tracked
+        row["bytes_sent"] = int(e["bytes"][mine & run.kind_mask(("send",))].sum())
+        rows.append(row)
+    stages = []
+    for stage in range(int(run.attrs["pipeline_stages"])):
+        members = [r for r in rows if r["stage"] == stage and "wall_s" in r]
+        entry = {"stage": stage, "ranks": [r["rank"] for r in members]}
+        for key in ("compute_per_step_s", "communication_per_step_s", "idle_per_step_s", "optimizer_per_step_s",
+                    "other_per_step_s"):
+            entry[key] = float(np.mean([r[key] for r in members])) if members else 0.0
+        stages.append(entry)
+    measured = measured_iteration_s(run)
+    predicted = float(run.plan.get("predicted_iteration_s", 0.0))
+    tokens_per_s = float(run.attrs["tokens_per_step"]) / measured if measured > 0 else 0.0
+    peak = float(run.attrs.get("device_peak_flops_per_s", 0.0))
+    mfu = (float(run.attrs["model_flops_per_token"]) * tokens_per_s / (run.ranks * peak)) if peak > 0 else None
+    return {"ranks": rows, "stages": stages, "recorded_steps": int(len(recorded_steps)),
+            "measured_iteration_s": measured, "predicted_iteration_s": predicted,
+            "prediction_error": (predicted - measured) / measured if measured > 0 and predicted > 0 else None,
+            "predicted_bubble_fraction": float(run.plan.get("predicted_bubble_fraction", 0.0)),
+            "tokens_per_s": tokens_per_s, "mfu": mfu}

@@ -1,0 +1,103 @@
+#include "hdf5_support.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "geotrain/io/errors.hpp"
+
+namespace geotrain::io::hdf5 {
+
+void h5_failed(const char* call, const char* file, int line, const std::string& context, bool reading) {
+  const std::string message = context + ": " + call + " failed (" + file + ":" + std::to_string(line) + ")";
+  if (reading) throw InputError(message);
+  throw RunError(message);
+}
+
+void quiet_hdf5() {
+  static const bool done = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  (void)done;
+}
+
+hid_t utf8_string_type() {
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  return type;
+}
+
+namespace {
+
+void write_scalar_attribute(hid_t object, const char* name, hid_t file_type, hid_t memory_type, const void* value,
+                            const std::string& context) {
+  Handle space(GT_H5_CHECK(H5Screate(H5S_SCALAR), context, false), H5Sclose);
+  Handle attribute(GT_H5_CHECK(H5Acreate2(object, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT), context, false),
+                   H5Aclose);
+  GT_H5_CHECK(H5Awrite(attribute, memory_type, value), context, false);
+}
+
+std::vector<hsize_t> dims_or_length(std::vector<hsize_t> dims, std::size_t length) {
+  return dims.empty() ? std::vector<hsize_t>{static_cast<hsize_t>(length)} : dims;
+}
+
+}  // namespace
+
+void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& context) {
+  write_scalar_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, context);
+}
+
+void write_double_attribute(hid_t object, const char* name, double value, const std::string& context) {
+  write_scalar_attribute(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, context);
+}
+
+void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& context) {
+  Handle type(utf8_string_type(), H5Tclose);
+  const char* text = value.c_str();
+  write_scalar_attribute(object, name, type, type, &text, context);
+}
+
+void write_array(hid_t group, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
+                 hid_t memory_type, const void* data, const std::string& unit, const std::string& context) {
+  Handle space(GT_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), context, false),
+               H5Sclose);
+  Handle set(GT_H5_CHECK(H5Dcreate2(group, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                         context + ": " + name, false),
+             H5Dclose);
+  GT_H5_CHECK(H5Dwrite(set, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), context + ": " + name, false);
+  if (!unit.empty()) write_string_attribute(set, "unit", unit, context);
+}
+
+void write_doubles(hid_t group, const std::string& name, const std::vector<double>& values, const std::string& unit,
+                   const std::string& context, std::vector<hsize_t> dims) {
+  write_array(group, name, dims_or_length(std::move(dims), values.size()), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+              values.data(), unit, context);
+}
+
+void write_ints(hid_t group, const std::string& name, const std::vector<std::int32_t>& values, const std::string& unit,
+                const std::string& context, std::vector<hsize_t> dims) {
+  write_array(group, name, dims_or_length(std::move(dims), values.size()), H5T_STD_I32LE, H5T_NATIVE_INT32,
+              values.data(), unit, context);
+}
+
+void write_int64s(hid_t group, const std::string& name, const std::vector<std::int64_t>& values,
+                  const std::string& unit, const std::string& context) {
+  write_array(group, name, {static_cast<hsize_t>(values.size())}, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data(), unit,
+              context);
+}
+
+void write_strings(hid_t group, const std::string& name, const std::vector<std::string>& values,
+                   const std::string& context) {
+  Handle type(utf8_string_type(), H5Tclose);
+  std::vector<const char*> pointers;
+  for (const std::string& v : values) pointers.push_back(v.c_str());
+  write_array(group, name, {static_cast<hsize_t>(values.size())}, type, type, pointers.data(), "", context);
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw RunError(path + ": cannot open to flush it to disk");
+  const int result = ::fsync(fd);
+  ::close(fd);
+  if (result != 0) throw RunError(path + ": fsync failed");
+}
+
+}  // namespace geotrain::io::hdf5

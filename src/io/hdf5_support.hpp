@@ -1,0 +1,62 @@
+// HDF5 helpers shared by the checkpoint and timing files (internal to io).
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace geotrain::io::hdf5 {
+
+// The HDF5 member of the checked-call family: a negative result becomes an
+// exception naming the call and its place; `reading` picks the kind (bad
+// input when reading, run-time failure when writing).
+[[noreturn]] void h5_failed(const char* call, const char* file, int line, const std::string& context, bool reading);
+#define GT_H5_CHECK(call, context, reading)                                                              \
+  ([&]() {                                                                                               \
+    auto gt_h5_result_ = (call);                                                                         \
+    if (gt_h5_result_ < 0) ::geotrain::io::hdf5::h5_failed(#call, __FILE__, __LINE__, (context), (reading)); \
+    return gt_h5_result_;                                                                                \
+  }())
+
+// An HDF5 handle closed on scope exit.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// HDF5 prints its own error stack by default; ours say what and where once.
+void quiet_hdf5();
+
+hid_t utf8_string_type();  // caller closes
+void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& context);
+void write_double_attribute(hid_t object, const char* name, double value, const std::string& context);
+void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& context);
+
+// A dataset of `dims` (row-major) from `data`, stored as `file_type`, read
+// from memory as `memory_type`; an attribute "unit" when `unit` is not empty.
+void write_array(hid_t group, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
+                 hid_t memory_type, const void* data, const std::string& unit, const std::string& context);
+void write_doubles(hid_t group, const std::string& name, const std::vector<double>& values, const std::string& unit,
+                   const std::string& context, std::vector<hsize_t> dims = {});
+void write_ints(hid_t group, const std::string& name, const std::vector<std::int32_t>& values, const std::string& unit,
+                const std::string& context, std::vector<hsize_t> dims = {});
+void write_int64s(hid_t group, const std::string& name, const std::vector<std::int64_t>& values,
+                  const std::string& unit, const std::string& context);
+void write_strings(hid_t group, const std::string& name, const std::vector<std::string>& values,
+                   const std::string& context);
+
+// fsync of a file or a directory (RunError naming it on failure).
+void fsync_path(const std::string& path);
+
+}  // namespace geotrain::io::hdf5

@@ -1,0 +1,131 @@
+#include "geotrain/runtime/timing_record.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "geotrain/plan/simulator.hpp"
+
+namespace geotrain::runtime {
+namespace {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+}  // namespace
+
+JobDescription single_rank_job(const std::string& device) {
+  JobDescription job;
+  job.device = device;
+  job.network.device_count = 1;
+  job.network.latency_s = {0.0};
+  job.network.bandwidth_bytes_per_s = {std::numeric_limits<double>::infinity()};
+  job.network_source = "single rank";
+  job.plan.pipeline_stages = 1;
+  job.plan.data_parallel = 1;
+  job.plan.stages = {{0}};
+  job.plan_text = "single rank: 1 stage x 1 replica";
+  return job;
+}
+
+MeasuredCompute measured_compute(const std::vector<io::TimingEvent>& events,
+                                 const std::vector<std::int32_t>& stage_of_rank, int stages) {
+  std::vector<std::vector<double>> forward(stages), backward(stages);
+  std::vector<double> optimizer;
+  for (const io::TimingEvent& e : events) {
+    if (e.rank < 0 || e.rank >= static_cast<int>(stage_of_rank.size())) continue;
+    const int s = stage_of_rank[e.rank];
+    const double d = e.end_s - e.start_s;
+    if (e.kind == io::EventKind::forward) forward[s].push_back(d);
+    if (e.kind == io::EventKind::backward) backward[s].push_back(d);
+    if (e.kind == io::EventKind::optimizer) optimizer.push_back(d);
+  }
+  MeasuredCompute m;
+  for (int s = 0; s < stages; ++s) {
+    m.forward_s.push_back(median(forward[s]));
+    m.backward_s.push_back(median(backward[s]));
+  }
+  m.optimizer_s = median(optimizer);
+  return m;
+}
+
+io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& model, const JobDescription& job,
+                              const TrainResult& reporting, const std::vector<RankTiming>& ranks) {
+  io::TimingRun run;
+  const int n = static_cast<int>(ranks.size());
+  const int pp = job.plan.pipeline_stages, dp = job.plan.data_parallel;
+  run.config_text = io::describe(config);
+  run.model_name = model.name;
+  run.device = job.device;
+  run.schedule = config.pipeline_schedule;
+  run.placement = n > 1 ? config.placement : "single rank";
+  run.plan_text = job.plan_text;
+  run.network_source = job.network_source;
+  run.ranks = n;
+  run.pipeline_stages = pp;
+  run.data_parallel = dp;
+  run.micro_batches = config.gradient_accumulation;
+  run.micro_batch_sequences = config.micro_batch_sequences;
+  run.sequence_length = model.sequence_length;
+  run.first_step = reporting.first_step;
+  run.tokens_per_step = static_cast<double>(config.micro_batch_sequences) * model.sequence_length *
+                        config.gradient_accumulation * dp;
+  run.model_flops_per_token = reporting.model_flops_per_token;
+  run.device_peak_flops_per_s = config.device_peak_tflops * 1e12;
+  run.latency_s = job.network.latency_s;
+  run.bandwidth_bytes_per_s = job.network.bandwidth_bytes_per_s;
+  run.site_of_rank = job.network.site_of_device;
+  run.site_of_rank.resize(static_cast<std::size_t>(n));
+  run.stage_of_rank.assign(n, 0);
+  run.replica_of_rank.assign(n, 0);
+  for (int s = 0; s < pp; ++s) {
+    for (int r = 0; r < dp; ++r) {
+      const int rank = job.plan.stages[s][r];
+      run.devices.push_back(rank);
+      run.stage_of_rank[rank] = s;
+      run.replica_of_rank[rank] = r;
+    }
+  }
+  const std::size_t steps = reporting.step_loss.size();
+  for (std::size_t i = 0; i < steps; ++i) run.step.push_back(reporting.first_step + static_cast<int>(i) + 1);
+  run.loss = reporting.step_loss;
+  run.learning_rate = reporting.step_learning_rate;
+  run.grad_norm = reporting.step_grad_norm;
+  for (const RankTiming& r : ranks) {
+    std::vector<double> wall = r.step_seconds;
+    wall.resize(steps, 0.0);
+    run.wall_time_s.insert(run.wall_time_s.end(), wall.begin(), wall.end());
+    run.events.insert(run.events.end(), r.events.begin(), r.events.end());
+  }
+
+  // The prediction: the simulator on the job's network and plan, compute
+  // per stage and the optimizer from the measured medians (the planner's
+  // cost model covers communication only).
+  run.predicted_datap_s = job.plan.cost.datap_s;
+  run.predicted_pipeline_s = job.plan.cost.pipeline_s;
+  const MeasuredCompute measured = measured_compute(run.events, run.stage_of_rank, pp);
+  run.forward_s = measured.forward_s;
+  run.backward_s = measured.backward_s;
+  plan::PipelineWork work;
+  work.micro_batches_per_flush = config.gradient_accumulation;
+  work.flushes = 1;
+  work.forward_s = measured.forward_s;
+  work.backward_s = measured.backward_s;
+  work.activation_bytes = 4.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
+  work.gradient_bytes.assign(pp, 0.0);
+  for (int s = 0; s < pp; ++s) work.gradient_bytes[s] = 4.0 * static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
+  work.schedule = config.pipeline_schedule == "gpipe" ? plan::Schedule::gpipe : plan::Schedule::one_f_one_b;
+  work.dp_scheme = plan::DataParallelScheme::ring;  // MPI_Allreduce's large-message algorithm
+  work.overlap_communication = true;                 // sends are non-blocking on a copy
+  if (!run.events.empty()) {
+    const plan::SimulationResult predicted = plan::simulate(job.network, job.plan, work);
+    run.predicted_iteration_s = predicted.iteration_s + measured.optimizer_s;
+    run.predicted_bubble_fraction = predicted.bubble_fraction;
+  }
+  return run;
+}
+
+}  // namespace geotrain::runtime
