@@ -17,5 +17,15 @@ if [ "$(id -u)" = 0 ]; then  # Open MPI refuses root unless told twice
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 # --oversubscribe: more ranks than cores is fine here (waiting ranks yield).
-exec mpirun -n "$ranks" --oversubscribe --mca mpi_yield_when_idle 1 \
-  build/release/geotrain train inputs/quickstart.toml "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+mpirun -n "$ranks" --oversubscribe --mca mpi_yield_when_idle 1 \
+  build/release/geotrain train inputs/quickstart.toml "$@" | tee "$log"
+# Where the time went, from the run's timing file (h5py: Debian's python3).
+timing=$(sed -n 's/^timing: //p' "$log" | tail -1)
+for python in python3 /usr/bin/python3; do
+  if [ -n "$timing" ] && "$python" -c 'import h5py, numpy' 2>/dev/null; then
+    echo
+    exec "$python" analysis/timing_report.py "$timing"
+  fi
+done
