@@ -53,7 +53,8 @@ def train(geotrain, config, path, mpirun, steps, ranks):
     args = [geotrain, "train", config, f"--train.steps={steps}", "--train.log_every_steps=1", "--train.log_json=true",
             "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=2",
             f"--timing.file={path}", f"--train.gradient_accumulation={MICRO_BATCHES}",
-            f"--train.micro_batch_sequences={SEQUENCES}", f"--model.file={MODEL_FILE}"]
+            f"--train.micro_batch_sequences={SEQUENCES}", f"--model.file={MODEL_FILE}",
+            f"--checkpoint.dir={path}.checkpoints", "--checkpoint.every_steps=5"]
     if ranks > 1:
         return run([*mpirun, "-n", str(ranks), *args, f"--pipeline.stages={STAGES}"])
     return run([*args, "--pipeline.stages=1"])

@@ -43,7 +43,8 @@ def main():
     geotrain, config, cases = sys.argv[1:separator]
     mpirun = sys.argv[separator + 1:]
     common = [config, f"--train.steps={STEPS}", "--train.log_every_steps=1", "--train.log_json=true",
-              "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=4"]
+              "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=4",
+              "--checkpoint.dir="]  # no checkpoints: parallel tests share the working directory
     reference, reference_final, _ = run([geotrain, "train", *common, "--pipeline.stages=1",
                                          f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES}"])
     print(f"single rank: losses {reference[0]:.6f} .. {reference[-1]:.6f}, validation {reference_final:.6f}")

@@ -34,7 +34,8 @@ def main():
     env = dict(os.environ, GEOTRAIN_TEST_MARKER=marker)
     command = [*mpirun, "-n", ranks, geotrain, "train", config, "--train.steps=100000",
                "--train.log_every_steps=1", "--train.log_json=true", "--train.eval_every_steps=0",
-               f"--pipeline.stages={stages}", f"--network.deadline_s={deadline}", "--optimizer.warmup_steps=1"]
+               f"--pipeline.stages={stages}", f"--network.deadline_s={deadline}", "--optimizer.warmup_steps=1",
+               "--checkpoint.dir="]  # no checkpoints: parallel tests share the working directory
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stopped = None
     try:
