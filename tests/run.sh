@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: the release build's
-# full ctest suite, the unit tests again under AddressSanitizer +
+# full ctest suite, the Slurm jobs on a local single-node Slurm, the unit tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, and a compile + link of the CUDA backend when
 # nvcc exists (no GPU needed). Exit status is non-zero on any failure.
 set -euo pipefail
@@ -11,6 +11,16 @@ jobs=$(nproc)
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
+
+# The sbatch scripts on a real single-node Slurm (needs root for the daemons).
+if [[ $(id -u) -eq 0 ]]; then
+  for python in python3 /usr/bin/python3; do
+    "$python" -c 'import h5py' 2>/dev/null && break
+  done
+  bash tests/slurm/check_slurm_jobs.sh build/release/slurm-test "$python"
+else
+  echo "tests/run.sh: not root: the Slurm job tests (tests/slurm) need root to start the daemons; skipped"
+fi
 
 # Sanitizers: unit, kernel and model tests (the training run is left to the
 # release build: the same code, several times slower under ASan).

@@ -45,8 +45,7 @@ int run_train_command(const TrainCommandOptions& o) {
     if (!config.quiet) std::cout << "timing: " << timing_path << "\n";
   }
   if (result.stopped_by_signal) {
-    std::cerr << "geotrain: stopped by SIGTERM after step " << result.first_step + result.step_loss.size()
-              << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";
+    std::cerr << runtime::stopped_summary(result);
     return kExitRunError;
   }
   std::cout << final_summary(result);

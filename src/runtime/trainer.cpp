@@ -296,6 +296,12 @@ std::string final_summary(const TrainResult& result) {
   return line;
 }
 
+std::string stopped_summary(const TrainResult& result) {
+  return "geotrain: stopped by SIGTERM after step " +
+         std::to_string(result.first_step + static_cast<int>(result.step_loss.size())) + "; checkpoint " +
+         result.last_checkpoint + "; run again with --checkpoint.resume=auto to continue\n";
+}
+
 TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log) {
   return train(config, model, RankRole{}, log);
 }

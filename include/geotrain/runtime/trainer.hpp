@@ -77,6 +77,9 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
 // "final validation loss 2.411160 (before training 5.519800), 18365 tokens/s\n"
 std::string final_summary(const TrainResult& result);
 
+// "geotrain: stopped by SIGTERM after step 37; checkpoint ...; run again with --checkpoint.resume=auto to continue\n"
+std::string stopped_summary(const TrainResult& result);
+
 // One rank, the whole model.
 TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log);
 

@@ -334,10 +334,10 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   if (root) {
     const StepBreakdown& b = result.breakdown;
     if (result.stopped_by_signal) {
-      std::cerr << "geotrain: stopped by SIGTERM after step " << result.first_step + result.step_loss.size()
-                << "; checkpoint " << result.last_checkpoint << "; run again with --checkpoint.resume=auto to continue\n";
+      std::cerr << stopped_summary(result);
+    } else {
+      log << final_summary(result);
     }
-    log << final_summary(result);
     if (!config.quiet) {
       // The pipeline share of the pipeline phase: the bubble plus transfers.
       const int m = config.gradient_accumulation;
