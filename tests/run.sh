@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: the release build's
-# full ctest suite, the Slurm jobs on a local single-node Slurm, the unit tests again under AddressSanitizer +
+# full ctest suite, the Slurm jobs on a local single-node Slurm, the WAN
+# emulator against the probe, the unit tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, and a compile + link of the CUDA backend when
 # nvcc exists (no GPU needed). Exit status is non-zero on any failure.
 set -euo pipefail
@@ -18,8 +19,10 @@ if [[ $(id -u) -eq 0 ]]; then
     "$python" -c 'import h5py' 2>/dev/null && break
   done
   bash tests/slurm/check_slurm_jobs.sh build/release/slurm-test "$python"
+  # The WAN emulator (network namespaces): the probe recovers its matrix.
+  "$python" tests/emulate/check_probe_accuracy.py build/release/geotrain build/release/emulate-test
 else
-  echo "tests/run.sh: not root: the Slurm job tests (tests/slurm) need root to start the daemons; skipped"
+  echo "tests/run.sh: not root: the Slurm job tests (tests/slurm) and the WAN emulation test (tests/emulate) need root; skipped"
 fi
 
 # Sanitizers: unit, kernel and model tests (the training run is left to the

@@ -10,8 +10,11 @@
 //   2. time `latency_repeats` round trips of `small_bytes`; latency = median
 //      RTT / 2 (one way; the same both ways),
 //   3. each direction in turn: `bandwidth_repeats` times, Isend `large_bytes`
-//      and wait for a small acknowledgement; bandwidth = bytes / (median
-//      time - 2 * latency), i.e. the message and the ack's latency removed.
+//      and half of it, each followed by a small acknowledgement; bandwidth =
+//      (half the bytes) / (median time of the full - of the half message):
+//      latency, the rendezvous round trip of large messages and the ack
+//      cancel out. Where noise exceeds the difference (fast local links):
+//      bytes / (median time - 2 * latency).
 // The lower-ranked partner times the RTTs and sends its latency to the other;
 // each direction's bandwidth is timed by its sender. Each rank's row
 // (its outgoing links) is then gathered to rank 0 with MPI_Igather and

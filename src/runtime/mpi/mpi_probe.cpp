@@ -102,15 +102,25 @@ std::pair<double, double> measure_pair(const Pair& pair, bool leader, const Prob
   for (int direction = 0; direction < 2; ++direction) {
     const bool sending = (direction == 0) == leader;
     if (sending) {
-      std::vector<double> t(o.bandwidth_repeats);
-      for (double& x : t) x = pair.send_recv(large.data(), big, kBulk, &ack, 1, kAck, "measuring bandwidth");
-      const double total = median(t);
-      // Remove the latency of the message and of the ack; if noise makes
-      // that implausible (under half the total), keep half the total.
-      const double transfer = std::max(total - 2 * latency_s, 0.5 * total);
-      bandwidth = static_cast<double>(o.large_bytes) / std::max(transfer, 1e-12);
-    } else {
+      // Full and half messages alternately: the difference of their times is
+      // the transfer of half the bytes, free of latency, the rendezvous
+      // round trip of large messages and the ack.
+      const int half = std::max(big / 2, 1);
+      std::vector<double> full_s(o.bandwidth_repeats), half_s(o.bandwidth_repeats);
       for (int i = 0; i < o.bandwidth_repeats; ++i) {
+        full_s[i] = pair.send_recv(large.data(), big, kBulk, &ack, 1, kAck, "measuring bandwidth");
+        half_s[i] = pair.send_recv(large.data(), half, kBulk, &ack, 1, kAck, "measuring bandwidth");
+      }
+      const double full = median(full_s), difference = full - median(half_s);
+      if (difference > 0.1 * full) {
+        bandwidth = static_cast<double>(big - half) / difference;
+      } else {
+        // Noise larger than the transfer (fast links): the full message's
+        // time less the latency of it and of the ack, at least half of it.
+        bandwidth = static_cast<double>(big) / std::max(std::max(full - 2 * latency_s, 0.5 * full), 1e-12);
+      }
+    } else {
+      for (int i = 0; i < 2 * o.bandwidth_repeats; ++i) {
         pair.echo(large.data(), big, kBulk, &ack, 1, kAck, "measuring bandwidth");
       }
     }

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""WAN emulation on one machine (root): every rank gets a network namespace
+(a machine of its site) behind a router namespace; every pair of ranks gets
+its sites' one-way latency and bandwidth from the scenario (inside a site:
+the scenario's diagonal), each pair on its own shaped path as the planner's
+model assumes; an MPI command runs with one orted per rank namespace, TCP
+only. Everything is torn down afterwards, also on failure or Ctrl-C.
+
+  emulate.py run SCENARIO.toml [--sites A,B,..] [--devices 2,2,..] [--timeout S] -- COMMAND...
+  emulate.py up SCENARIO.toml ... / emulate.py down
+
+COMMAND is what mpirun runs on every rank (e.g. build/release/geotrain train
+CONFIG ...); this script adds mpirun and its options. Ranks are mapped to
+sites the way mpirun's default by-node mapping does: rank r in site
+r mod (sites), round-robin over the sites with free slots.
+
+Topology: namespaces gt-r (router), gt-c (control: mpirun, undelayed) and
+gt-d0, gt-d1, ... (one per rank, host name <site>-<rank>), each on its own
+/24 of 10.213.0.0/16 with a veth to the router. Bandwidth: HTB on the
+router's link toward each rank, one class per source rank (u32 on the
+source subnet), a default unshaped class for control traffic. Latency: `tc netem` where the kernel has it, else
+iptables NFQUEUE rules per site pair in the router and geotrain-netdelay
+holding each packet for its pair's delay.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+
+PREFIX = "10.213"
+ROUTER, CONTROL = "gt-r", "gt-c"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NETDELAY = os.environ.get("GEOTRAIN_NETDELAY", os.path.join(REPO, "build", "release", "geotrain-netdelay"))
+
+
+class EmulationError(Exception):
+    pass
+
+
+def sh(*args, check=True, quiet=False):
+    done = subprocess.run(args, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise EmulationError(f"{' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done
+
+
+def in_ns(ns, *args, check=True):
+    return sh("ip", "netns", "exec", ns, *args, check=check)
+
+
+def rank_ns(r):
+    return f"gt-d{r}"
+
+
+# ---- the scenario, reduced to sites
+
+def load_sites(path, chosen, devices):
+    """Site names, ranks per site, one-way latency [s][s] in ms and bandwidth
+    [s][s] in Gbit/s from a site-form scenario, restricted to `chosen` sites
+    (default: all) with `devices` ranks each (default: the file's)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise EmulationError(f"{path}: {error}")
+    sites = data.get("sites")
+    if not isinstance(sites, dict) or "names" not in sites:
+        raise EmulationError(f"{path}: [sites] names: missing (the emulator needs a site-form scenario)")
+    names = list(sites["names"])
+    n = len(names)
+    if "latency_ms" in sites:
+        latency = [list(map(float, row)) for row in sites["latency_ms"]]
+        bandwidth = [list(map(float, row)) for row in sites["bandwidth_gbps"]]
+    else:
+        latency = [[float(sites["intra_latency_ms"] if i == j else sites["inter_latency_ms"]) for j in range(n)]
+                   for i in range(n)]
+        bandwidth = [[float(sites["intra_bandwidth_gbps"] if i == j else sites["inter_bandwidth_gbps"])
+                      for j in range(n)] for i in range(n)]
+    for field, matrix in (("latency_ms", latency), ("bandwidth_gbps", bandwidth)):
+        if len(matrix) != n or any(len(row) != n for row in matrix):
+            raise EmulationError(f"{path}: [sites] {field}: must be {n} x {n}")
+    index = list(range(n))
+    if chosen:
+        missing = [c for c in chosen if c not in names]
+        if missing:
+            raise EmulationError(f"{path}: [sites] names: no site {missing[0]!r} (have {', '.join(names)})")
+        index = [names.index(c) for c in chosen]
+    counts = devices or [int(sites["devices"][i]) for i in index]
+    if len(counts) != len(index) or min(counts) < 1:
+        raise EmulationError(f"--devices: one count >= 1 per site ({len(index)} sites)")
+    for i in index:
+        for j in index:
+            if i != j and (latency[i][j] < 0 or bandwidth[i][j] <= 0):
+                raise EmulationError(f"{path}: [sites] {names[i]} -> {names[j]}: latency must be >= 0 and bandwidth > 0")
+    return ([names[i] for i in index], counts, [[latency[i][j] for j in index] for i in index],
+            [[bandwidth[i][j] for j in index] for i in index])
+
+
+def rank_sites(counts):
+    """mpirun --map-by node: round-robin over the sites that still have slots."""
+    free, order = list(counts), []
+    while any(free):
+        for s in range(len(free)):
+            if free[s]:
+                order.append(s)
+                free[s] -= 1
+    return order
+
+
+# ---- the network
+
+def have_netem():
+    sh("ip", "netns", "add", "gt-probe")
+    try:
+        sh("ip", "-n", "gt-probe", "link", "add", "gt-d0", "type", "veth", "peer", "name", "gt-d1")
+        return in_ns("gt-probe", "tc", "qdisc", "add", "dev", "gt-d0", "root", "netem", "delay", "1ms",
+                     check=False).returncode == 0
+    finally:
+        sh("ip", "netns", "del", "gt-probe", check=False)
+
+
+def write_name_files(namespaces, hosts):
+    """`ip netns exec` mounts /etc/netns/<ns>/* over /etc: every namespace
+    resolves the emulation's names locally, and no DNS server (unreachable
+    from inside) stalls the daemons' host name lookups."""
+    for ns in namespaces:
+        folder = os.path.join("/etc/netns", ns)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "hosts"), "w") as f:
+            f.write("127.0.0.1 localhost\n" + "".join(f"{address} {' '.join(names)}\n" for address, names in hosts))
+        with open(os.path.join(folder, "resolv.conf"), "w") as f:
+            f.write("# geotrain emulation: names from hosts only\noptions timeout:1 attempts:1\n")
+
+
+def down():
+    """Removes every namespace and process of an emulation (idempotent)."""
+    sh("pkill", "-f", "geotrain-netdelay", check=False)
+    if os.path.isdir("/etc/netns"):
+        for name in os.listdir("/etc/netns"):
+            if name.startswith("gt-"):
+                shutil.rmtree(os.path.join("/etc/netns", name), ignore_errors=True)
+    listing = sh("ip", "netns", "list", check=False).stdout
+    for line in listing.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith("gt-"):
+            sh("ip", "netns", "pids", name, check=False)
+            for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", name, check=False)
+
+
+def up(names, counts, latency_ms, bandwidth_gbps, log):
+    """Builds the namespaces, links, shaping and delays; returns the delay
+    process (None with netem). Rank r sits in site rank_sites(counts)[r]."""
+    down()
+    site = rank_sites(counts)
+    n = len(site)
+    hosts = [(f"{PREFIX}.250.2", ["gt-c"])] + \
+            [(f"{PREFIX}.{r + 1}.2", [rank_ns(r), f"{names[site[r]]}-{r}"]) for r in range(n)]
+    write_name_files((ROUTER, CONTROL, *[rank_ns(r) for r in range(n)]), hosts)
+    for ns in (ROUTER, CONTROL, *[rank_ns(r) for r in range(n)]):
+        sh("ip", "netns", "add", ns)
+        in_ns(ns, "ip", "link", "set", "lo", "up")
+    in_ns(ROUTER, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+    links = [(CONTROL, "gt-ce", "gt-rc", 250)] + [(rank_ns(r), f"gt-d{r}e", f"gt-r{r}", r + 1) for r in range(n)]
+    for ns, inside, outside, subnet in links:
+        sh("ip", "link", "add", inside, "netns", ns, "type", "veth", "peer", "name", outside, "netns", ROUTER)
+        in_ns(ns, "ip", "addr", "add", f"{PREFIX}.{subnet}.2/24", "dev", inside)
+        in_ns(ns, "ip", "link", "set", inside, "up")
+        in_ns(ns, "ip", "route", "add", "default", "via", f"{PREFIX}.{subnet}.1")
+        in_ns(ROUTER, "ip", "addr", "add", f"{PREFIX}.{subnet}.1/24", "dev", outside)
+        in_ns(ROUTER, "ip", "link", "set", outside, "up")
+        # Windows for long fat pipes (bandwidth x RTT), and no slow start
+        # after the pauses between training steps.
+        in_ns(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
+        in_ns(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 67108864")
+        in_ns(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_wmem=4096 131072 67108864")
+    netem = have_netem()
+    queues = []
+    for b in range(n):  # traffic toward rank b leaves the router on gt-r{b}
+        dev = f"gt-r{b}"
+        in_ns(ROUTER, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "999")
+        in_ns(ROUTER, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:999", "htb", "rate", "20gbit")
+        for a in range(n):
+            if a == b:
+                continue
+            delay_ms = latency_ms[site[a]][site[b]]
+            rate_mbit = max(1, round(bandwidth_gbps[site[a]][site[b]] * 1000))
+            classid = f"1:{10 + a}"
+            in_ns(ROUTER, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", classid, "htb",
+                  "rate", f"{rate_mbit}mbit", "ceil", f"{rate_mbit}mbit")
+            leaf = ["netem", "delay", f"{delay_ms}ms", "limit", "100000"] if netem else ["pfifo", "limit", "10000"]
+            in_ns(ROUTER, "tc", "qdisc", "add", "dev", dev, "parent", classid, "handle", f"{10 + a}:", *leaf)
+            in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "1", "u32",
+                  "match", "ip", "src", f"{PREFIX}.{a + 1}.0/24", "flowid", classid)
+            if not netem and delay_ms > 0:
+                q = a * n + b
+                queues.append(f"{q}:{delay_ms}")
+                in_ns(ROUTER, "iptables-legacy", "-A", "FORWARD", "-s", f"{PREFIX}.{a + 1}.0/24", "-d",
+                      f"{PREFIX}.{b + 1}.0/24", "-j", "NFQUEUE", "--queue-num", str(q))
+    print(f"emulate: {n} ranks at {len(names)} sites ({', '.join(names)}), latency by "
+          f"{'netem' if netem else 'geotrain-netdelay'}", file=log, flush=True)
+    if netem or not queues:
+        return None
+    if not os.access(NETDELAY, os.X_OK):
+        raise EmulationError(f"{NETDELAY}: not built (libnetfilter-queue-dev, then cmake --build --preset release)")
+    delay = subprocess.Popen(["ip", "netns", "exec", ROUTER, NETDELAY, *queues], stdout=subprocess.PIPE,
+                             stderr=sys.stderr, text=True)
+    if delay.stdout.readline().strip() != "ready":
+        raise EmulationError("geotrain-netdelay did not start")
+    return delay
+
+
+# ---- running ranks in their sites
+
+AGENT = """#!/bin/sh
+# plm_rsh_agent for the emulation: "remote" host = a rank's namespace, with
+# its own host name (<site>-<rank>, from the hostnames file).
+host=$1; shift
+name=$(sed -n "s/^$host //p" "$(dirname "$0")/hostnames")
+exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "${name:-$host}" "$@"
+"""
+
+
+def run(names, counts, command, timeout_s, log):
+    site = rank_sites(counts)
+    with tempfile.TemporaryDirectory(prefix="geotrain-emulate-") as scratch:
+        hostfile = os.path.join(scratch, "hosts")
+        with open(hostfile, "w") as f:
+            for r in range(len(site)):
+                f.write(f"{rank_ns(r)} slots=1\n")
+        with open(os.path.join(scratch, "hostnames"), "w") as f:
+            for r, s in enumerate(site):
+                f.write(f"{rank_ns(r)} {names[s]}-{r}\n")
+        agent = os.path.join(scratch, "agent.sh")
+        with open(agent, "w") as f:
+            f.write(AGENT)
+        os.chmod(agent, 0o755)
+        mapping = ", ".join(f"{r}:{names[s]}" for r, s in enumerate(site))
+        print(f"emulate: ranks -> sites {mapping}", file=log, flush=True)
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        mpirun = ["timeout", "--signal=KILL", str(timeout_s), "ip", "netns", "exec", CONTROL, "mpirun",
+                  "--hostfile", hostfile, "-n", str(sum(counts)), "--map-by", "node",
+                  "--mca", "plm_rsh_agent", agent, "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
+                  "--mca", "oob_tcp_if_include", f"{PREFIX}.0.0/16", "--mca", "btl_tcp_if_include",
+                  f"{PREFIX}.0.0/16", "--mca", "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS",
+                  "-x", "PATH", "-x", "LD_LIBRARY_PATH", *command]
+        return subprocess.run(mpirun, env=env).returncode
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["run", "up", "down"])
+    parser.add_argument("scenario", nargs="?")
+    parser.add_argument("--sites", help="comma-separated site names to keep (default: all)")
+    parser.add_argument("--devices", help="ranks per kept site, comma-separated (default: the scenario's)")
+    parser.add_argument("--timeout", type=float, default=1800, help="kill the job after this many seconds")
+    args, rest = parser.parse_known_args()
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if os.geteuid() != 0:
+        sys.exit("emulate.py: error: run as root (network namespaces)")
+    if args.action == "down":
+        down()
+        return 0
+    if not args.scenario:
+        sys.exit("emulate.py: error: a scenario file is needed")
+    if args.action == "run" and not rest:
+        sys.exit("emulate.py: error: nothing to run: emulate.py run SCENARIO -- COMMAND ...")
+    for tool in ("ip", "tc", "iptables-legacy", "unshare", "mpirun"):
+        if shutil.which(tool) is None:
+            sys.exit(f"emulate.py: error: {tool} not found (bash jobs/install-deps.sh)")
+    try:
+        names, counts, latency, bandwidth = load_sites(
+            args.scenario, args.sites.split(",") if args.sites else None,
+            [int(x) for x in args.devices.split(",")] if args.devices else None)
+    except (EmulationError, ValueError, KeyError) as error:
+        sys.exit(f"emulate.py: error: {error}")
+    delay = None
+    code = 1
+    # Any exit (error, Ctrl-C, SIGTERM from a scheduler) tears the network down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        started = time.monotonic()
+        delay = up(names, counts, latency, bandwidth, sys.stderr)
+        print(f"emulate: network up in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+        if args.action == "up":
+            print("emulate: up; `emulate.py down` removes it", file=sys.stderr)
+            delay = None  # leave it running
+            return 0
+        started = time.monotonic()
+        code = run(names, counts, rest, args.timeout, sys.stderr)
+        print(f"emulate: command done in {time.monotonic() - started:.1f} s (exit {code})", file=sys.stderr, flush=True)
+        if delay is not None and delay.poll() is not None:
+            print("emulate.py: error: geotrain-netdelay died during the run (traffic stopped)", file=sys.stderr)
+            code = code or 1
+    except EmulationError as error:
+        print(f"emulate.py: error: {error}", file=sys.stderr)
+        code = 1
+    finally:
+        if args.action == "run":
+            if delay is not None:
+                delay.terminate()
+                try:
+                    delay.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    delay.kill()
+            down()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+// geotrain-netdelay: the latency half of the WAN emulator (jobs/emulate/),
+// for kernels without sch_netem. iptables rules in the router namespace send
+// each (source site, destination site) pair's packets to its own NFQUEUE;
+// this program holds every packet of queue q for that queue's delay, in
+// arrival order, then accepts it. One thread, one netlink socket, all queues.
+//
+//   geotrain-netdelay QUEUE:DELAY_MS [QUEUE:DELAY_MS ...]
+//
+// Prints "ready" once every queue is bound. Runs with real-time priority
+// where allowed (busy-polling MPI ranks must not starve it). SIGTERM/SIGINT
+// stop it; packets still held are dropped (and, by design, the rules then
+// drop all traffic: an emulation that silently stops delaying would be wrong).
+#include <arpa/inet.h>
+#include <libnetfilter_queue/libnetfilter_queue.h>
+#include <linux/netfilter.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct HeldPacket {
+  std::uint32_t id;
+  Clock::time_point due;
+};
+
+struct Queue {
+  int number = 0;
+  Clock::duration delay{};
+  nfq_q_handle* handle = nullptr;
+  std::deque<HeldPacket> held;
+};
+
+volatile std::sig_atomic_t stop_requested = 0;
+extern "C" void request_stop(int) { stop_requested = 1; }
+
+int on_packet(nfq_q_handle*, nfgenmsg*, nfq_data* data, void* context) {
+  auto* queue = static_cast<Queue*>(context);
+  const nfqnl_msg_packet_hdr* header = nfq_get_msg_packet_hdr(data);
+  if (header != nullptr) queue->held.push_back({ntohl(header->packet_id), Clock::now() + queue->delay});
+  return 0;
+}
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "geotrain-netdelay: %s\n", message.c_str());
+  std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: geotrain-netdelay QUEUE:DELAY_MS [QUEUE:DELAY_MS ...]\n");
+    return 2;
+  }
+  std::vector<Queue> queues(static_cast<std::size_t>(argc - 1));
+  for (int i = 1; i < argc; ++i) {
+    unsigned number = 0;
+    double delay_ms = 0;
+    char tail = 0;
+    if (std::sscanf(argv[i], "%u:%lf%c", &number, &delay_ms, &tail) != 2 || number > 65535 || !(delay_ms >= 0) ||
+        delay_ms > 60000) {
+      std::fprintf(stderr, "geotrain-netdelay: argument %d: '%s' is not QUEUE:DELAY_MS (0-65535, 0-60000 ms)\n", i,
+                   argv[i]);
+      return 2;
+    }
+    Queue& q = queues[static_cast<std::size_t>(i - 1)];
+    q.number = static_cast<int>(number);
+    q.delay = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(delay_ms));
+  }
+  std::signal(SIGTERM, request_stop);
+  std::signal(SIGINT, request_stop);
+  sched_param priority{};
+  priority.sched_priority = 50;
+  if (sched_setscheduler(0, SCHED_FIFO, &priority) != 0) {
+    std::fprintf(stderr, "geotrain-netdelay: no real-time priority (%s); delays may stretch under load\n",
+                 std::strerror(errno));
+  }
+
+  nfq_handle* handle = nfq_open();
+  if (handle == nullptr) die("nfq_open failed (root? nfnetlink_queue in the kernel?)");
+  nfq_unbind_pf(handle, AF_INET);
+  if (nfq_bind_pf(handle, AF_INET) < 0) die("nfq_bind_pf failed");
+  for (Queue& q : queues) {
+    q.handle = nfq_create_queue(handle, static_cast<std::uint16_t>(q.number), on_packet, &q);
+    if (q.handle == nullptr) die("queue " + std::to_string(q.number) + ": nfq_create_queue failed (in use?)");
+    // Metadata only: the verdict needs the packet id, not its bytes.
+    if (nfq_set_mode(q.handle, NFQNL_COPY_META, 0) < 0) die("nfq_set_mode failed");
+    nfq_set_queue_maxlen(q.handle, 1 << 16);
+    nfq_set_queue_flags(q.handle, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);  // large segments stay whole
+  }
+  nfnl_rcvbufsiz(nfq_nfnlh(handle), 64u << 20);
+  const int fd = nfq_fd(handle);
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  std::vector<char> buffer(1 << 16);
+  while (!stop_requested) {
+    // Release what is due; sleep until the next due packet or a new one.
+    Clock::time_point next = Clock::time_point::max();
+    const auto now = Clock::now();
+    for (Queue& q : queues) {
+      while (!q.held.empty() && q.held.front().due <= now) {
+        nfq_set_verdict(q.handle, q.held.front().id, NF_ACCEPT, 0, nullptr);
+        q.held.pop_front();
+      }
+      if (!q.held.empty() && q.held.front().due < next) next = q.held.front().due;
+    }
+    int timeout_ms = 100;
+    if (next != Clock::time_point::max()) {
+      const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(next - Clock::now()).count();
+      // Sleep whole milliseconds short of the due time, then spin: poll's
+      // granularity would otherwise add up to a millisecond per packet.
+      timeout_ms = wait <= 0 ? 0 : static_cast<int>(wait / 1000);
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, timeout_ms);
+    if (ready < 0 && errno != EINTR) die(std::string("poll: ") + std::strerror(errno));
+    if (ready <= 0) continue;
+    for (;;) {
+      const ssize_t n = recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        nfq_handle_packet(handle, buffer.data(), static_cast<int>(n));
+        continue;
+      }
+      if (n < 0 && errno == ENOBUFS) {
+        std::fprintf(stderr, "geotrain-netdelay: the kernel dropped queued packets (ENOBUFS)\n");
+        continue;
+      }
+      break;  // EAGAIN: drained
+    }
+  }
+  for (Queue& q : queues) nfq_destroy_queue(q.handle);
+  nfq_close(handle);
+  return 0;
+}
