@@ -6,8 +6,12 @@ the scenario's diagonal), each pair on its own shaped path as the planner's
 model assumes; an MPI command runs with one orted per rank namespace, TCP
 only. Everything is torn down afterwards, also on failure or Ctrl-C.
 
-  emulate.py run SCENARIO.toml [--sites A,B,..] [--devices 2,2,..] [--timeout S] -- COMMAND...
+  emulate.py run SCENARIO.toml [--sites A,B,..] [--devices 2,2,..] [--bandwidth-scale F]
+                [--latency-scale F] [--matrix-out FILE] [--timeout S] -- COMMAND...
   emulate.py up SCENARIO.toml ... / emulate.py down
+
+--matrix-out writes the emulated network at rank level in the scenario
+format (what a perfect probe would measure), for `network.matrix`.
 
 COMMAND is what mpirun runs on every rank (e.g. build/release/geotrain train
 CONFIG ...); this script adds mpirun and its options. Ranks are mapped to
@@ -110,6 +114,20 @@ def rank_sites(counts):
                 order.append(s)
                 free[s] -= 1
     return order
+
+
+def write_matrix(path, scenario, names, counts, latency_ms, bandwidth_gbps):
+    site = rank_sites(counts)
+    n = len(site)
+    rows = lambda m: "".join(f"  [{', '.join(repr(float(m[site[a]][site[b]]) if a != b else 0.0) for b in range(n))}],\n"
+                             for a in range(n))
+    with open(path, "w") as f:
+        f.write(f"# The emulated network of {os.path.basename(scenario)} at rank level (emulate.py --matrix-out):\n"
+                f"# sites {', '.join(names)}, ranks per site {counts}, ranks mapped round-robin over the sites.\n\n"
+                f"[scenario]\nname = \"emulated-{os.path.splitext(os.path.basename(scenario))[0]}-{n}\"\n"
+                f"description = \"{n} ranks, emulated\"\nsource = \"jobs/emulate/emulate.py\"\n\n"
+                f"[network]\nlatency_ms = [\n{rows(latency_ms)}]\nbandwidth_gbps = [\n{rows(bandwidth_gbps)}]\n"
+                f"sites = [{', '.join(repr(names[s]).replace(chr(39), chr(34)) for s in site)}]\n")
 
 
 # ---- the network
@@ -263,6 +281,9 @@ def main():
     parser.add_argument("--sites", help="comma-separated site names to keep (default: all)")
     parser.add_argument("--devices", help="ranks per kept site, comma-separated (default: the scenario's)")
     parser.add_argument("--timeout", type=float, default=1800, help="kill the job after this many seconds")
+    parser.add_argument("--bandwidth-scale", type=float, default=1.0, help="multiply every bandwidth (scale down)")
+    parser.add_argument("--latency-scale", type=float, default=1.0, help="multiply every latency")
+    parser.add_argument("--matrix-out", help="write the rank-level matrix of the emulated network here")
     args, rest = parser.parse_known_args()
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -284,6 +305,12 @@ def main():
             [int(x) for x in args.devices.split(",")] if args.devices else None)
     except (EmulationError, ValueError, KeyError) as error:
         sys.exit(f"emulate.py: error: {error}")
+    if not (args.bandwidth_scale > 0 and args.latency_scale >= 0):
+        sys.exit("emulate.py: error: --bandwidth-scale must be > 0 and --latency-scale >= 0")
+    latency = [[x * args.latency_scale for x in row] for row in latency]
+    bandwidth = [[x * args.bandwidth_scale for x in row] for row in bandwidth]
+    if args.matrix_out:
+        write_matrix(args.matrix_out, args.scenario, names, counts, latency, bandwidth)
     delay = None
     code = 1
     # Any exit (error, Ctrl-C, SIGTERM from a scheduler) tears the network down.

@@ -633,6 +633,7 @@ struct Degrees {
 // Precedence: command line, then file, then derived from the device count.
 Degrees resolve_degrees(const Reader& r, const FileWorkload& file, const WorkloadOverrides& overrides,
                         int devices) {
+  if (overrides.network_only) return {1, devices};
   if (overrides.pipeline_stages && *overrides.pipeline_stages < 1) {
     r.fail("workload.pp", "--pp must be >= 1, got " + std::to_string(*overrides.pipeline_stages));
   }

@@ -13,6 +13,10 @@ namespace geotrain::io {
 struct WorkloadOverrides {
   std::optional<int> pipeline_stages;  // --pp
   std::optional<int> data_parallel;    // --dp
+  // The network is all the caller needs (geotrain train's network.matrix:
+  // the job sets the degrees): the file's [workload] is neither required
+  // nor checked against the device count.
+  bool network_only = false;
 };
 
 struct Scenario {

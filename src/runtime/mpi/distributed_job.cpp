@@ -141,7 +141,11 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   s.data.emplace(io::TokenDataset::from_shards(s.config.data_train, s.config.data_validation,
                                               s.model.model.vocabulary, s.config.seed));
   if (!s.config.network_matrix.empty()) {
-    io::Scenario scenario = io::load_scenario(s.config.network_matrix);
+    // Only the network is used: the job sets the workload (a probed matrix
+    // has no [workload]; a scenario's is ignored).
+    io::WorkloadOverrides network_only;
+    network_only.network_only = true;
+    io::Scenario scenario = io::load_scenario(s.config.network_matrix, network_only);
     if (scenario.network.device_count != ranks) {
       throw InputError(s.config.network_matrix + ": devices: the matrix has " +
                        std::to_string(scenario.network.device_count) + " devices but the job has " +
