@@ -67,6 +67,7 @@ const Shipped kShipped[] = {
     {"two-sites-8.toml", 8, 2, 4, "model", true},
     {"four-sites-16.toml", 16, 4, 4, "model", true},
     {"asymmetric-4.toml", 4, 2, 2, "model", false, false},
+    {"emulation-test.toml", 4, 2, 2, "model", true},
 };
 
 Scenario load_shipped(const Shipped& s) {
