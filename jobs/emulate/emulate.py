@@ -239,6 +239,12 @@ def up(names, counts, latency_ms, bandwidth_gbps, log):
 
 # ---- running ranks in their sites
 
+# Messages up to 4 MiB go eagerly: over a long link the default rendezvous
+# (request, clear-to-send, data) costs three one-way latencies per message
+# instead of one; real WAN deployments raise the limit for the same reason.
+EAGER = ["--mca", "btl_tcp_eager_limit", str(4 << 20), "--mca", "btl_tcp_rndv_eager_limit", str(4 << 20),
+         "--mca", "btl_tcp_max_send_size", str(4 << 20)]
+
 AGENT = """#!/bin/sh
 # plm_rsh_agent for the emulation: "remote" host = a rank's namespace, with
 # its own host name (<site>-<rank>, from the hostnames file).
@@ -269,8 +275,9 @@ def run(names, counts, command, timeout_s, log):
                   "--hostfile", hostfile, "-n", str(sum(counts)), "--map-by", "node",
                   "--mca", "plm_rsh_agent", agent, "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
                   "--mca", "oob_tcp_if_include", f"{PREFIX}.0.0/16", "--mca", "btl_tcp_if_include",
-                  f"{PREFIX}.0.0/16", "--mca", "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS",
-                  "-x", "PATH", "-x", "LD_LIBRARY_PATH", *command]
+                  f"{PREFIX}.0.0/16", "--mca", "mpi_yield_when_idle", "1", "-x", "PATH", *EAGER,
+                  *[arg for name in ("OMP_NUM_THREADS", "LD_LIBRARY_PATH") if name in os.environ for arg in ("-x", name)],
+                  *command]
         return subprocess.run(mpirun, env=env).returncode
 
 

@@ -15,6 +15,40 @@ double median(std::vector<double> values) {
   return *middle;
 }
 
+// An all-reduce of a few bytes over `members`: recursive doubling, ceil(log2 n)
+// rounds, each as slow as the group's slowest one-way latency (an upper
+// estimate: the simulator's network has no notion of which pairs meet).
+double small_allreduce_s(const plan::Network& network, const std::vector<int>& members) {
+  double slowest = 0;
+  for (int a : members) {
+    for (int b : members) {
+      if (a != b) slowest = std::max(slowest, network.latency(a, b));
+    }
+  }
+  int rounds = 0;
+  while ((1u << rounds) < members.size()) ++rounds;
+  return rounds * slowest;
+}
+
+// What a training step adds to the simulated iteration: after the pipeline
+// and the data-parallel exchange, the tied embedding's gradient between the
+// first and last stage, then the global gradient norm over the pipeline and
+// the loss over the pipeline and the replicas (latency-bound, every step).
+double step_collectives_s(const plan::Network& network, const plan::Plan& plan, double embedding_bytes) {
+  const int pp = plan.pipeline_stages, dp = plan.data_parallel;
+  double pipeline_side = 0;
+  for (int r = 0; r < dp; ++r) {
+    std::vector<int> chain;
+    for (int s = 0; s < pp; ++s) chain.push_back(plan.stages[s][r]);
+    double tied = 0;
+    if (pp > 1) tied = network.transfer_s(chain.front(), chain.back(), embedding_bytes);
+    pipeline_side = std::max(pipeline_side, tied + 2 * small_allreduce_s(network, chain));
+  }
+  double replica_side = 0;
+  for (int s = 0; s < pp; ++s) replica_side = std::max(replica_side, small_allreduce_s(network, plan.stages[s]));
+  return pipeline_side + replica_side;
+}
+
 }  // namespace
 
 JobDescription single_rank_job(const std::string& device) {
@@ -122,7 +156,9 @@ io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& 
   work.overlap_communication = true;                 // sends are non-blocking on a copy
   if (!run.events.empty()) {
     const plan::SimulationResult predicted = plan::simulate(job.network, job.plan, work);
-    run.predicted_iteration_s = predicted.iteration_s + measured.optimizer_s;
+    const double embedding_bytes = 4.0 * model.vocabulary * model.hidden;
+    run.predicted_iteration_s = predicted.iteration_s + measured.optimizer_s +
+                                step_collectives_s(job.network, job.plan, embedding_bytes);
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }
   return run;

@@ -88,7 +88,7 @@ TEST(TimingRecord, MediansPerStageAndPlanLayout) {
   config.gradient_accumulation = 1;
   config.micro_batch_sequences = 1;
   model::GptConfig model;
-  model.sequence_length = 4, model.hidden = 8;
+  model.sequence_length = 4, model.hidden = 8, model.vocabulary = 16;
   const io::TimingRun run = make_timing_run(config, model, job, reporting, {r0, r1});
   EXPECT_EQ(run.stage_of_rank, (std::vector<std::int32_t>{1, 0}));
   EXPECT_EQ(run.devices, (std::vector<std::int32_t>{1, 0}));
@@ -100,9 +100,12 @@ TEST(TimingRecord, MediansPerStageAndPlanLayout) {
   EXPECT_EQ(run.step, (std::vector<std::int32_t>{1}));
   // One micro-batch through 2 stages by hand: F0 2, send 1 ms + 128 B / 1e9,
   // F1 3, B1 6, send back, B0 4; then the optimizer's median, 1 s. No
-  // data-parallel exchange (one replica).
+  // data-parallel exchange (one replica). Then the step's collectives: the
+  // tied embedding (16 x 8 floats) between the two stages, and the norm and
+  // the loss over the 2-rank pipeline, one 1 ms round each.
   const double hop = 1e-3 + 4.0 * 4 * 8 / 1e9;
-  EXPECT_NEAR(run.predicted_iteration_s, 2 + hop + 3 + 6 + hop + 4 + 1, 1e-9);
+  const double collectives = (1e-3 + 4.0 * 16 * 8 / 1e9) + 2 * 1e-3;
+  EXPECT_NEAR(run.predicted_iteration_s, 2 + hop + 3 + 6 + hop + 4 + 1 + collectives, 1e-9);
 }
 
 }  // namespace
