@@ -81,10 +81,18 @@ def load_sites(path, chosen, devices):
         latency = [list(map(float, row)) for row in sites["latency_ms"]]
         bandwidth = [list(map(float, row)) for row in sites["bandwidth_gbps"]]
     else:
-        latency = [[float(sites["intra_latency_ms"] if i == j else sites["inter_latency_ms"]) for j in range(n)]
-                   for i in range(n)]
-        bandwidth = [[float(sites["intra_bandwidth_gbps"] if i == j else sites["inter_bandwidth_gbps"])
-                      for j in range(n)] for i in range(n)]
+        # Scalars inside / between sites, then [[sites.link]] pairs (both ways).
+        inter_l, inter_b = sites.get("inter_latency_ms"), sites.get("inter_bandwidth_gbps")
+        latency = [[float(sites["intra_latency_ms"]) if i == j else inter_l for j in range(n)] for i in range(n)]
+        bandwidth = [[float(sites["intra_bandwidth_gbps"]) if i == j else inter_b for j in range(n)] for i in range(n)]
+        for link in sites.get("link", []):
+            a, b = (names.index(x) for x in link["between"])
+            latency[a][b] = latency[b][a] = float(link["latency_ms"])
+            bandwidth[a][b] = bandwidth[b][a] = float(link["bandwidth_gbps"])
+        if any(x is None for row in latency + bandwidth for x in row):
+            raise EmulationError(f"{path}: [sites]: a pair of sites has no link (inter_* or [[sites.link]])")
+        latency = [[float(x) for x in row] for row in latency]
+        bandwidth = [[float(x) for x in row] for row in bandwidth]
     for field, matrix in (("latency_ms", latency), ("bandwidth_gbps", bandwidth)):
         if len(matrix) != n or any(len(row) != n for row in matrix):
             raise EmulationError(f"{path}: [sites] {field}: must be {n} x {n}")
