@@ -128,7 +128,7 @@ def plot_network(run, path):
         shown = np.where(np.isfinite(data), data, np.nan)
         image = ax.imshow(shown, cmap="viridis" if title == "bandwidth" else "magma_r")
         fig.colorbar(image, ax=ax, label=unit, shrink=0.8)
-        ax.set_title(f"{title} ({run.network_source})")
+        ax.set_title(f"{title} ({os.path.basename(run.network_source)})")
         ax.set_xticks(range(len(order)))
         ax.set_yticks(range(len(order)))
         ax.set_xticklabels(labels, fontsize=7)
