@@ -24,7 +24,7 @@ void sum_buffer(kernels::Backend& backend, Collectives& collectives, float* data
 }  // namespace
 
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
-                             int pipeline_stages, int data_parallel) {
+                             int pipeline_stages, int data_parallel, double* pipeline_sum) {
   const std::size_t count = stage.parameter_count();
   if (data_parallel > 1) {
     sum_buffer(backend, collectives, stage.grads(), count,
@@ -42,7 +42,10 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
   if (split_embedding && stage.spec().has_head) {
     squares -= backend.sum_of_squares(stage.grads() + wte->offset, wte->count);  // counted on the first stage
   }
-  return std::sqrt(collectives.sum_over_pipeline(squares));
+  double sums[2] = {squares, pipeline_sum ? *pipeline_sum : 0.0};
+  collectives.sum_over_pipeline_values(sums, pipeline_sum ? 2 : 1);
+  if (pipeline_sum) *pipeline_sum = sums[1];
+  return std::sqrt(sums[0]);
 }
 
 }  // namespace geotrain::runtime

@@ -32,8 +32,8 @@ double small_allreduce_s(const plan::Network& network, const std::vector<int>& m
 
 // What a training step adds to the simulated iteration: after the pipeline
 // and the data-parallel exchange, the tied embedding's gradient between the
-// first and last stage, then the global gradient norm over the pipeline and
-// the loss over the pipeline and the replicas (latency-bound, every step).
+// first and last stage, then the gradient norm and the loss in one reduction
+// over the pipeline, and the loss over the replicas (latency-bound, every step).
 double step_collectives_s(const plan::Network& network, const plan::Plan& plan, double embedding_bytes) {
   const int pp = plan.pipeline_stages, dp = plan.data_parallel;
   double pipeline_side = 0;
@@ -42,7 +42,7 @@ double step_collectives_s(const plan::Network& network, const plan::Plan& plan, 
     for (int s = 0; s < pp; ++s) chain.push_back(plan.stages[s][r]);
     double tied = 0;
     if (pp > 1) tied = network.transfer_s(chain.front(), chain.back(), embedding_bytes);
-    pipeline_side = std::max(pipeline_side, tied + 2 * small_allreduce_s(network, chain));
+    pipeline_side = std::max(pipeline_side, tied + small_allreduce_s(network, chain));
   }
   double replica_side = 0;
   for (int s = 0; s < pp; ++s) replica_side = std::max(replica_side, small_allreduce_s(network, plan.stages[s]));

@@ -217,7 +217,8 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     timeline.record(io::EventKind::data, step_start, Clock::now());
     const double replica_loss = pipeline.run(batches, links, static_cast<float>(1.0 / tokens_per_step));
     const auto sync_start = Clock::now();
-    const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas);
+    double pipeline_loss = replica_loss;  // summed over the pipeline with the norm: one reduction
+    const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas, &pipeline_loss);
     const auto optimizer_start = Clock::now();
     timeline.record(io::EventKind::allreduce, sync_start, optimizer_start, -1, sync_bytes);
     const double sync_s = seconds_since(sync_start);
@@ -226,7 +227,8 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     const auto loss_start = Clock::now();
     timeline.record(io::EventKind::optimizer, optimizer_start, loss_start);
     const double optimizer_s = seconds_since(optimizer_start);
-    const double loss = sum_over_job(collectives, replica_loss) / (static_cast<double>(m) * role.replicas);
+    const double loss =
+        collectives.sum_data_parallel_value(pipeline_loss) / (static_cast<double>(m) * role.replicas);
     timeline.record(io::EventKind::allreduce, loss_start, Clock::now(), -1, sizeof(double));
     const double step_s = seconds_since(step_start);
     if (!std::isfinite(loss)) {

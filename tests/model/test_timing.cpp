@@ -102,9 +102,9 @@ TEST(TimingRecord, MediansPerStageAndPlanLayout) {
   // F1 3, B1 6, send back, B0 4; then the optimizer's median, 1 s. No
   // data-parallel exchange (one replica). Then the step's collectives: the
   // tied embedding (16 x 8 floats) between the two stages, and the norm and
-  // the loss over the 2-rank pipeline, one 1 ms round each.
+  // the loss in one reduction over the 2-rank pipeline, one 1 ms round.
   const double hop = 1e-3 + 4.0 * 4 * 8 / 1e9;
-  const double collectives = (1e-3 + 4.0 * 16 * 8 / 1e9) + 2 * 1e-3;
+  const double collectives = (1e-3 + 4.0 * 16 * 8 / 1e9) + 1e-3;
   EXPECT_NEAR(run.predicted_iteration_s, 2 + hop + 3 + 6 + hop + 4 + 1 + collectives, 1e-9);
 }
 

@@ -20,6 +20,11 @@ class Collectives {
   virtual void sum_tied_embedding(float* data, std::size_t count) = 0;
   // Sum over the stages of this replica (every stage calls it).
   virtual double sum_over_pipeline(double value) = 0;
+  // Several scalars in one reduction (one latency on a slow pipeline instead
+  // of several); by default one by one.
+  virtual void sum_over_pipeline_values(double* values, int count) {
+    for (int i = 0; i < count; ++i) values[i] = sum_over_pipeline(values[i]);
+  }
   // Sum of a scalar over the data-parallel group (losses, timings).
   virtual double sum_data_parallel_value(double value) = 0;
   // True: the float sums take the backend's device memory (NCCL); false:
@@ -36,8 +41,10 @@ class LocalCollectives : public Collectives {
   double sum_data_parallel_value(double value) override { return value; }
 };
 
-// Returns the global L2 norm of the gradient (wte counted once).
+// Returns the global L2 norm of the gradient (wte counted once). With
+// `pipeline_sum`, that value is summed over the pipeline in the same
+// reduction as the norm (the trainer's loss), in place.
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
-                             int pipeline_stages, int data_parallel);
+                             int pipeline_stages, int data_parallel, double* pipeline_sum = nullptr);
 
 }  // namespace geotrain::runtime

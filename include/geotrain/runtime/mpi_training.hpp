@@ -62,6 +62,7 @@ class MpiCollectives : public Collectives {
   void sum_data_parallel(float* host_data, std::size_t count) override;
   void sum_tied_embedding(float* host_data, std::size_t count) override;
   double sum_over_pipeline(double value) override;
+  void sum_over_pipeline_values(double* values, int count) override;
   double sum_data_parallel_value(double value) override;
 
  private:

@@ -140,10 +140,14 @@ void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
 }
 
 double MpiCollectives::sum_over_pipeline(double value) {
-  allreduce_in_place(topology_.pipeline_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
+  sum_over_pipeline_values(&value, 1);
+  return value;
+}
+
+void MpiCollectives::sum_over_pipeline_values(double* values, int count) {
+  allreduce_in_place(topology_.pipeline_comm.get(), values, static_cast<std::size_t>(count), MPI_DOUBLE, deadline_s_,
                      "summing over the pipeline of replica " + std::to_string(topology_.replica) +
                          members_except(topology_.pipeline_ranks, topology_.rank));
-  return value;
 }
 
 double MpiCollectives::sum_data_parallel_value(double value) {

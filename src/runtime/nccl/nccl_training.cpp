@@ -220,6 +220,7 @@ class NcclCollectives : public Collectives {
     all_reduce(data, n, tied_, "joining the tied embedding of replica " + std::to_string(t_.replica));
   }
   double sum_over_pipeline(double value) override { return scalars_.sum_over_pipeline(value); }
+  void sum_over_pipeline_values(double* values, int count) override { scalars_.sum_over_pipeline_values(values, count); }
   double sum_data_parallel_value(double value) override { return scalars_.sum_data_parallel_value(value); }
 
  private:
