@@ -50,8 +50,15 @@ inline void check_mpi(int code, const char* call, const char* file, int line) {
 // MPI_Abort. Polls MPI_Testall, yielding the CPU, for the first `spin_s`
 // seconds, then with sleeps growing to 1 ms, so waiting ranks leave the
 // cores to the others (timed exchanges pass a longer spin_s).
+//
+// Before aborting, the ranks the wait depends on (`peer`, or a collective's
+// `members`, world ranks) are pinged; every waiting rank answers pings. If
+// all answer within a grace of max(1 s, deadline / 10) (at most the
+// deadline), they are alive but waiting themselves: the wait gets one more
+// deadline, so that the abort comes from the rank next to the silent one and
+// names it. Otherwise the silent ones are named.
 void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const std::string& what, int peer,
-                       double spin_s = 2e-4);
+                       double spin_s = 2e-4, std::span<const int> members = {});
 
 // Same, for requests with different peers (`peers[i]` answers
 // `requests[i]`); on the deadline the message names every peer whose request

@@ -62,26 +62,93 @@ void mpi_call_failed(int code, const char* call, const char* file, int line) {
 
 namespace {
 
-// Calls `done` until it returns true (returns) or the deadline passes
-// (calls `expired`, which aborts unless it finds the wait over after all).
-// Spins (yielding) while an answer may be close, then backs off to sleeps of
-// up to 1 ms so that oversubscribed ranks share the cores.
+// Liveness: when a wait on one peer passes its deadline, the peer may be
+// alive but itself waiting on a silent rank further down the pipeline. The
+// waiter pings it (tags reserved on MPI_COMM_WORLD); every waiting rank
+// answers pings while it polls. An answer earns the peer one more deadline,
+// so the abort comes from the rank next to the silent one and names it.
+constexpr int kPingTag = 32001, kPongTag = 32002;
+const int kLivenessWord = 1;
+
+void answer_pings() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, MPI_COMM_WORLD, &flag, &status) != MPI_SUCCESS || !flag) return;
+    int word = 0;
+    GT_MPI_CHECK(MPI_Recv(&word, 1, MPI_INT, status.MPI_SOURCE, kPingTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    MPI_Request reply;
+    GT_MPI_CHECK(MPI_Isend(&kLivenessWord, 1, MPI_INT, status.MPI_SOURCE, kPongTag, MPI_COMM_WORLD, &reply));
+    GT_MPI_CHECK(MPI_Request_free(&reply));
+  }
+}
+
+// Pings every rank of `peers` and returns those that do not answer within
+// `grace_s` (empty also when `done` turns true meanwhile).
+template <typename Done>
+std::vector<int> silent_among(const std::vector<int>& peers, double grace_s, Done done) {
+  for (int peer : peers) {
+    MPI_Request ping;
+    GT_MPI_CHECK(MPI_Isend(&kLivenessWord, 1, MPI_INT, peer, kPingTag, MPI_COMM_WORLD, &ping));
+    GT_MPI_CHECK(MPI_Request_free(&ping));
+  }
+  std::vector<int> silent = peers;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  while (!silent.empty() && std::chrono::steady_clock::now() < until) {
+    answer_pings();
+    if (done()) return {};
+    for (auto it = silent.begin(); it != silent.end();) {
+      int flag = 0;
+      GT_MPI_CHECK(MPI_Iprobe(*it, kPongTag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE));
+      if (flag) {
+        int word = 0;
+        GT_MPI_CHECK(MPI_Recv(&word, 1, MPI_INT, *it, kPongTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        it = silent.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return silent;
+}
+
+// Calls `done` until it returns true (returns) or the deadline passes. Then
+// it pings the ranks the wait depends on (`peers`): when all answer, it
+// waits one more deadline; otherwise calls `expired` with the silent ones
+// (empty: none known), which aborts unless it finds the wait over after all. Spins (yielding) while an answer may be close, then
+// backs off to sleeps of up to 1 ms so that oversubscribed ranks share the
+// cores, answering other ranks' pings while it sleeps.
 template <typename Done, typename Expired>
-void poll_until_deadline(double deadline_s, double spin_s, Done done, Expired expired) {
+void poll_until_deadline(double deadline_s, double spin_s, const std::vector<int>& peers, Done done, Expired expired) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(deadline_s));
+  const auto span = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(deadline_s));
+  auto deadline = start + span;
+  bool extended = false;
   auto pause = std::chrono::microseconds(0);
   for (;;) {
     if (done()) return;
     if (clock::now() >= deadline) {
-      expired();
+      const double grace_s = std::min(deadline_s, std::max(1.0, 0.1 * deadline_s));
+      std::vector<int> silent;
+      if (!peers.empty()) {
+        silent = silent_among(peers, grace_s, done);
+        if (done()) return;
+        if (silent.empty() && !extended) {
+          extended = true;
+          deadline = clock::now() + span;
+          continue;
+        }
+      }
+      expired(silent);
       return;
     }
     if (pause.count() == 0) {
       std::this_thread::yield();
       if (clock::now() - start > std::chrono::duration<double>(spin_s)) pause = std::chrono::microseconds(20);
     } else {
+      answer_pings();
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
@@ -101,16 +168,17 @@ void poll_until_deadline(double deadline_s, double spin_s, Done done, Expired ex
   abort_all(message.str());
 }
 
-// Polls until all complete (returns) or the deadline passes (aborts, naming
-// the peers of the requests still open; peer < 0 = unknown, a collective).
+// Polls until all complete (returns) or the deadline passes: then pings the
+// peers of the requests and `members` (a collective's other ranks), and
+// aborts naming the silent ones, or the peers of the requests still open.
 void wait_until_deadline(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
-                         const std::string& what, double spin_s) {
+                         const std::string& what, double spin_s, std::span<const int> members) {
   auto all_done = [&] {
     int done = 0;
     GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
     return done != 0;
   };
-  auto expired = [&] {
+  auto expired = [&](const std::vector<int>& silent) {
     std::vector<int> missing;  // peers of the requests still open (peer < 0: a collective)
     int open = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -121,23 +189,32 @@ void wait_until_deadline(std::span<MPI_Request> requests, std::span<const int> p
       const int peer = peers.size() == 1 ? peers[0] : peers[i];
       if (peer >= 0 && std::find(missing.begin(), missing.end(), peer) == missing.end()) missing.push_back(peer);
     }
-    if (open > 0) abort_no_answer(missing, deadline_s, what);  // else: the last ones completed just now
+    if (open > 0) abort_no_answer(silent.empty() ? missing : silent, deadline_s, what);  // else: done just now
   };
-  poll_until_deadline(deadline_s, spin_s, all_done, expired);
+  std::vector<int> pingable;
+  const int self = world_rank();
+  auto add = [&](int rank) {
+    if (rank >= 0 && rank != self && std::find(pingable.begin(), pingable.end(), rank) == pingable.end()) {
+      pingable.push_back(rank);
+    }
+  };
+  for (int peer : peers) add(peer);
+  for (int member : members) add(member);
+  poll_until_deadline(deadline_s, spin_s, pingable, all_done, expired);
 }
 
 }  // namespace
 
 void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const std::string& what, int peer,
-                       double spin_s) {
+                       double spin_s, std::span<const int> members) {
   const int peers[1] = {peer};
-  wait_until_deadline(requests, peers, deadline_s, what, spin_s);
+  wait_until_deadline(requests, peers, deadline_s, what, spin_s, members);
 }
 
 void wait_each_or_abort(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
                         const std::string& what, double spin_s) {
   if (peers.size() != requests.size()) abort_all("wait_each_or_abort: one peer per request needed");
-  wait_until_deadline(requests, peers, deadline_s, what, spin_s);
+  wait_until_deadline(requests, peers, deadline_s, what, spin_s, {});
 }
 
 void wait_for_message_or_abort(MPI_Comm comm, int source, int tag, double deadline_s, const std::string& what,
@@ -147,10 +224,10 @@ void wait_for_message_or_abort(MPI_Comm comm, int source, int tag, double deadli
     GT_MPI_CHECK(MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE));
     return flag != 0;
   };
-  auto expired = [&] {
+  auto expired = [&](const std::vector<int>&) {
     if (!arrived()) abort_no_answer({source}, deadline_s, what);
   };
-  poll_until_deadline(deadline_s, spin_s, arrived, expired);
+  poll_until_deadline(deadline_s, spin_s, std::vector<int>{source}, arrived, expired);
 }
 
 }  // namespace geotrain::runtime

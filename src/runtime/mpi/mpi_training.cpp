@@ -116,11 +116,11 @@ std::string members_except(const std::vector<int>& ranks, int self) {
 }
 
 void allreduce_in_place(MPI_Comm comm, void* data, std::size_t count, MPI_Datatype type, double deadline_s,
-                        const std::string& what) {
+                        const std::string& what, const std::vector<int>& members) {
   if (count > static_cast<std::size_t>(INT32_MAX)) abort_all(what + ": over 2^31 elements");
   MPI_Request request;
   GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, MPI_SUM, comm, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, what, -1);
+  wait_all_or_abort({&request, 1}, deadline_s, what, -1, 2e-4, members);
 }
 
 }  // namespace
@@ -128,7 +128,8 @@ void allreduce_in_place(MPI_Comm comm, void* data, std::size_t count, MPI_Dataty
 void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
   allreduce_in_place(topology_.dp_comm.get(), data, count, MPI_FLOAT, deadline_s_,
                      "summing gradients over the data-parallel group of stage " + std::to_string(topology_.stage) +
-                         members_except(topology_.dp_ranks, topology_.rank));
+                         members_except(topology_.dp_ranks, topology_.rank),
+                     topology_.dp_ranks);
 }
 
 void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
@@ -136,7 +137,8 @@ void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
   allreduce_in_place(topology_.tied_comm.get(), data, count, MPI_FLOAT, deadline_s_,
                      "joining the tied embedding of replica " + std::to_string(topology_.replica) +
                          members_except({topology_.pipeline_ranks.front(), topology_.pipeline_ranks.back()},
-                                        topology_.rank));
+                                        topology_.rank),
+                     {topology_.pipeline_ranks.front(), topology_.pipeline_ranks.back()});
 }
 
 double MpiCollectives::sum_over_pipeline(double value) {
@@ -147,13 +149,15 @@ double MpiCollectives::sum_over_pipeline(double value) {
 void MpiCollectives::sum_over_pipeline_values(double* values, int count) {
   allreduce_in_place(topology_.pipeline_comm.get(), values, static_cast<std::size_t>(count), MPI_DOUBLE, deadline_s_,
                      "summing over the pipeline of replica " + std::to_string(topology_.replica) +
-                         members_except(topology_.pipeline_ranks, topology_.rank));
+                         members_except(topology_.pipeline_ranks, topology_.rank),
+                     topology_.pipeline_ranks);
 }
 
 double MpiCollectives::sum_data_parallel_value(double value) {
   allreduce_in_place(topology_.dp_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
                      "summing over the data-parallel group of stage " + std::to_string(topology_.stage) +
-                         members_except(topology_.dp_ranks, topology_.rank));
+                         members_except(topology_.dp_ranks, topology_.rank),
+                     topology_.dp_ranks);
   return value;
 }
 
