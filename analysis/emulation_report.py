@@ -108,13 +108,15 @@ def main():
                      "within 20 %). Why, from the timing files: (1) at 8 ranks with 2 per site, every 4-stage "
                      "pipeline must span at least 2 sites whatever the placement, so part of the pipeline cost is "
                      "fixed; (2) every step also pays latency-bound collectives the planner does not place "
-                     "(the gradient norm and the loss over the whole pipeline, the tied embedding between its "
-                     "ends), about 1 s per step on world-wide for every placement; (3) the simulator counts one "
+                     "(the gradient norm and the loss, one reduction over the whole pipeline since this report's "
+                     "runs; the tied embedding between its ends; the loss over the replicas), most of a second per "
+                     "step on world-wide for every placement (folding the loss into the norm's reduction raised the "
+                     "world-wide speedup from 1.44x to 1.71x); (3) the simulator counts one "
                      "latency per message and a bandwidth-optimal all-reduce, while Open MPI's all-reduce over TCP "
                      "takes several latency-bound rounds and TCP does not fill a long link at once, so the slower "
                      "placements (more cross-site traffic) are under-predicted most. What would close the gap: "
-                     "fold the norm and the loss into one reduction, overlap the data-parallel all-reduce with the "
-                     "backward pass, and model the all-reduce's rounds in the simulator.\n")
+                     "overlap the data-parallel all-reduce and the tied embedding with the backward pass, and model "
+                     "the all-reduce's latency-bound rounds and TCP's behaviour on long links in the simulator.\n")
     for scenario in SCENARIOS:
         if (scenario, "planned") in rows:
             run, _ = rows[(scenario, "planned")]
