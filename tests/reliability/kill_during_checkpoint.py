@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""kill -9 at random moments of a run that checkpoints every step: after
+every kill, the checkpoint `latest` names must load (h5py: the format's
+attributes and every parameter with both moments) and geotrain must resume
+from it (--checkpoint.resume=auto), never going back. Every other kill aims
+at a write (a few milliseconds after a temporary file appears); the kills
+that landed while a checkpoint was being written (a .tmp file left behind)
+are counted.
+
+usage: kill_during_checkpoint.py GEOTRAIN CONFIG WORKDIR [KILLS] [SEED]
+"""
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+
+
+def fail(message):
+    sys.exit("FAILED: " + message)
+
+
+def check_latest(directory):
+    """The step of the checkpoint `latest` names, after checking the file whole."""
+    with open(os.path.join(directory, "latest")) as f:
+        name = f.read().strip()
+    path = os.path.join(directory, name)
+    match = re.fullmatch(r"step_(\d{8})\.h5", name)
+    if not match or not os.path.exists(path):
+        fail(f"latest names '{name}', not a checkpoint in {directory}")
+    with h5py.File(path, "r") as f:
+        step = int(f.attrs["completed_steps"])
+        if step != int(match.group(1)):
+            fail(f"{path}: completed_steps {step} does not match its name")
+        names = list(f["params"])
+        if not names:
+            fail(f"{path}: no parameters")
+        for n in names:
+            shape = f["params"][n].shape
+            if f["optimizer/m"][n].shape != shape or f["optimizer/v"][n].shape != shape:
+                fail(f"{path}: {n}: moments missing or of another shape")
+            f["params"][n][()]  # the bytes are readable
+    return step
+
+
+def main():
+    geotrain, config, workdir = sys.argv[1:4]
+    kills = int(sys.argv[4]) if len(sys.argv) > 4 else 15
+    rng = random.Random(int(sys.argv[5]) if len(sys.argv) > 5 else 1)
+    shutil.rmtree(workdir, ignore_errors=True)
+    directory = os.path.join(workdir, "checkpoints")
+    command = [geotrain, "train", config, "--pipeline.stages=1", "--train.steps=100000", "--train.log_every_steps=1",
+               "--train.eval_every_steps=0", "--train.eval_batches=1", "--optimizer.warmup_steps=1",
+               f"--checkpoint.dir={directory}", "--checkpoint.every_steps=1", "--checkpoint.keep=2",
+               "--checkpoint.resume=auto", "--timing.file="]
+    last_step, mid_write = 0, 0
+    for attempt in range(kills):
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Wait for a new checkpoint past the last one, then kill at a random moment after it.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                fail(f"attempt {attempt}: geotrain exited {process.returncode} before a checkpoint: "
+                     f"{process.stderr.read().decode()}")
+            latest = os.path.join(directory, "latest")
+            if os.path.exists(latest):
+                with open(latest) as f:
+                    found = re.fullmatch(r"step_(\d{8})\.h5", f.read().strip())
+                if found and int(found.group(1)) > last_step:
+                    break
+            time.sleep(0.01)
+        else:
+            process.kill()
+            fail(f"attempt {attempt}: no new checkpoint within 120 s")
+        if attempt % 2 == 0:
+            time.sleep(rng.uniform(0.0, 0.4))  # anywhere in a step
+        else:  # inside a write: once a temporary file shows up, a few milliseconds in
+            until = time.monotonic() + 30
+            while time.monotonic() < until and not any(n.endswith(".tmp") for n in os.listdir(directory)):
+                time.sleep(0.0005)
+            time.sleep(rng.uniform(0.0, 0.01))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        if any(name.endswith(".tmp") for name in os.listdir(directory)):
+            mid_write += 1
+        step = check_latest(directory)
+        if step < last_step:
+            fail(f"attempt {attempt}: latest went back from step {last_step} to {step}")
+        last_step = step
+    # A last run resumes from what the kills left and takes a step.
+    done = subprocess.run([*command[:3], *[a for a in command[3:] if not a.startswith("--train.steps")],
+                           f"--train.steps={last_step + 1}"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 or f"after step {last_step}" not in done.stdout:
+        fail(f"the final resume from step {last_step} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+    print(f"ok: {kills} kills -9 ({mid_write} while a checkpoint was being written); latest always loaded; "
+          f"resumed at step {last_step}")
+
+
+if __name__ == "__main__":
+    main()
