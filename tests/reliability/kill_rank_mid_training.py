@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""kill -9 of one rank mid-step (a crashed process or node): the job ends
+within the deadline, non-zero, naming the lost rank (geotrain's line or the
+launcher's), the last checkpoint is intact, and a job with fewer ranks
+resumes from it (--checkpoint.resume=auto, re-probed and re-planned).
+
+usage: kill_rank_mid_training.py GEOTRAIN CONFIG WORKDIR RANKS STAGES KILLED_RANK DEADLINE_S -- MPIRUN...
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "mpi", "training"))
+from kill_during_checkpoint import check_latest, fail  # noqa: E402
+from stop_rank_mid_training import pid_of_rank  # noqa: E402
+
+
+def main():
+    separator = sys.argv.index("--")
+    geotrain, config, workdir, ranks, stages, killed, deadline = sys.argv[1:separator]
+    mpirun = sys.argv[separator + 1:]
+    shutil.rmtree(workdir, ignore_errors=True)
+    directory = os.path.join(workdir, "checkpoints")
+    marker = uuid.uuid4().hex
+    common = [geotrain, "train", config, "--train.log_every_steps=1", "--train.log_json=true",
+              "--train.eval_every_steps=0", "--train.eval_batches=1", "--optimizer.warmup_steps=1",
+              f"--checkpoint.dir={directory}", "--checkpoint.every_steps=2", "--checkpoint.resume=auto",
+              f"--network.deadline_s={deadline}", "--timing.file="]
+    job = subprocess.Popen([*mpirun, "-n", ranks, *common, "--train.steps=100000", f"--pipeline.stages={stages}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, GEOTRAIN_TEST_MARKER=marker))
+    try:
+        for line in job.stdout:
+            if line.startswith('{"step": 5,'):
+                break
+        else:
+            fail(f"training never reached step 5: {job.stderr.read()}")
+        pid = pid_of_rank(marker, killed)
+        if pid is None:
+            fail(f"no process of rank {killed}")
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        try:
+            _, stderr = job.communicate(timeout=float(deadline) + 60)
+        except subprocess.TimeoutExpired:
+            fail(f"the job still runs {float(deadline) + 60:.0f} s after rank {killed} was killed (a hang)")
+        elapsed = time.monotonic() - start
+    finally:
+        if job.poll() is None:
+            job.kill()
+    print(f"rank {killed} killed; job exited {job.returncode} after {elapsed:.1f} s (deadline {deadline} s)")
+    if job.returncode == 0:
+        fail("the job exited 0")
+    if not re.search(rf"\brank {killed}\b", stderr):
+        fail(f"no message names rank {killed}:\n{stderr}")
+    if elapsed > float(deadline) + 10:
+        fail(f"took {elapsed:.1f} s, more than the deadline + 10 s")
+    step = check_latest(directory)
+    resumed = subprocess.run([*mpirun, "-n", "2", *common, f"--train.steps={step + 1}", "--pipeline.stages=2"],
+                             capture_output=True, text=True, timeout=300)
+    if resumed.returncode != 0 or f"after step {step}" not in resumed.stdout:
+        fail(f"2 ranks did not resume from step {step}:\n{resumed.stdout}\n{resumed.stderr}")
+    print(f"ok: the last checkpoint (step {step}) loads; 2 ranks resumed from it")
+
+
+if __name__ == "__main__":
+    main()
