@@ -2,10 +2,8 @@
 """The WAN emulator against the probe: emulate inputs/scenarios/emulation-test.toml
 (4 ranks at 2 sites), run `geotrain probe` inside it, and compare every
 measured entry with the configured one-way latency and bandwidth of its
-pair's sites. Latency: every entry within 20 %. Bandwidth: the median of each
-kind of link (inside a site, between sites) within 20 %, and every entry
-within 35 % (on 2 shared cores, concurrent probe pairs disturb each other's
-timing; the spread is printed).
+pair's sites: every entry within 20 % (the spread per kind of link is
+printed).
 
 usage: check_probe_accuracy.py GEOTRAIN WORKDIR  (as root)
 """
@@ -51,7 +49,7 @@ def main():
                 failures.append(f"latency {a}->{b}: {latency:.3f} ms, configured {want_latency} ms ({error:.0%} off)")
             ratio = bandwidth / want_bandwidth
             spreads[kind].append(ratio)
-            if abs(ratio - 1) > 0.35:
+            if abs(ratio - 1) > 0.20:
                 failures.append(f"bandwidth {a}->{b}: {bandwidth:.3f} Gbit/s, configured {want_bandwidth} ({ratio:.2f}x)")
             print(f"{a}->{b} {kind}: latency {latency:8.3f} ms (configured {want_latency}), "
                   f"bandwidth {bandwidth:.3f} Gbit/s (configured {want_bandwidth}, {ratio:.2f}x)")

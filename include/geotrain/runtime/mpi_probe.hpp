@@ -11,7 +11,7 @@
 //      RTT / 2 (one way; the same both ways),
 //   3. each direction in turn: `bandwidth_repeats` times, Isend `large_bytes`
 //      and half of it, each followed by a small acknowledgement; bandwidth =
-//      (half the bytes) / (median time of the full - of the half message):
+//      (half the bytes) / (fastest time of the full - of the half message):
 //      latency, the rendezvous round trip of large messages and the ack
 //      cancel out. Where noise exceeds the difference (fast local links):
 //      bytes / (median time - 2 * latency).
