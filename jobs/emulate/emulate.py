@@ -174,7 +174,6 @@ def down():
     for line in listing.splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith("gt-"):
-            sh("ip", "netns", "pids", name, check=False)
             for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
                 try:
                     os.kill(int(pid), signal.SIGKILL)

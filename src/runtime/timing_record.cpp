@@ -105,8 +105,7 @@ io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& 
   run.micro_batch_sequences = config.micro_batch_sequences;
   run.sequence_length = model.sequence_length;
   run.first_step = reporting.first_step;
-  run.tokens_per_step = static_cast<double>(config.micro_batch_sequences) * model.sequence_length *
-                        config.gradient_accumulation * dp;
+  run.tokens_per_step = reporting.tokens_per_step;
   run.model_flops_per_token = reporting.model_flops_per_token;
   run.device_peak_flops_per_s = config.device_peak_tflops * 1e12;
   run.latency_s = job.network.latency_s;

@@ -175,6 +175,7 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   const double parameters = sum_over_job(collectives, own_parameters) / role.replicas;
   result.model_flops_per_token = flops_per_token(model, parameters);
   const double tokens_per_step = static_cast<double>(B) * T * m * role.replicas;
+  result.tokens_per_step = tokens_per_step;
   const bool talk = role.reports && !config.quiet;
   if (talk) {
     log << "geotrain train: model " << model.name << " (" << static_cast<long long>(parameters) << " parameters, "
@@ -221,12 +222,12 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas, &pipeline_loss);
     const auto optimizer_start = Clock::now();
     timeline.record(io::EventKind::allreduce, sync_start, optimizer_start, -1, sync_bytes);
-    const double sync_s = seconds_since(sync_start);
+    const double sync_s = std::chrono::duration<double>(optimizer_start - sync_start).count();
     const double lr = optimizer.step(step, norm);
     backend->synchronize();
     const auto loss_start = Clock::now();
     timeline.record(io::EventKind::optimizer, optimizer_start, loss_start);
-    const double optimizer_s = seconds_since(optimizer_start);
+    const double optimizer_s = std::chrono::duration<double>(loss_start - optimizer_start).count();
     const double loss =
         collectives.sum_data_parallel_value(pipeline_loss) / (static_cast<double>(m) * role.replicas);
     timeline.record(io::EventKind::allreduce, loss_start, Clock::now(), -1, sizeof(double));

@@ -37,6 +37,7 @@ struct TrainResult {
   double final_validation_loss = 0;
   double tokens_per_second = 0;       // global tokens, over all steps after the first
   double model_flops_per_token = 0;
+  double tokens_per_step = 0;         // global: every replica's micro-batches
   StepBreakdown breakdown;
   int first_step = 0;                 // steps already done by the checkpoint resumed from
   bool stopped_by_signal = false;     // SIGTERM: checkpointed and stopped before the last step
