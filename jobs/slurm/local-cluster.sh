@@ -25,6 +25,8 @@ stop() {
     fi
     rm -f "$pidfile"
   done
+  [[ -f $dir/munge-dir ]] && rm -rf "$(cat "$dir/munge-dir")" "$dir/munge-dir"
+  return 0
 }
 
 if [[ $action == stop ]]; then
@@ -37,17 +39,22 @@ for tool in munged slurmctld slurmd sinfo; do
   command -v "$tool" >/dev/null || { echo "local-cluster.sh: $tool not found: bash jobs/install-deps.sh" >&2; exit 2; }
 done
 stop  # a previous cluster in the same folder
-mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/munge"
-chown munge:munge "$dir/munge"
-chmod 700 "$dir/munge"
+mkdir -p "$dir/state" "$dir/spool" "$dir/log"
 
-# munge: its own key and socket in the scratch folder.
-key="$dir/munge/munge.key"
-[[ -f $key ]] || { dd if=/dev/urandom of="$key" bs=1024 count=1 status=none; chown munge:munge "$key"; chmod 400 "$key"; }
-socket="$dir/munge/munge.socket"
-runuser -u munge -- munged --key-file="$key" --socket="$socket" --pid-file="$dir/munge/munged.pid" \
-  --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munge.seed" --force
-cp "$dir/munge/munged.pid" "$dir/munged.pid"
+# munge: its own key and socket, in a folder of its own directly under the
+# temporary folder: munged runs as the munge user, which may not be able to
+# enter the scratch folder (e.g. one made by mktemp -d, mode 700).
+munge_dir=$(mktemp -d "${TMPDIR:-/tmp}/geotrain-munge.XXXXXX")
+echo "$munge_dir" > "$dir/munge-dir"
+chown munge:munge "$munge_dir"
+key="$munge_dir/munge.key"
+dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
+chown munge:munge "$key"
+chmod 400 "$key"
+socket="$munge_dir/munge.socket"
+runuser -u munge -- munged --key-file="$key" --socket="$socket" --pid-file="$munge_dir/munged.pid" \
+  --log-file="$munge_dir/munged.log" --seed-file="$munge_dir/munge.seed" --force
+cp "$munge_dir/munged.pid" "$dir/munged.pid"
 for _ in $(seq 50); do munge -S "$socket" -n </dev/null | unmunge -S "$socket" >/dev/null 2>&1 && break; sleep 0.1; done
 munge -S "$socket" -n </dev/null | unmunge -S "$socket" >/dev/null || { echo "local-cluster.sh: munge does not answer" >&2; exit 1; }
 
