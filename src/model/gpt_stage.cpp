@@ -30,18 +30,20 @@ namespace {
 std::string layer_name(int layer, const char* tensor) { return "h." + std::to_string(layer) + "." + tensor; }
 }  // namespace
 
-void Stage::layout_parameters() {
-  const int C = C_;
+std::vector<ParameterView> parameter_layout(const GptConfig& config, const StageSpec& spec) {
+  const int C = config.hidden, V = config.vocabulary, T = config.sequence_length;
+  std::vector<ParameterView> views;
+  std::size_t offset = 0;
   auto add = [&](const std::string& name, std::vector<int> shape, bool decays) {
     std::size_t count = 1;
     for (int d : shape) count *= static_cast<std::size_t>(d);
-    views_.push_back({name, std::move(shape), parameter_count_, count, decays});
-    parameter_count_ += count;
+    views.push_back({name, std::move(shape), offset, count, decays});
+    offset += count;
   };
   // The LM head is tied to wte: a stage that has either holds wte.
-  if (spec_.has_embedding || spec_.has_head) add("wte", {V_, C}, true);
-  if (spec_.has_embedding) add("wpe", {T_, C}, true);
-  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
+  if (spec.has_embedding || spec.has_head) add("wte", {V, C}, true);
+  if (spec.has_embedding) add("wpe", {T, C}, true);
+  for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     add(layer_name(l, "ln1.weight"), {C}, false);
     add(layer_name(l, "ln1.bias"), {C}, false);
     add(layer_name(l, "attn.qkv.weight"), {3 * C, C}, true);
@@ -55,10 +57,11 @@ void Stage::layout_parameters() {
     add(layer_name(l, "mlp.proj.weight"), {C, 4 * C}, true);
     add(layer_name(l, "mlp.proj.bias"), {C}, false);
   }
-  if (spec_.has_head) {
+  if (spec.has_head) {
     add("lnf.weight", {C}, false);
     add("lnf.bias", {C}, false);
   }
+  return views;
 }
 
 Stage::Stage(const GptConfig& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
@@ -69,7 +72,8 @@ Stage::Stage(const GptConfig& config, const StageSpec& spec, kernels::Backend& b
   if (spec.first_layer < 0 || spec.last_layer > config.layers || spec.first_layer > spec.last_layer) {
     throw std::invalid_argument("Stage: layer range outside the model");
   }
-  layout_parameters();
+  views_ = parameter_layout(config, spec);
+  for (const ParameterView& view : views_) parameter_count_ += view.count;
   params_ = backend_.alloc(parameter_count_);
   grads_ = backend_.alloc(parameter_count_);
 

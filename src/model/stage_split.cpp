@@ -9,6 +9,12 @@ std::vector<StageSpec> split_layers(int layers, int stages, const std::vector<in
   if (stages < 1) throw std::invalid_argument("pipeline stages must be >= 1, got " + std::to_string(stages));
   std::vector<int> counts = layers_per_stage;
   if (counts.empty()) {
+    // An even split never leaves a stage without a layer: a rank that only
+    // forwards activations is a configuration mistake, not a plan.
+    if (stages > layers) {
+      throw std::invalid_argument(std::to_string(stages) + " stages but the model has only " + std::to_string(layers) +
+                                  " layers (each stage needs at least one: use fewer stages)");
+    }
     for (int s = 0; s < stages; ++s) counts.push_back(layers / stages + (s < layers % stages ? 1 : 0));
   }
   if (static_cast<int>(counts.size()) != stages) {

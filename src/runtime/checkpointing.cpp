@@ -22,10 +22,8 @@ std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::Ad
   return tensors;
 }
 
-void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
-                     const io::Checkpoint& checkpoint, const std::string& path) {
+void check_checkpoint_fits(const io::Checkpoint& checkpoint, const model::GptConfig& want, const std::string& path) {
   const model::GptConfig& have = checkpoint.model;
-  const model::GptConfig& want = stage.config();
   const std::pair<const char*, std::pair<int, int>> fields[] = {
       {"model_layers", {have.layers, want.layers}},       {"model_hidden", {have.hidden, want.hidden}},
       {"model_heads", {have.heads, want.heads}},          {"model_vocabulary", {have.vocabulary, want.vocabulary}},
@@ -37,12 +35,20 @@ void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Back
                        " (a checkpoint of another model?)");
     }
   }
-  for (const model::ParameterView& view : stage.parameters()) {
+  for (const model::ParameterView& view : model::parameter_layout(want, model::StageSpec::whole(want))) {
     const io::CheckpointTensor* t = checkpoint.find(view.name);
     if (t == nullptr) throw InputError(path + ": /params/" + view.name + ": missing (a checkpoint of another model?)");
     if (t->shape != view.shape || t->value.size() != view.count) {
       throw InputError(path + ": /params/" + view.name + ": shape differs from the model's");
     }
+  }
+}
+
+void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
+                     const io::Checkpoint& checkpoint, const std::string& path) {
+  check_checkpoint_fits(checkpoint, stage.config(), path);
+  for (const model::ParameterView& view : stage.parameters()) {
+    const io::CheckpointTensor* t = checkpoint.find(view.name);
     backend.upload(stage.params() + view.offset, t->value.data(), view.count);
     backend.upload(optimizer.first_moment() + view.offset, t->first_moment.data(), view.count);
     backend.upload(optimizer.second_moment() + view.offset, t->second_moment.data(), view.count);

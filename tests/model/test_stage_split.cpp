@@ -36,6 +36,8 @@ TEST(StageSplit, BadCountsAreRejected) {
   EXPECT_THROW(split_layers(4, 2, {4}), std::invalid_argument);
   EXPECT_THROW(split_layers(4, 2, {5, -1}), std::invalid_argument);
   EXPECT_THROW(split_layers(4, 0), std::invalid_argument);
+  EXPECT_THROW(split_layers(4, 5), std::invalid_argument);  // an even split would leave a stage empty
+  EXPECT_EQ(split_layers(4, 4).back().last_layer, 4);       // one layer each is fine
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ struct ParameterView {
   bool decays = false;     // weight decay applies to matrices, not to biases / norms
 };
 
+// The parameters a stage holds, in buffer order: a pure function of the
+// model and the layer range (checkpoints are checked against it before any
+// stage is built).
+std::vector<ParameterView> parameter_layout(const GptConfig& config, const StageSpec& spec);
+
 class Stage {
  public:
   // `slots`: activation sets kept for backward (GPipe: the micro-batch
@@ -79,7 +84,6 @@ class Stage {
   struct LayerWeights;
   struct LayerActivations;
   struct SlotActivations;
-  void layout_parameters();
   float* param(const std::string& name) const;
   float* grad(const std::string& name) const;
   void layer_forward(int layer, const float* input, LayerActivations& a);

@@ -18,6 +18,12 @@ namespace geotrain::runtime {
 std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::AdamW& optimizer,
                                                   kernels::Backend& backend, bool skip_tied_copy);
 
+// Throws InputError naming `path` and the attribute or dataset when
+// `checkpoint` is not of `model` (shape attributes, every tensor of the whole
+// model present at its shape). Every rank checks before planning, so a wrong
+// checkpoint stops the job as bad input, not mid-start-up.
+void check_checkpoint_fits(const io::Checkpoint& checkpoint, const model::GptConfig& model, const std::string& path);
+
 // Loads every parameter of `stage` and its moments from `checkpoint` by
 // name; `path` names the file in errors. Throws InputError when the model
 // shape differs, a tensor is missing or has another shape.

@@ -18,6 +18,7 @@
 #include "geotrain/model/stage_split.hpp"
 #include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/workload.hpp"
+#include "geotrain/runtime/checkpointing.hpp"
 #include "geotrain/runtime/distributed_job.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
@@ -136,7 +137,8 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   try {
     s.stages = model::split_layers(s.model.model.layers, pp, s.config.layers_per_stage);
   } catch (const std::invalid_argument& e) {
-    throw InputError(where + ": pipeline.layers_per_stage: " + e.what());
+    const char* field = s.config.layers_per_stage.empty() ? "pipeline.stages" : "pipeline.layers_per_stage";
+    throw InputError(where + ": " + field + ": " + e.what());
   }
   s.data.emplace(io::TokenDataset::from_shards(s.config.data_train, s.config.data_validation,
                                               s.model.model.vocabulary, s.config.seed));
@@ -155,7 +157,10 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   }
   if (!s.config.checkpoint_resume.empty()) {
     s.resume_path = io::resolve_resume(s.config.checkpoint_dir, s.config.checkpoint_resume);
-    if (!s.resume_path.empty()) s.resume.emplace(io::read_checkpoint_file(s.resume_path));
+    if (!s.resume_path.empty()) {
+      s.resume.emplace(io::read_checkpoint_file(s.resume_path));
+      check_checkpoint_fits(*s.resume, s.model.model, s.resume_path);
+    }
   }
 }
 
