@@ -21,6 +21,8 @@ if [[ $(id -u) -eq 0 ]]; then
   bash tests/slurm/check_slurm_jobs.sh build/release/slurm-test "$python"
   # The WAN emulator (network namespaces): the probe recovers its matrix.
   "$python" tests/emulate/check_probe_accuracy.py build/release/geotrain build/release/emulate-test
+  # A link cut (100% loss) between two pipeline peers: deadline abort naming them, no hang.
+  "$python" tests/emulate/check_link_cut.py build/release/geotrain build/release/link-cut-test
 else
   echo "tests/run.sh: not root: the Slurm job tests (tests/slurm) and the WAN emulation test (tests/emulate) need root; skipped"
 fi

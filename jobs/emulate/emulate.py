@@ -9,6 +9,11 @@ only. Everything is torn down afterwards, also on failure or Ctrl-C.
   emulate.py run SCENARIO.toml [--sites A,B,..] [--devices 2,2,..] [--bandwidth-scale F]
                 [--latency-scale F] [--matrix-out FILE] [--timeout S] -- COMMAND...
   emulate.py up SCENARIO.toml ... / emulate.py down
+  emulate.py cut A B / emulate.py heal A B   (while a network is up or a run is on)
+
+cut drops every packet between ranks A and B, both ways (a 100%-loss link
+failure: the two ranks stay alive, everything else still flows); heal
+restores the link.
 
 --matrix-out writes the emulated network at rank level in the scenario
 format (what a perfect probe would measure), for `network.matrix`.
@@ -244,6 +249,21 @@ def up(names, counts, latency_ms, bandwidth_gbps, log):
     return delay
 
 
+def cut(a, b, on):
+    """Inserts (on) or deletes DROP rules for the pair ahead of the delay rules."""
+    listing = sh("ip", "netns", "list", check=False).stdout.split()
+    for ns in (ROUTER, rank_ns(a), rank_ns(b)):
+        if ns not in listing:
+            raise EmulationError(f"namespace {ns} does not exist: no emulated rank {a} and {b} is up")
+    for source, destination in ((a, b), (b, a)):
+        rule = ["FORWARD", "-s", f"{PREFIX}.{source + 1}.0/24", "-d", f"{PREFIX}.{destination + 1}.0/24", "-j", "DROP"]
+        present = in_ns(ROUTER, "iptables-legacy", "-C", *rule, check=False).returncode == 0
+        if on and not present:
+            in_ns(ROUTER, "iptables-legacy", "-I", rule[0], "1", *rule[1:])
+        elif not on and present:
+            in_ns(ROUTER, "iptables-legacy", "-D", *rule)
+
+
 # ---- running ranks in their sites
 
 # Messages up to 4 MiB go eagerly: over a long link the default rendezvous
@@ -290,8 +310,9 @@ def run(names, counts, command, timeout_s, log):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "up", "down"])
-    parser.add_argument("scenario", nargs="?")
+    parser.add_argument("action", choices=["run", "up", "down", "cut", "heal"])
+    parser.add_argument("scenario", nargs="?", help="the scenario (run, up); cut, heal: rank A")
+    parser.add_argument("rank_b", nargs="?", type=int, help="cut, heal: rank B")
     parser.add_argument("--sites", help="comma-separated site names to keep (default: all)")
     parser.add_argument("--devices", help="ranks per kept site, comma-separated (default: the scenario's)")
     parser.add_argument("--timeout", type=float, default=1800, help="kill the job after this many seconds")
@@ -305,6 +326,19 @@ def main():
         sys.exit("emulate.py: error: run as root (network namespaces)")
     if args.action == "down":
         down()
+        return 0
+    if args.action in ("cut", "heal"):
+        try:
+            a = int(args.scenario)
+            if args.rank_b is None or a == args.rank_b or min(a, args.rank_b) < 0:
+                raise ValueError
+            cut(a, args.rank_b, args.action == "cut")
+        except (TypeError, ValueError):
+            sys.exit(f"emulate.py: error: {args.action} needs two different rank numbers: emulate.py {args.action} A B")
+        except EmulationError as error:
+            sys.exit(f"emulate.py: error: {error}")
+        print(f"emulate: link {a} <-> {args.rank_b} {'cut (100% loss)' if args.action == 'cut' else 'restored'}",
+              file=sys.stderr)
         return 0
     if not args.scenario:
         sys.exit("emulate.py: error: a scenario file is needed")

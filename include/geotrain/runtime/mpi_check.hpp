@@ -60,6 +60,14 @@ inline void check_mpi(int code, const char* call, const char* file, int line) {
 void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const std::string& what, int peer,
                        double spin_s = 2e-4, std::span<const int> members = {});
 
+// The wait of a collective on `comm`: `root` >= 0 (a rank of `comm`) for a
+// rooted one (gather, broadcast), -1 for one without (all-reduce). Before
+// aborting, the root, or every member of an unrooted one, pings all the
+// others and a non-root pings the root, so the message names the rank that
+// is gone or cut off rather than "the other ranks".
+void wait_collective_or_abort(std::span<MPI_Request> requests, MPI_Comm comm, int root, double deadline_s,
+                              const std::string& what);
+
 // Same, for requests with different peers (`peers[i]` answers
 // `requests[i]`); on the deadline the message names every peer whose request
 // is still open ("no answer from rank 1" / "from ranks 1, 3").

@@ -173,14 +173,14 @@ int agree_on_failure(const std::string& error, int code, double deadline_s) {
   int first_failed = error.empty() ? size : rank;
   MPI_Request request;
   GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, "checking that every rank read its inputs", -1);
+  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, -1, deadline_s, "checking that every rank read its inputs");
   if (first_failed == size) return 0;
   if (rank == first_failed) {
     std::cerr << "geotrain: error: " << error << (size > 1 ? " (rank " + std::to_string(rank) + ", host " + host_name() + ")" : "")
               << "\n";
   }
   GT_MPI_CHECK(MPI_Ibcast(&code, 1, MPI_INT, first_failed, MPI_COMM_WORLD, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, "agreeing on the exit code", first_failed);
+  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, first_failed, deadline_s, "agreeing on the exit code");
   return code;
 }
 

@@ -211,6 +211,27 @@ void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const
   wait_until_deadline(requests, peers, deadline_s, what, spin_s, members);
 }
 
+void wait_collective_or_abort(std::span<MPI_Request> requests, MPI_Comm comm, int root, double deadline_s,
+                              const std::string& what) {
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<int> local(static_cast<std::size_t>(size)), world(local.size());
+  for (int r = 0; r < size; ++r) local[static_cast<std::size_t>(r)] = r;
+  MPI_Group group, world_group;
+  GT_MPI_CHECK(MPI_Comm_group(comm, &group));
+  GT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+  GT_MPI_CHECK(MPI_Group_translate_ranks(group, size, local.data(), world_group, world.data()));
+  GT_MPI_CHECK(MPI_Group_free(&group));
+  GT_MPI_CHECK(MPI_Group_free(&world_group));
+  if (root >= 0 && rank != root) {
+    wait_all_or_abort(requests, deadline_s, what, world[static_cast<std::size_t>(root)]);
+    return;
+  }
+  world.erase(world.begin() + rank);
+  wait_all_or_abort(requests, deadline_s, what, -1, 2e-4, world);
+}
+
 void wait_each_or_abort(std::span<MPI_Request> requests, std::span<const int> peers, double deadline_s,
                         const std::string& what, double spin_s) {
   if (peers.size() != requests.size()) abort_all("wait_each_or_abort: one peer per request needed");

@@ -18,13 +18,13 @@ std::vector<std::uint8_t> broadcast_bytes(MPI_Comm comm, const std::vector<std::
   std::uint64_t size = rank == root ? bytes.size() : 0;
   MPI_Request request;
   GT_MPI_CHECK(MPI_Ibcast(&size, 1, MPI_UINT64_T, root, comm, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, what + " (size)", rank == root ? -1 : root);
+  wait_collective_or_abort({&request, 1}, comm, root, deadline_s, what + " (size)");
   if (size > (std::uint64_t{1} << 30)) {
     abort_all(what + ": announced size " + std::to_string(size) + " bytes is over 1 GiB; rejected");
   }
   std::vector<std::uint8_t> out(rank == root ? bytes : std::vector<std::uint8_t>(size));
   GT_MPI_CHECK(MPI_Ibcast(out.data(), static_cast<int>(size), MPI_BYTE, root, comm, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, what, rank == root ? -1 : root);
+  wait_collective_or_abort({&request, 1}, comm, root, deadline_s, what);
   return out;
 }
 
@@ -39,7 +39,7 @@ std::vector<std::vector<std::uint8_t>> gather_bytes(MPI_Comm comm, const std::ve
   std::vector<int> sizes(is_root ? size : 0), offsets(is_root ? size : 0);
   MPI_Request request;
   GT_MPI_CHECK(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, what + " (sizes)", is_root ? -1 : root);
+  wait_collective_or_abort({&request, 1}, comm, root, deadline_s, what + " (sizes)");
   std::vector<std::uint8_t> all;
   if (is_root) {
     long long total = 0;
@@ -49,7 +49,7 @@ std::vector<std::vector<std::uint8_t>> gather_bytes(MPI_Comm comm, const std::ve
   }
   GT_MPI_CHECK(MPI_Igatherv(bytes.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, root,
                             comm, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, what, is_root ? -1 : root);
+  wait_collective_or_abort({&request, 1}, comm, root, deadline_s, what);
   std::vector<std::vector<std::uint8_t>> parts;
   for (int r = 0; is_root && r < size; ++r) parts.emplace_back(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
   return parts;
@@ -60,7 +60,7 @@ bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const st
   MPI_Request requests[2];
   GT_MPI_CHECK(MPI_Iallreduce(&value, &low, 1, MPI_UINT64_T, MPI_MIN, comm, &requests[0]));
   GT_MPI_CHECK(MPI_Iallreduce(&value, &high, 1, MPI_UINT64_T, MPI_MAX, comm, &requests[1]));
-  wait_all_or_abort(requests, deadline_s, what, -1);
+  wait_collective_or_abort(requests, comm, -1, deadline_s, what);
   return low == high;
 }
 
@@ -144,7 +144,7 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
 
   MPI_Request request;
   GT_MPI_CHECK(MPI_Ibarrier(world, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, "building the communicators", -1);
+  wait_collective_or_abort({&request, 1}, world, -1, deadline_s, "building the communicators");
   MPI_Comm dp = MPI_COMM_NULL;
   GT_MPI_CHECK(MPI_Comm_split(world, t.stage, t.replica, &dp));
   t.dp_comm = Communicator(dp);

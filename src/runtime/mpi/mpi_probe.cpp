@@ -212,7 +212,7 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
   GT_MPI_CHECK(MPI_Igather(host, static_cast<int>(sizeof host), MPI_CHAR, hosts.data(), static_cast<int>(sizeof host),
                            MPI_CHAR, 0, comm, &requests[1]));
   // Rank 0 may be done while others still measure: it waits longest.
-  wait_all_or_abort(requests, 2 * o.deadline_s, "gathering the probed rows on rank 0", rank == 0 ? -1 : 0);
+  wait_collective_or_abort(requests, comm, 0, 2 * o.deadline_s, "gathering the probed rows on rank 0");
 
   plan::Network net;
   if (rank != 0) return net;
