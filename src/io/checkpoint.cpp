@@ -27,6 +27,10 @@ std::size_t element_count(const std::vector<int>& shape) {
   return n;
 }
 
+// Far above any tensor of the models geotrain trains (GPT3-XL's largest
+// holds 1e8 floats); an 8 GiB tensor is a damaged or foreign file.
+constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
+
 std::string shape_text(const std::vector<int>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -43,10 +47,18 @@ void write_dataset(hid_t group, const std::string& name, const std::vector<int>&
 
 // ---- reading
 
+// H5Aread fills one value per element: an attribute holding an array (or
+// nothing) would overflow the single value read into, or leave it unset.
+void require_one_value(hid_t attribute, const std::string& field) {
+  Handle space(GT_H5_CHECK(H5Aget_space(attribute), field, true), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space) != 1) throw InputError(field + ": must be a single value");
+}
+
 std::int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
   const std::string field = std::string("attribute ") + name;
   if (H5Aexists(object, name) <= 0) throw InputError(path + ": " + field + ": missing (not a geotrain checkpoint?)");
   Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), path + ": " + field, true), H5Aclose);
+  require_one_value(attribute, path + ": " + field);
   Handle type(GT_H5_CHECK(H5Aget_type(attribute), path + ": " + field, true), H5Tclose);
   if (H5Tget_class(type) != H5T_INTEGER) throw InputError(path + ": " + field + ": must be an integer");
   std::int64_t value = 0;
@@ -58,6 +70,7 @@ std::string read_string_attribute(hid_t object, const char* name, const std::str
   const std::string field = std::string("attribute ") + name;
   if (H5Aexists(object, name) <= 0) throw InputError(path + ": " + field + ": missing (not a geotrain checkpoint?)");
   Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), path + ": " + field, true), H5Aclose);
+  require_one_value(attribute, path + ": " + field);
   Handle type(GT_H5_CHECK(H5Aget_type(attribute), path + ": " + field, true), H5Tclose);
   if (H5Tget_class(type) != H5T_STRING) throw InputError(path + ": " + field + ": must be a string");
   if (H5Tis_variable_str(type) > 0) {
@@ -106,6 +119,15 @@ std::vector<float> read_dataset(hid_t group, const std::string& name, const std:
   shape.assign(dims.begin(), dims.end());
   for (hsize_t d : dims) {
     if (d == 0 || d > (1u << 30)) throw InputError(field + ": dimension " + std::to_string(d) + " out of range");
+  }
+  // Checked before anything is allocated for it, and so that the product
+  // cannot wrap around to a small buffer that H5Dread would overrun.
+  std::uint64_t elements = 1;
+  for (hsize_t d : dims) {
+    if (elements > kMaxTensorElements / d) {
+      throw InputError(field + ": shape " + shape_text(shape) + " has more than 2^31 elements (damaged file?)");
+    }
+    elements *= d;
   }
   if (!expected.empty() && shape != expected) {
     throw InputError(field + ": shape " + shape_text(shape) + " differs from the parameter's " + shape_text(expected));
@@ -159,6 +181,7 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
   Handle file(GT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Fclose);
   write_int_attribute(file, "format_version", c.format_version, context);
   write_int_attribute(file, "completed_steps", c.completed_steps, context);
+  write_int_attribute(file, "global_batch_sequences", c.global_batch_sequences, context);
   write_int_attribute(file, "sampler_seed", static_cast<std::int64_t>(c.sampler.seed), context);
   write_int_attribute(file, "sampler_epoch", c.sampler.epoch, context);
   write_int_attribute(file, "sampler_position", c.sampler.position, context);
@@ -200,11 +223,14 @@ Checkpoint read_checkpoint_file(const std::string& path) {
                      " is not supported (this geotrain reads version " + std::to_string(kCheckpointFormatVersion) + ")");
   }
   c.completed_steps = read_int_attribute(file, "completed_steps", path);
+  if (H5Aexists(file, "global_batch_sequences") > 0) {
+    c.global_batch_sequences = read_int_attribute(file, "global_batch_sequences", path);
+  }
   c.sampler.seed = static_cast<std::uint64_t>(read_int_attribute(file, "sampler_seed", path));
   c.sampler.epoch = read_int_attribute(file, "sampler_epoch", path);
   c.sampler.position = read_int_attribute(file, "sampler_position", path);
-  if (c.completed_steps < 0 || c.sampler.epoch < 0 || c.sampler.position < 0) {
-    throw InputError(path + ": attribute completed_steps / sampler_*: negative");
+  if (c.completed_steps < 0 || c.global_batch_sequences < 0 || c.sampler.epoch < 0 || c.sampler.position < 0) {
+    throw InputError(path + ": attribute completed_steps / global_batch_sequences / sampler_*: negative");
   }
   c.model.name = read_string_attribute(file, "model_name", path);
   c.model.layers = static_cast<int>(read_int_attribute(file, "model_layers", path));
@@ -255,7 +281,12 @@ std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>&
 std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t>& bytes) {
   Reader in(bytes);
   const std::uint32_t count = in.get<std::uint32_t>();
-  if (count > 1000000) throw std::invalid_argument("checkpoint tensors: implausible tensor count");
+  // The smallest tensor (1-byte name, rank 1, one float thrice) takes 25
+  // bytes: a count the message cannot hold is refused before allocating.
+  constexpr std::size_t kSmallestTensorBytes = 4 + 1 + 4 + 4 + 3 * sizeof(float);
+  if (count > 1000000 || count > (bytes.size() - sizeof count) / kSmallestTensorBytes) {
+    throw std::invalid_argument("checkpoint tensors: implausible tensor count");
+  }
   std::vector<CheckpointTensor> tensors(count);
   for (CheckpointTensor& t : tensors) {
     const std::uint32_t name_length = in.get<std::uint32_t>();

@@ -19,6 +19,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Resuming on another number of replicas changes the sequences per step,
+// hence the loss curve, unless the micro-batches per replica change with it:
+// say so, and which setting keeps the checkpoint's batch ("" when equal).
+std::string batch_change_note(std::int64_t checkpoint_batch, int micro_batch, int micro_batches, int replicas) {
+  const std::int64_t per_micro_batch_round = static_cast<std::int64_t>(micro_batch) * replicas;
+  const std::int64_t batch = per_micro_batch_round * micro_batches;
+  if (checkpoint_batch <= 0 || checkpoint_batch == batch) return "";
+  std::string note = "note: the checkpoint's run took " + std::to_string(checkpoint_batch) +
+                     " sequences per step, this one takes " + std::to_string(batch) + " (" + std::to_string(replicas) +
+                     " replicas x " + std::to_string(micro_batches) + " micro-batches x " + std::to_string(micro_batch) +
+                     "): the loss curve will differ";
+  if (checkpoint_batch % per_micro_batch_round == 0) {
+    note += "; --train.gradient_accumulation=" + std::to_string(checkpoint_batch / per_micro_batch_round) +
+            " keeps the checkpoint's batch";
+  }
+  return note + "\n";
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -160,6 +178,7 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   auto save = [&](int completed_steps) {
     io::Checkpoint metadata;
     metadata.completed_steps = completed_steps;
+    metadata.global_batch_sequences = static_cast<std::int64_t>(B) * m * role.replicas;
     metadata.sampler = data.state();
     metadata.model = model;
     metadata.config_text = io::describe(config);
@@ -189,6 +208,7 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     log << "validation " << (resume ? "at the checkpoint" : "before training") << ": loss "
         << result.initial_validation_loss << "\n";
     if (resume) log << "resumed from " << resume_path << " after step " << result.first_step << "\n";
+    if (resume) log << batch_change_note(resume->global_batch_sequences, B, m, role.replicas);
   }
 
   std::vector<std::vector<int>> inputs(m), targets(m);

@@ -30,6 +30,7 @@ io::Checkpoint sample_checkpoint(int steps = 7) {
   std::normal_distribution<float> normal;
   io::Checkpoint c;
   c.completed_steps = steps;
+  c.global_batch_sequences = 16;
   c.sampler = {11, 2, 48};
   c.model = {.name = "t", .layers = 1, .hidden = 4, .heads = 2, .vocabulary = 8, .sequence_length = 4};
   c.config_text = "train.steps = 9\n";
@@ -61,6 +62,7 @@ TEST(Checkpoint, FileRoundTripIsExact) {
   io::write_checkpoint_file((dir / "a.h5").string(), c);
   const io::Checkpoint back = io::read_checkpoint_file((dir / "a.h5").string());
   EXPECT_EQ(back.completed_steps, 7);
+  EXPECT_EQ(back.global_batch_sequences, 16);
   EXPECT_EQ(back.sampler, c.sampler);
   EXPECT_EQ(back.model.hidden, 4);
   EXPECT_EQ(back.config_text, c.config_text);

@@ -2,7 +2,10 @@
 """kill -9 of one rank mid-step (a crashed process or node): the job ends
 within the deadline, non-zero, naming the lost rank (geotrain's line or the
 launcher's), the last checkpoint is intact, and a job with fewer ranks
-resumes from it (--checkpoint.resume=auto, re-probed and re-planned).
+resumes from it (--checkpoint.resume=auto): it probes and plans again
+(2 ranks), keeps the global batch with gradient_accumulation x replicas,
+and its first loss equals the killed job's loss at that step (1e-5: the
+same sequences, summed in another order).
 
 usage: kill_rank_mid_training.py GEOTRAIN CONFIG WORKDIR RANKS STAGES KILLED_RANK DEADLINE_S -- MPIRUN...
 """
@@ -13,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import json
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,8 +40,15 @@ def main():
     job = subprocess.Popen([*mpirun, "-n", ranks, *common, "--train.steps=100000", f"--pipeline.stages={stages}"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=dict(os.environ, GEOTRAIN_TEST_MARKER=marker))
+    losses = {}
+
+    def note_loss(line):
+        if line.startswith('{"step": '):
+            record = json.loads(line)
+            losses[record["step"]] = record["loss"]
     try:
         for line in job.stdout:
+            note_loss(line)
             if line.startswith('{"step": 5,'):
                 break
         else:
@@ -48,7 +59,9 @@ def main():
         os.kill(pid, signal.SIGKILL)
         start = time.monotonic()
         try:
-            _, stderr = job.communicate(timeout=float(deadline) + 60)
+            rest, stderr = job.communicate(timeout=float(deadline) + 60)
+            for line in rest.splitlines():
+                note_loss(line)
         except subprocess.TimeoutExpired:
             fail(f"the job still runs {float(deadline) + 60:.0f} s after rank {killed} was killed (a hang)")
         elapsed = time.monotonic() - start
@@ -63,11 +76,29 @@ def main():
     if elapsed > float(deadline) + 10:
         fail(f"took {elapsed:.1f} s, more than the deadline + 10 s")
     step = check_latest(directory)
-    resumed = subprocess.run([*mpirun, "-n", "2", *common, f"--train.steps={step + 1}", "--pipeline.stages=2"],
+    # quickstart.toml: 4 micro-batches per replica; 2 ranks as 2 stages hold 1 replica.
+    replicas = int(ranks) // int(stages)
+    resumed = subprocess.run([*mpirun, "-n", "2", *common, f"--train.steps={step + 1}", "--pipeline.stages=2",
+                              f"--train.gradient_accumulation={4 * replicas}"],
                              capture_output=True, text=True, timeout=300)
     if resumed.returncode != 0 or f"after step {step}" not in resumed.stdout:
         fail(f"2 ranks did not resume from step {step}:\n{resumed.stdout}\n{resumed.stderr}")
-    print(f"ok: the last checkpoint (step {step}) loads; 2 ranks resumed from it")
+    if "network: probed 2 ranks" not in resumed.stdout or "plan (planned): 2 stages x 1 replicas" not in resumed.stdout:
+        fail(f"the resumed job did not probe and plan its 2 ranks:\n{resumed.stdout}")
+    if "note: the checkpoint's run took" in resumed.stdout:
+        fail(f"the resumed job reports another global batch:\n{resumed.stdout}")
+    first = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith('{"step": ')][0]
+    if first["step"] != step + 1:
+        fail(f"the resumed job's first step is {first['step']}, expected {step + 1}")
+    if step + 1 in losses:
+        gap = abs(first["loss"] - losses[step + 1]) / abs(losses[step + 1])
+        if gap > 1e-5:
+            fail(f"step {step + 1}: loss {first['loss']} after resuming on 2 ranks, {losses[step + 1]} before the "
+                 f"kill (relative {gap:.1e} > 1e-5)")
+        compared = f"its step {step + 1} loss {first['loss']:.6f} equals the killed job's (relative {gap:.1e})"
+    else:  # the job finished one more checkpoint before the kill landed: no logged loss to compare with
+        compared = f"step {step + 1} was not logged before the kill: loss not compared"
+    print(f"ok: the last checkpoint (step {step}) loads; 2 ranks re-probed, re-planned and resumed from it; {compared}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ struct CheckpointTensor {
 struct Checkpoint {
   int format_version = kCheckpointFormatVersion;
   std::int64_t completed_steps = 0;
+  std::int64_t global_batch_sequences = 0;  // of the run that wrote it; 0: not recorded (older files)
   SamplerState sampler;
   model::GptConfig model;
   std::string config_text;
