@@ -208,6 +208,10 @@ class Reader {
     if (!(std::isfinite(value) && value > 0.0)) {
       fail(field, "must be a finite number > 0, got " + shortest(value), "bandwidth in Gbit/s");
     }
+    // Stored in bytes/s: past ~1.4e300 Gbit/s that is +inf, a free link.
+    if (!std::isfinite(bytes_per_s_from_gbps(value))) {
+      fail(field, "is too large, got " + shortest(value), "bandwidth in Gbit/s");
+    }
   }
 
  private:
@@ -684,7 +688,14 @@ plan::Workload read_workload(const Reader& r, const toml::table& root, const Wor
   if (file.preset == "dtfm-original") {
     return plan::dtfm_original_workload(degrees.pipeline_stages, degrees.data_parallel);
   }
-  return plan::workload_from_model(file.model, degrees.pipeline_stages, degrees.data_parallel);
+  const plan::Workload workload = plan::workload_from_model(file.model, degrees.pipeline_stages, degrees.data_parallel);
+  // Only an extreme tokens_per_step gets here (the integers cannot overflow
+  // a double): the activation size would be +inf or 0 and every plan equal.
+  if (!(std::isfinite(workload.c_pp_bytes) && workload.c_pp_bytes > 0.0 && std::isfinite(workload.c_dp_bytes))) {
+    r.fail("workload.tokens_per_step", "gives an activation size of " + shortest(workload.c_pp_bytes) + " bytes",
+           "tokens_per_step / dp * hidden * activation_bytes must be a finite number > 0");
+  }
+  return workload;
 }
 
 // ---------------------------------------------------------------------------
