@@ -295,13 +295,18 @@ std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t
     in.take(t.name.data(), name_length);
     const std::uint32_t rank = in.get<std::uint32_t>();
     if (rank < 1 || rank > 4) throw std::invalid_argument("checkpoint tensors: bad rank");
+    std::size_t n = 1;
     for (std::uint32_t i = 0; i < rank; ++i) {
       const std::int32_t d = in.get<std::int32_t>();
       if (d < 1) throw std::invalid_argument("checkpoint tensors: bad dimension");
       t.shape.push_back(d);
+      // The floats must fit in the message; checked factor by factor, so that
+      // the product cannot wrap around (to 0 floats for a 2^64-element shape).
+      if (n > bytes.size() / static_cast<std::size_t>(d)) {
+        throw std::invalid_argument("checkpoint tensors: message truncated");
+      }
+      n *= static_cast<std::size_t>(d);
     }
-    const std::size_t n = element_count(t.shape);
-    if (n > bytes.size()) throw std::invalid_argument("checkpoint tensors: message truncated");
     for (auto* data : {&t.value, &t.first_moment, &t.second_moment}) {
       data->resize(n);
       in.take(data->data(), n * sizeof(float));
