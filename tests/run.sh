@@ -27,11 +27,14 @@ else
   echo "tests/run.sh: not root: the Slurm job tests (tests/slurm) and the WAN emulation test (tests/emulate) need root; skipped"
 fi
 
-# Sanitizers: unit, kernel and model tests (the training run is left to the
-# release build: the same code, several times slower under ASan).
+# Sanitizers: unit, kernel, model and MPI tests (the single-rank training
+# runs and the 10-layout trajectory test are left to the release build: the
+# same code, several times slower under ASan).
 cmake --preset asan >/dev/null
-cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests
+cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests \
+  geotrain geotrain_mpi_tests geotrain_mpi_silent_rank
 ctest --preset asan -j "$jobs" -R '^(unit|kernels|model)\.' -E 'Training'
+ctest --preset asan-mpi -j "$jobs"
 
 if command -v nvcc >/dev/null 2>&1; then
   cmake --preset cuda >/dev/null
