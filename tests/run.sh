@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: the release build's
 # full ctest suite, the Slurm jobs on a local single-node Slurm, the WAN
-# emulator against the probe, the unit tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, and a compile + link of the CUDA backend when
-# nvcc exists (no GPU needed). Exit status is non-zero on any failure.
+# emulator against the probe and a link cut, the unit and MPI tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the fuzz harnesses for
+# a bounded time (GEOTRAIN_FUZZ_SECONDS each, 20), and a compile + link of the
+# CUDA backend when nvcc exists (no GPU needed). Exit status is non-zero on
+# any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash jobs/install-deps.sh
@@ -31,10 +33,14 @@ fi
 # runs and the 10-layout trajectory test are left to the release build: the
 # same code, several times slower under ASan).
 cmake --preset asan >/dev/null
+replays=(fuzz_{config,scenario,model_file,token_shard,plan_codec,checkpoint,checkpoint_tensors}_replay)
 cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests \
-  geotrain geotrain_mpi_tests geotrain_mpi_silent_rank
-ctest --preset asan -j "$jobs" -R '^(unit|kernels|model)\.' -E 'Training'
+  geotrain geotrain_mpi_tests geotrain_mpi_silent_rank "${replays[@]}"
+ctest --preset asan -j "$jobs" -R '^(unit|kernels|model|fuzz)\.' -E 'Training'
 ctest --preset asan-mpi -j "$jobs"
+
+# libFuzzer (clang): every harness a bounded time on a copy of its corpus.
+bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-20}" build/fuzz/results
 
 if command -v nvcc >/dev/null 2>&1; then
   cmake --preset cuda >/dev/null
