@@ -145,6 +145,8 @@ void apply_override(Config& c, const std::string& text) {
   const auto eq = body.find('=');
   if (eq == std::string::npos) fail("command line", body, "expected --section.key=value");
   const std::string key = body.substr(0, eq), value = body.substr(eq + 1);
+  // One override sets one key: a line break would start a second TOML line.
+  if (body.find_first_of("\r\n") != std::string::npos) fail("command line", key, "must not contain a line break");
   auto all = fields(c);
   if (!find(all, key)) fail("command line", key, "unknown key (known: " + known_keys(c) + ")");
   // Parse the value as TOML so that types and messages match the file's.

@@ -66,6 +66,9 @@ ModelFile load_model_file(const std::string& path) {
   ModelFile file;
   file.path = path;
   model::GptConfig& m = file.model;
+  if (const toml::node* name = model->get("name"); name != nullptr && !name->is_string()) {
+    fail(path, "model.name", "must be a string");
+  }
   m.name = model->get("name") ? model->get("name")->value_or(std::string()) : std::filesystem::path(path).stem().string();
   m.layers = positive_int(path, *model, "model", "layers", 0);
   m.hidden = positive_int(path, *model, "model", "hidden", 0);

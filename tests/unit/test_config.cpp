@@ -78,6 +78,8 @@ TEST(Config, BadInputNamesFileAndKey) {
             std::string::npos);
   EXPECT_NE(error_of([] { default_config({"--train.steps=x1"}); }).find("train.steps: must be an integer"),
             std::string::npos);
+  EXPECT_NE(error_of([] { default_config({"--train.steps=5\nseed = 7"}); }).find("train.steps: must not contain a line break"),
+            std::string::npos);
   EXPECT_NE(error_of([] { load_config("/nonexistent/run.toml"); }).find("/nonexistent/run.toml: cannot open file"),
             std::string::npos);
 }

@@ -42,6 +42,7 @@ TEST(ModelFile, BadFilesNameFileAndField) {
       {"[model]\nlayers = 2\nhidden = 10\nheads = 3\nsequence_length = 4\nvocabulary = 9\n", "model.heads: hidden 10"},
       {base + "vocabulary = 9\n[batch]\nglobal_batch_sequences = 10\nmicro_batch_sequences = 3\n",
        "batch.micro_batch_sequences: must divide"},
+      {base + "vocabulary = 9\nname = 5\n", "model.name: must be a string"},
       {"[modle]\n", "modle: unknown key"},
       {"[model\n", "line 1"},
   };
