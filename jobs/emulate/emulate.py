@@ -187,7 +187,7 @@ def down():
             sh("ip", "netns", "del", name, check=False)
 
 
-def up(names, counts, latency_ms, bandwidth_gbps, log):
+def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
     """Builds the namespaces, links, shaping and delays; returns the delay
     process (None with netem). Rank r sits in site rank_sites(counts)[r]."""
     down()
@@ -203,6 +203,8 @@ def up(names, counts, latency_ms, bandwidth_gbps, log):
     links = [(CONTROL, "gt-ce", "gt-rc", 250)] + [(rank_ns(r), f"gt-d{r}e", f"gt-r{r}", r + 1) for r in range(n)]
     for ns, inside, outside, subnet in links:
         sh("ip", "link", "add", inside, "netns", ns, "type", "veth", "peer", "name", outside, "netns", ROUTER)
+        in_ns(ns, "ip", "link", "set", inside, "mtu", str(mtu))
+        in_ns(ROUTER, "ip", "link", "set", outside, "mtu", str(mtu))
         in_ns(ns, "ip", "addr", "add", f"{PREFIX}.{subnet}.2/24", "dev", inside)
         in_ns(ns, "ip", "link", "set", inside, "up")
         in_ns(ns, "ip", "route", "add", "default", "via", f"{PREFIX}.{subnet}.1")
@@ -318,6 +320,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=1800, help="kill the job after this many seconds")
     parser.add_argument("--bandwidth-scale", type=float, default=1.0, help="multiply every bandwidth (scale down)")
     parser.add_argument("--latency-scale", type=float, default=1.0, help="multiply every latency")
+    parser.add_argument("--mtu", type=int, default=1500,
+                        help="MTU of every link (larger: fewer packets through the user-space delay)")
     parser.add_argument("--matrix-out", help="write the rank-level matrix of the emulated network here")
     args, rest = parser.parse_known_args()
     if rest and rest[0] == "--":
@@ -355,6 +359,8 @@ def main():
         sys.exit(f"emulate.py: error: {error}")
     if not (args.bandwidth_scale > 0 and args.latency_scale >= 0):
         sys.exit("emulate.py: error: --bandwidth-scale must be > 0 and --latency-scale >= 0")
+    if not 576 <= args.mtu <= 65535:
+        sys.exit("emulate.py: error: --mtu must be in [576, 65535]")
     latency = [[x * args.latency_scale for x in row] for row in latency]
     bandwidth = [[x * args.bandwidth_scale for x in row] for row in bandwidth]
     if args.matrix_out:
@@ -365,7 +371,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         started = time.monotonic()
-        delay = up(names, counts, latency, bandwidth, sys.stderr)
+        delay = up(names, counts, latency, bandwidth, sys.stderr, args.mtu)
         print(f"emulate: network up in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
         if args.action == "up":
             print("emulate: up; `emulate.py down` removes it", file=sys.stderr)
