@@ -25,7 +25,7 @@ def main():
         os.remove(out)
     done = subprocess.run([sys.executable, os.path.join(REPO, "jobs", "emulate", "emulate.py"), "run", SCENARIO,
                            "--timeout", "240", "--", os.path.abspath(geotrain), "probe", "--out", out,
-                           "--bytes", str(8 << 20), "--repeats", "6"], capture_output=True, text=True, timeout=400)
+                           "--bytes", str(8 << 20), "--repeats", "12"], capture_output=True, text=True, timeout=400)
     print(done.stderr[-3000:])
     if done.returncode != 0 or not os.path.exists(out):
         sys.exit(f"FAILED: the emulated probe exited {done.returncode}\n{done.stdout}")
