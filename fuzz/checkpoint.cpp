@@ -34,6 +34,7 @@
 #include "fuzz_support.hpp"
 #include "geotrain/io/checkpoint.hpp"
 #include "geotrain/io/errors.hpp"
+#include "io/hdf5_support.hpp"  // geotrain's own HDF5 handle (a private header of geotrain_io)
 
 namespace {
 
@@ -42,23 +43,9 @@ using geotrain::fuzz::ScratchFile;
 using geotrain::io::Checkpoint;
 using geotrain::io::CheckpointTensor;
 
-// An HDF5 handle closed on scope exit; the file must have no object left
-// open when it closes, or the reader would share this still-open file.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  operator hid_t() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+// Handles close on scope exit: the file must have no object left open when
+// it closes, or the reader would share this still-open file.
+using H5Handle = geotrain::io::hdf5::Handle;
 
 CheckpointTensor tensor(const std::string& name, std::vector<int> shape) {
   CheckpointTensor t;

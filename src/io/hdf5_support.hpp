@@ -29,6 +29,7 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   operator hid_t() const { return id_; }
+  bool ok() const { return id_ >= 0; }
 
  private:
   hid_t id_;
