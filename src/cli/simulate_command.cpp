@@ -235,8 +235,8 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
                   "(1F1B, blocking p2p, ring all-reduce, one flush)")
       ->check(CLI::IsMember({"dtfm", "megatron"}));
   sim->add_option("--schedule", o.schedule, "gpipe or 1f1b (default: by --system)")->check(CLI::IsMember({"gpipe", "1f1b"}));
-  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring or central (default: by --system)")
-      ->check(CLI::IsMember({"paper", "ring", "central"}));
+  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central or direct (default: by --system)")
+      ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
   sim->add_option("--overlap", o.overlap, "on: sends overlap compute; off: blocking p2p (default: by --system)")
       ->check(CLI::IsMember({"on", "off"}));
   sim->add_option("--recompute", o.recompute, "activation recomputation (on: backward = 3 forwards)")

@@ -157,6 +157,15 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
       for (int k = 0; k < d; ++k) step = std::max(step, net.transfer_s(g[k], g[(k + 1) % d], shard));
       return 2.0 * (d - 1) * step;
     }
+    case DataParallelScheme::direct: {
+      double slowest = 0;  // each phase: every pair at once, each on its own link
+      for (int u : g) {
+        for (int v : g) {
+          if (u != v) slowest = std::max(slowest, net.transfer_s(u, v, d == 2 ? bytes : shard));
+        }
+      }
+      return d == 2 ? slowest : 2.0 * slowest;
+    }
     case DataParallelScheme::central: {
       // Reduce along g1 -> g2 -> ... -> g(d-1) -> g0, broadcast g0 -> g1 -> ... -> g(d-1);
       // each a chain pipelined in small chunks: the latencies add up, the
@@ -357,6 +366,7 @@ std::string to_string(DataParallelScheme s) {
     case DataParallelScheme::paper: return "paper";
     case DataParallelScheme::ring: return "ring";
     case DataParallelScheme::central: return "central";
+    case DataParallelScheme::direct: return "direct";
   }
   return "?";
 }
@@ -381,6 +391,7 @@ bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {
   if (text == "paper") *out = DataParallelScheme::paper;
   else if (text == "ring") *out = DataParallelScheme::ring;
   else if (text == "central") *out = DataParallelScheme::central;
+  else if (text == "direct") *out = DataParallelScheme::direct;
   else return false;
   return true;
 }

@@ -24,27 +24,59 @@ void sum_buffer(kernels::Backend& backend, Collectives& collectives, float* data
 }  // namespace
 
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
-                             int pipeline_stages, int data_parallel, double* pipeline_sum) {
+                             int pipeline_stages, int data_parallel, double* job_sum, Timeline* timeline) {
+  // Each exchange is its own event, so that the timing file shows which one a slow step waited on.
+  auto timed = [&](std::int64_t bytes, auto exchange) {
+    const auto start = Timeline::Clock::now();
+    exchange();
+    if (timeline) timeline->record(io::EventKind::allreduce, start, Timeline::Clock::now(), -1, bytes);
+  };
+  float* grads = stage.grads();
   const std::size_t count = stage.parameter_count();
+  double value = job_sum ? *job_sum : 0.0;
   if (data_parallel > 1) {
-    sum_buffer(backend, collectives, stage.grads(), count,
-               [&](float* d, std::size_t n) { collectives.sum_data_parallel(d, n); });
+    timed(static_cast<std::int64_t>(sizeof(float) * count), [&] {
+      sum_buffer(backend, collectives, grads, count, [&](float* d, std::size_t n) {
+        collectives.sum_data_parallel_with_values(d, n, &value, job_sum ? 1 : 0);
+      });
+    });
   }
   const model::ParameterView* wte = stage.find("wte");
   const bool split_embedding = pipeline_stages > 1 && wte != nullptr;
-  if (split_embedding) {
-    // The first stage holds the embedding's gradient, the last the head's:
-    // the tied parameter's gradient is their sum, on both.
-    sum_buffer(backend, collectives, stage.grads() + wte->offset, wte->count,
-               [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
+  const std::int64_t wte_bytes = split_embedding ? static_cast<std::int64_t>(sizeof(float) * wte->count) : 0;
+  double squares = 0;
+  std::vector<float> tied_host;  // the last stage's half while the tied sum is on its way (host collectives)
+  const bool tied_in_flight = split_embedding && stage.spec().has_head;
+  if (tied_in_flight) {
+    // The last stage: the tied parameter is counted in the norm on the
+    // first stage, so its own part of the norm needs no wait.
+    float* half = grads + wte->offset;
+    if (!collectives.takes_device_memory()) {
+      tied_host.resize(wte->count);
+      backend.download(tied_host.data(), half, wte->count);
+      half = tied_host.data();
+    }
+    collectives.start_tied_embedding(half, wte->count);
+    squares = backend.sum_of_squares(grads, wte->offset) +
+              backend.sum_of_squares(grads + wte->offset + wte->count, count - wte->offset - wte->count);
+  } else {
+    if (split_embedding) {
+      timed(wte_bytes, [&] {
+        sum_buffer(backend, collectives, grads + wte->offset, wte->count,
+                   [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
+      });
+    }
+    squares = backend.sum_of_squares(grads, count);
   }
-  double squares = backend.sum_of_squares(stage.grads(), count);
-  if (split_embedding && stage.spec().has_head) {
-    squares -= backend.sum_of_squares(stage.grads() + wte->offset, wte->count);  // counted on the first stage
+  double sums[2] = {squares, value};
+  timed(static_cast<std::int64_t>(sizeof sums), [&] { collectives.sum_over_pipeline_values(sums, job_sum ? 2 : 1); });
+  if (tied_in_flight) {
+    timed(wte_bytes, [&] {
+      collectives.finish_tied_embedding();
+      if (!tied_host.empty()) backend.upload(grads + wte->offset, tied_host.data(), wte->count);
+    });
   }
-  double sums[2] = {squares, pipeline_sum ? *pipeline_sum : 0.0};
-  collectives.sum_over_pipeline_values(sums, pipeline_sum ? 2 : 1);
-  if (pipeline_sum) *pipeline_sum = sums[1];
+  if (job_sum) *job_sum = sums[1];
   return std::sqrt(sums[0]);
 }
 

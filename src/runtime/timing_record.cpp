@@ -15,38 +15,31 @@ double median(std::vector<double> values) {
   return *middle;
 }
 
-// An all-reduce of a few bytes over `members`: recursive doubling, ceil(log2 n)
-// rounds, each as slow as the group's slowest one-way latency (an upper
-// estimate: the simulator's network has no notion of which pairs meet).
-double small_allreduce_s(const plan::Network& network, const std::vector<int>& members) {
-  double slowest = 0;
-  for (int a : members) {
-    for (int b : members) {
-      if (a != b) slowest = std::max(slowest, network.latency(a, b));
-    }
-  }
-  int rounds = 0;
-  while ((1u << rounds) < members.size()) ++rounds;
-  return rounds * slowest;
-}
-
-// What a training step adds to the simulated iteration: after the pipeline
-// and the data-parallel exchange, the tied embedding's gradient between the
-// first and last stage, then the gradient norm and the loss in one reduction
-// over the pipeline, and the loss over the replicas (latency-bound, every step).
-double step_collectives_s(const plan::Network& network, const plan::Plan& plan, double embedding_bytes) {
-  const int pp = plan.pipeline_stages, dp = plan.data_parallel;
-  double pipeline_side = 0;
-  for (int r = 0; r < dp; ++r) {
+// When the step ends (gradient_sync.cpp): each stage group is ready once
+// its data-parallel exchange is done; then every stage of a replica sends
+// its part of the norm (and the loss) straight to every other, and the
+// first and the last stage swap their halves of the tied embedding. The
+// step ends when the last of those messages arrives.
+double step_end_s(const plan::Network& network, const plan::Plan& plan, const plan::SimulationResult& simulated,
+                  double embedding_bytes) {
+  const int pp = plan.pipeline_stages;
+  double end = simulated.iteration_s;
+  std::vector<double> ready(static_cast<std::size_t>(pp));
+  for (int s = 0; s < pp; ++s) ready[s] = simulated.stage_last_backward_s[s] + simulated.stage_datap_s[s];
+  for (int r = 0; r < plan.data_parallel; ++r) {
     std::vector<int> chain;
     for (int s = 0; s < pp; ++s) chain.push_back(plan.stages[s][r]);
-    double tied = 0;
-    if (pp > 1) tied = network.transfer_s(chain.front(), chain.back(), embedding_bytes);
-    pipeline_side = std::max(pipeline_side, tied + small_allreduce_s(network, chain));
+    for (int s = 0; s < pp; ++s) {
+      for (int t = 0; t < pp; ++t) {
+        if (s != t) end = std::max(end, ready[s] + network.latency(chain[s], chain[t]));
+      }
+    }
+    if (pp > 1) {
+      end = std::max(end, ready[0] + network.transfer_s(chain.front(), chain.back(), embedding_bytes));
+      end = std::max(end, ready[pp - 1] + network.transfer_s(chain.back(), chain.front(), embedding_bytes));
+    }
   }
-  double replica_side = 0;
-  for (int s = 0; s < pp; ++s) replica_side = std::max(replica_side, small_allreduce_s(network, plan.stages[s]));
-  return pipeline_side + replica_side;
+  return end;
 }
 
 }  // namespace
@@ -151,13 +144,12 @@ io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& 
   work.gradient_bytes.assign(pp, 0.0);
   for (int s = 0; s < pp; ++s) work.gradient_bytes[s] = 4.0 * static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
   work.schedule = config.pipeline_schedule == "gpipe" ? plan::Schedule::gpipe : plan::Schedule::one_f_one_b;
-  work.dp_scheme = plan::DataParallelScheme::ring;  // MPI_Allreduce's large-message algorithm
+  work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)
   work.overlap_communication = true;                 // sends are non-blocking on a copy
   if (!run.events.empty()) {
     const plan::SimulationResult predicted = plan::simulate(job.network, job.plan, work);
     const double embedding_bytes = 4.0 * model.vocabulary * model.hidden;
-    run.predicted_iteration_s = predicted.iteration_s + measured.optimizer_s +
-                                step_collectives_s(job.network, job.plan, embedding_bytes);
+    run.predicted_iteration_s = step_end_s(job.network, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }
   return run;

@@ -218,12 +218,6 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     sum_over_job(collectives, 0.0);  // a barrier: every rank's clock starts together
     timeline.start(role.rank, config.timing_max_event_steps);
   }
-  // The bytes this rank's gradient synchronisation sums (what it sends, per
-  // the all-reduce's input): the whole stage across replicas, the tied
-  // embedding across the pipeline's ends.
-  const auto sync_bytes = static_cast<std::int64_t>(
-      sizeof(float) * ((role.replicas > 1 ? stage.parameter_count() : 0) +
-                       (role.stages > 1 && wte != nullptr ? wte->count : 0)));
   const auto run_start = Clock::now();
   StepBreakdown own;  // this rank, summed over the timed steps
   for (int step = result.first_step; step < config.train_steps; ++step) {
@@ -238,19 +232,16 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
     timeline.record(io::EventKind::data, step_start, Clock::now());
     const double replica_loss = pipeline.run(batches, links, static_cast<float>(1.0 / tokens_per_step));
     const auto sync_start = Clock::now();
-    double pipeline_loss = replica_loss;  // summed over the pipeline with the norm: one reduction
-    const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas, &pipeline_loss);
+    double job_loss = replica_loss;  // summed with the gradient and the norm: no exchange of its own
+    const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas, &job_loss, &timeline);
     const auto optimizer_start = Clock::now();
-    timeline.record(io::EventKind::allreduce, sync_start, optimizer_start, -1, sync_bytes);
     const double sync_s = std::chrono::duration<double>(optimizer_start - sync_start).count();
     const double lr = optimizer.step(step, norm);
     backend->synchronize();
-    const auto loss_start = Clock::now();
-    timeline.record(io::EventKind::optimizer, optimizer_start, loss_start);
-    const double optimizer_s = std::chrono::duration<double>(loss_start - optimizer_start).count();
-    const double loss =
-        collectives.sum_data_parallel_value(pipeline_loss) / (static_cast<double>(m) * role.replicas);
-    timeline.record(io::EventKind::allreduce, loss_start, Clock::now(), -1, sizeof(double));
+    const auto optimizer_end = Clock::now();
+    timeline.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
+    const double optimizer_s = std::chrono::duration<double>(optimizer_end - optimizer_start).count();
+    const double loss = job_loss / (static_cast<double>(m) * role.replicas);
     const double step_s = seconds_since(step_start);
     if (!std::isfinite(loss)) {
       throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +

@@ -99,13 +99,13 @@ TEST(TimingRecord, MediansPerStageAndPlanLayout) {
   EXPECT_EQ(run.wall_time_s, (std::vector<double>{16, 6}));
   EXPECT_EQ(run.step, (std::vector<std::int32_t>{1}));
   // One micro-batch through 2 stages by hand: F0 2, send 1 ms + 128 B / 1e9,
-  // F1 3, B1 6, send back, B0 4; then the optimizer's median, 1 s. No
-  // data-parallel exchange (one replica). Then the step's collectives: the
-  // tied embedding (16 x 8 floats) between the two stages, and the norm and
-  // the loss in one reduction over the 2-rank pipeline, one 1 ms round.
+  // F1 3, B1 6, send back, B0 4: stage 0 is done last, at 15 + 2 hops. No
+  // data-parallel exchange (one replica). Then the end of the step: stage 0's
+  // half of the tied embedding (16 x 8 floats) to stage 1, 1 ms + 512 B / 1e9,
+  // arrives after its part of the norm (1 ms); then the optimizer's median, 1 s.
   const double hop = 1e-3 + 4.0 * 4 * 8 / 1e9;
-  const double collectives = (1e-3 + 4.0 * 16 * 8 / 1e9) + 1e-3;
-  EXPECT_NEAR(run.predicted_iteration_s, 2 + hop + 3 + 6 + hop + 4 + 1 + collectives, 1e-9);
+  const double tied = 1e-3 + 4.0 * 16 * 8 / 1e9;
+  EXPECT_NEAR(run.predicted_iteration_s, 2 + hop + 3 + 6 + hop + 4 + tied + 1, 1e-9);
 }
 
 }  // namespace

@@ -161,8 +161,16 @@ TEST(Simulator, DataParallelSchemesOnFourDevices) {
   // Central: reduce along 1->2->3->0 (latency 0.05 + 0.001 + 0.05, slowest
   // 1.25e8 B/s: 8 s) = 8.101; broadcast 0->1->2->3 (0.001 + 0.05 + 0.001 + 8) = 8.052.
   EXPECT_NEAR(datap_exchange_s(net, group, 1e9, DataParallelScheme::central), 16.153, 16.153 * kRel);
+  // Direct: reduce-scatter then all-gather, every pair at once, each phase
+  // as slow as the slowest pair (between sites, 2.05 s): 4.1.
+  EXPECT_NEAR(datap_exchange_s(net, group, 1e9, DataParallelScheme::direct), 4.1, 4.1 * kRel);
+  // Direct with two members: one swap of the whole buffer, 0.05 + 1e9 / 1.25e8 = 8.05
+  // between sites, 0.001 + 1e9 / 1.25e9 = 0.801 inside one.
+  EXPECT_NEAR(datap_exchange_s(net, {0, 2}, 1e9, DataParallelScheme::direct), 8.05, 8.05 * kRel);
+  EXPECT_NEAR(datap_exchange_s(net, {0, 1}, 1e9, DataParallelScheme::direct), 0.801, 0.801 * kRel);
   // One member: nothing to exchange.
   EXPECT_EQ(datap_exchange_s(net, {2}, 1e9, DataParallelScheme::paper), 0.0);
+  EXPECT_EQ(datap_exchange_s(net, {2}, 1e9, DataParallelScheme::direct), 0.0);
 }
 
 // ---------------------------------------------------------------------------
@@ -274,7 +282,8 @@ TEST(Simulator, DoublingBandwidthNeverSlowsAnIteration) {
     Network faster = net;
     for (double& b : faster.bandwidth_bytes_per_s) b *= 2;
     for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
-      for (DataParallelScheme scheme : {DataParallelScheme::paper, DataParallelScheme::ring, DataParallelScheme::central}) {
+      for (DataParallelScheme scheme : {DataParallelScheme::paper, DataParallelScheme::ring, DataParallelScheme::central,
+                                         DataParallelScheme::direct}) {
         for (bool overlap : {true, false}) {
           w.schedule = schedule;
           w.dp_scheme = scheme;

@@ -30,6 +30,8 @@ enum class DataParallelScheme {
   paper,    // the paper's DATAP (§2.2): each member swaps a 1/D shard with every other member
   ring,     // ring all-reduce: 2(D-1) steps of c/D, each limited by the slowest ring link
   central,  // reduce to the group's first member, then broadcast, pipelined along the ring
+  direct,   // geotrain's MPI exchange: 2 members swap whole buffers at once; more reduce-scatter
+            // then all-gather 1/D shards straight between every pair, all pairs at once
 };
 
 // Which FLOP count turns an iteration time into reported PFLOPS (the count,

@@ -7,6 +7,7 @@
 
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
+#include "geotrain/runtime/timeline.hpp"
 
 namespace geotrain::runtime {
 
@@ -16,8 +17,21 @@ class Collectives {
   virtual ~Collectives() = default;
   // Sum over the ranks that hold the same stage (the data-parallel group).
   virtual void sum_data_parallel(float* data, std::size_t count) = 0;
+  // Same, with `values` summed over the group in the same exchange (the
+  // loss rides along with the gradient instead of paying its own latency).
+  virtual void sum_data_parallel_with_values(float* data, std::size_t count, double* values, int value_count) {
+    sum_data_parallel(data, count);
+    for (int i = 0; i < value_count; ++i) values[i] = sum_data_parallel_value(values[i]);
+  }
   // Sum between this replica's first and last stage (only they call it).
   virtual void sum_tied_embedding(float* data, std::size_t count) = 0;
+  // The same sum in two halves, for the last stage: it finishes its backward
+  // long before the first stage, so it starts its half on the way, takes
+  // part in the pipeline's sum, and only then waits for the first stage's
+  // half. `data` must stay untouched until finish_tied_embedding() (which
+  // leaves the sum there).
+  virtual void start_tied_embedding(float* data, std::size_t count) { sum_tied_embedding(data, count); }
+  virtual void finish_tied_embedding() {}
   // Sum over the stages of this replica (every stage calls it).
   virtual double sum_over_pipeline(double value) = 0;
   // Several scalars in one reduction (one latency on a slow pipeline instead
@@ -42,9 +56,12 @@ class LocalCollectives : public Collectives {
 };
 
 // Returns the global L2 norm of the gradient (wte counted once). With
-// `pipeline_sum`, that value is summed over the pipeline in the same
-// reduction as the norm (the trainer's loss), in place.
+// `job_sum`, that value is summed over the whole job (replicas and stages)
+// in the same exchanges as the gradient and the norm (the trainer's loss),
+// in place. With `timeline`, each exchange is recorded as an all-reduce
+// event of the bytes it sums.
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
-                             int pipeline_stages, int data_parallel, double* pipeline_sum = nullptr);
+                             int pipeline_stages, int data_parallel, double* job_sum = nullptr,
+                             Timeline* timeline = nullptr);
 
 }  // namespace geotrain::runtime

@@ -11,6 +11,7 @@
 #include "geotrain/io/config.hpp"
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
+#include "geotrain/runtime/mpi_exchange.hpp"
 #include "geotrain/runtime/mpi_plan.hpp"
 #include "geotrain/runtime/pipeline.hpp"
 #include "geotrain/runtime/trainer.hpp"
@@ -53,21 +54,26 @@ class MpiPipelineLinks : public PipelineLinks {
   std::vector<std::vector<float>> spare_;  // buffers of completed sends, reused
 };
 
-// Sums over the topology's communicators (MPI_Iallreduce, waited on with the
-// deadline). Results are the same on every member: Open MPI's reductions of
-// a commutative op combine the same partial sums on all ranks.
+// Sums over the topology's communicators by direct exchange
+// (mpi_exchange.hpp: one latency per phase, the same bits on every member),
+// each wait with the deadline and the group's ranks named.
 class MpiCollectives : public Collectives {
  public:
   MpiCollectives(const Topology& topology, double deadline_s);
   void sum_data_parallel(float* host_data, std::size_t count) override;
+  void sum_data_parallel_with_values(float* host_data, std::size_t count, double* values, int value_count) override;
   void sum_tied_embedding(float* host_data, std::size_t count) override;
+  void start_tied_embedding(float* host_data, std::size_t count) override;
+  void finish_tied_embedding() override;
   double sum_over_pipeline(double value) override;
   void sum_over_pipeline_values(double* values, int count) override;
   double sum_data_parallel_value(double value) override;
 
  private:
+  const ExchangeGroup& tied_group() const;
   const Topology& topology_;
-  double deadline_s_;
+  ExchangeGroup data_parallel_, pipeline_, tied_;
+  PendingPairSum tied_in_flight_;
 };
 
 // The whole job on MPI_COMM_WORLD (every rank calls it with the same config).

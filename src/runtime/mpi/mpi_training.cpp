@@ -100,9 +100,6 @@ void MpiPipelineLinks::complete_sends() {
   pending_.clear();
 }
 
-MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s)
-    : topology_(topology), deadline_s_(deadline_s) {}
-
 namespace {
 
 // " (ranks 2, 3)": the other members of a group, for deadline messages.
@@ -115,31 +112,49 @@ std::string members_except(const std::vector<int>& ranks, int self) {
   return " (waiting for rank" + std::string(text.find(',') == std::string::npos ? " " : "s ") + text + ")";
 }
 
-void allreduce_in_place(MPI_Comm comm, void* data, std::size_t count, MPI_Datatype type, double deadline_s,
-                        const std::string& what, const std::vector<int>& members) {
-  if (count > static_cast<std::size_t>(INT32_MAX)) abort_all(what + ": over 2^31 elements");
-  MPI_Request request;
-  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, MPI_SUM, comm, &request));
-  wait_all_or_abort({&request, 1}, deadline_s, what, -1, 2e-4, members);
+ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double deadline_s, const std::string& what,
+                             int self) {
+  ExchangeGroup group;
+  group.comm = comm;
+  group.what = what + members_except(world_ranks, self);
+  group.world_ranks = std::move(world_ranks);
+  group.deadline_s = deadline_s;
+  return group;
 }
 
 }  // namespace
 
-void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
-  allreduce_in_place(topology_.dp_comm.get(), data, count, MPI_FLOAT, deadline_s_,
-                     "summing gradients over the data-parallel group of stage " + std::to_string(topology_.stage) +
-                         members_except(topology_.dp_ranks, topology_.rank),
-                     topology_.dp_ranks);
+MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s)
+    : topology_(topology),
+      data_parallel_(exchange_group(topology.dp_comm.get(), topology.dp_ranks, deadline_s,
+                                    "summing over the data-parallel group of stage " + std::to_string(topology.stage),
+                                    topology.rank)),
+      pipeline_(exchange_group(topology.pipeline_comm.get(), topology.pipeline_ranks, deadline_s,
+                               "summing over the pipeline of replica " + std::to_string(topology.replica),
+                               topology.rank)),
+      tied_(exchange_group(topology.tied_comm.get(),
+                           {topology.pipeline_ranks.front(), topology.pipeline_ranks.back()}, deadline_s,
+                           "joining the tied embedding of replica " + std::to_string(topology.replica),
+                           topology.rank)) {}
+
+void MpiCollectives::sum_data_parallel(float* data, std::size_t count) { exchange_sum(data_parallel_, data, count); }
+
+void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t count, double* values, int value_count) {
+  exchange_sum(data_parallel_, data, count, values, value_count);
 }
 
-void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
-  if (topology_.tied_comm.get() == MPI_COMM_NULL) abort_all("sum_tied_embedding called on a middle stage");
-  allreduce_in_place(topology_.tied_comm.get(), data, count, MPI_FLOAT, deadline_s_,
-                     "joining the tied embedding of replica " + std::to_string(topology_.replica) +
-                         members_except({topology_.pipeline_ranks.front(), topology_.pipeline_ranks.back()},
-                                        topology_.rank),
-                     {topology_.pipeline_ranks.front(), topology_.pipeline_ranks.back()});
+const ExchangeGroup& MpiCollectives::tied_group() const {
+  if (topology_.tied_comm.get() == MPI_COMM_NULL) abort_all("the tied embedding's sum called on a middle stage");
+  return tied_;
 }
+
+void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) { exchange_sum(tied_group(), data, count); }
+
+void MpiCollectives::start_tied_embedding(float* data, std::size_t count) {
+  tied_in_flight_.start(tied_group(), data, count);
+}
+
+void MpiCollectives::finish_tied_embedding() { tied_in_flight_.finish(); }
 
 double MpiCollectives::sum_over_pipeline(double value) {
   sum_over_pipeline_values(&value, 1);
@@ -147,17 +162,11 @@ double MpiCollectives::sum_over_pipeline(double value) {
 }
 
 void MpiCollectives::sum_over_pipeline_values(double* values, int count) {
-  allreduce_in_place(topology_.pipeline_comm.get(), values, static_cast<std::size_t>(count), MPI_DOUBLE, deadline_s_,
-                     "summing over the pipeline of replica " + std::to_string(topology_.replica) +
-                         members_except(topology_.pipeline_ranks, topology_.rank),
-                     topology_.pipeline_ranks);
+  exchange_sum(pipeline_, nullptr, 0, values, count);
 }
 
 double MpiCollectives::sum_data_parallel_value(double value) {
-  allreduce_in_place(topology_.dp_comm.get(), &value, 1, MPI_DOUBLE, deadline_s_,
-                     "summing over the data-parallel group of stage " + std::to_string(topology_.stage) +
-                         members_except(topology_.dp_ranks, topology_.rank),
-                     topology_.dp_ranks);
+  exchange_sum(data_parallel_, nullptr, 0, &value, 1);
   return value;
 }
 

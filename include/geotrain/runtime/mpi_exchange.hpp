@@ -1,0 +1,53 @@
+// Sums over a small group of ranks on a slow network by direct exchange:
+// every member sends straight to every other, so a phase costs one latency
+// of the group's slowest link, where a tree pays log2(p) of them, a ring
+// p - 1, and Open MPI's in-place non-blocking all-reduce a reduce to one
+// rank followed by a broadcast (twice the bytes through each link for two
+// members). Every member sums the contributions in rank order, so all get
+// the same bits.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace geotrain::runtime {
+
+struct ExchangeGroup {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<int> world_ranks;  // the members by rank in `comm` (named when one falls silent)
+  double deadline_s = 0;
+  std::string what;  // "summing gradients over ..." for the deadline's message
+};
+
+// Sums `count` floats at `data` and `value_count` doubles at `values` over
+// the group, in place. Two members swap whole buffers (one latency, n bytes
+// each way); more reduce-scatter then all-gather 1/p shards directly (two
+// latencies, 2n(p-1)/p bytes out of each member, spread over its links).
+void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values = nullptr,
+                  int value_count = 0);
+
+// The two-member sum in halves: start() sends this member's floats and posts
+// the receive; finish() waits and adds the other's into `data`, which must
+// stay untouched in between. Meanwhile the rank may take part in other sums.
+class PendingPairSum {
+ public:
+  PendingPairSum() = default;
+  PendingPairSum(const PendingPairSum&) = delete;
+  PendingPairSum& operator=(const PendingPairSum&) = delete;
+  ~PendingPairSum();
+  void start(const ExchangeGroup& group, float* data, std::size_t count);
+  void finish();
+  bool pending() const { return data_ != nullptr; }
+
+ private:
+  const ExchangeGroup* group_ = nullptr;
+  float* data_ = nullptr;
+  std::size_t count_ = 0;
+  std::vector<float> received_;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+
+}  // namespace geotrain::runtime

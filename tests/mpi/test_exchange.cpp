@@ -1,0 +1,99 @@
+// The direct-exchange sums (mpi_exchange.hpp) against a brute-force sum:
+// every rank can generate every member's contribution, folds them in rank
+// order, and must find exactly those bits, for groups of 1 to all ranks and
+// counts that do not divide into equal shards.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/runtime/mpi_exchange.hpp"
+
+namespace {
+
+using namespace geotrain::runtime;
+
+std::vector<float> contribution(int member, std::size_t count, int salt) {
+  std::mt19937 rng(static_cast<std::uint32_t>(1000 * member + salt));
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<float> data(count);
+  for (float& x : data) x = value(rng);
+  return data;
+}
+
+// The first `size` world ranks, as a group (the others get MPI_COMM_NULL).
+struct FirstRanks {
+  explicit FirstRanks(int size) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    GT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &group.comm));
+    for (int r = 0; r < size; ++r) group.world_ranks.push_back(r);
+    group.deadline_s = 30;
+    group.what = "the exchange test";
+  }
+  ~FirstRanks() {
+    if (group.comm != MPI_COMM_NULL) MPI_Comm_free(&group.comm);
+  }
+  ExchangeGroup group;
+};
+
+TEST(DirectExchange, SumsEqualTheRankOrderFoldOnEveryMember) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  for (int size = 1; size <= world; ++size) {
+    FirstRanks first(size);
+    if (first.group.comm == MPI_COMM_NULL) continue;
+    int self = 0;
+    MPI_Comm_rank(first.group.comm, &self);
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{4099}}) {
+      const int salt = static_cast<int>(count) + 17 * size;
+      std::vector<float> data = contribution(self, count, salt);
+      double values[2] = {0.25 * self + 1e-9 * static_cast<double>(count), -1.0 / (self + 3)};
+      exchange_sum(first.group, data.data(), count, values, 2);
+      std::vector<float> expected = contribution(0, count, salt);
+      double expected_values[2] = {1e-9 * static_cast<double>(count), -1.0 / 3};
+      for (int member = 1; member < size; ++member) {
+        const std::vector<float> other = contribution(member, count, salt);
+        for (std::size_t i = 0; i < count; ++i) expected[i] += other[i];
+        expected_values[0] += 0.25 * member + 1e-9 * static_cast<double>(count);
+        expected_values[1] += -1.0 / (member + 3);
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(data[i], expected[i]) << "group of " << size << ", count " << count << ", element " << i;
+      }
+      EXPECT_EQ(values[0], expected_values[0]) << "group of " << size;
+      EXPECT_EQ(values[1], expected_values[1]) << "group of " << size;
+    }
+  }
+}
+
+// The last stage's half of the tied embedding: started, another sum on
+// another group meanwhile, then finished.
+TEST(DirectExchange, APairSumFinishesAfterAnotherExchange) {
+  int world = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ASSERT_GE(world, 2);
+  FirstRanks pair(2), all(world);
+  std::vector<float> half;
+  PendingPairSum pending;
+  if (pair.group.comm != MPI_COMM_NULL) {
+    half = contribution(rank, 301, 5);
+    pending.start(pair.group, half.data(), half.size());
+    EXPECT_TRUE(pending.pending());
+  }
+  double value = 1.0;
+  exchange_sum(all.group, nullptr, 0, &value, 1);
+  EXPECT_EQ(value, static_cast<double>(world));
+  if (pair.group.comm != MPI_COMM_NULL) {
+    pending.finish();
+    EXPECT_FALSE(pending.pending());
+    const std::vector<float> a = contribution(0, 301, 5), b = contribution(1, 301, 5);
+    for (std::size_t i = 0; i < half.size(); ++i) ASSERT_EQ(half[i], a[i] + b[i]) << "element " << i;
+  }
+}
+
+}  // namespace
