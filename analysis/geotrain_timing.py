@@ -119,3 +119,35 @@ def summarize(run):
             "prediction_error": (predicted - measured) / measured if measured > 0 and predicted > 0 else None,
             "predicted_bubble_fraction": float(run.plan.get("predicted_bubble_fraction", 0.0)),
             "tokens_per_s": tokens_per_s, "mfu": mfu}
+
+
+def data_parallel_exchanges(run):
+    """Per stage group: the median over steps (the first left out) of its
+    gradient exchange, from the last member's start to the last member's end
+    (so waiting for a late member is not counted), and what the link's
+    latency and bandwidth give for it (2 members swap whole buffers; more
+    exchange 1/D shards twice, every pair at once). Empty with one replica."""
+    devices = run.plan["devices"]  # [stages, replicas]
+    if devices.shape[1] < 2:
+        return []
+    e = run.events
+    exchange = e["kind"] == run.kinds["allreduce"]
+    steps = np.unique(e["step"][exchange])[1:]
+    rows = []
+    for stage, group in enumerate(devices):
+        members = np.isin(e["rank"], group) & exchange
+        # The gradient's exchange is each member's largest all-reduce of the step.
+        gradient_bytes = int(e["bytes"][members].max())
+        chosen = members & (e["bytes"] == gradient_bytes)
+        measured = []
+        for step in steps:
+            mine = chosen & (e["step"] == step)
+            if mine.sum() == len(group):
+                measured.append(float(e["end"][mine].max() - e["start"][mine].max()))
+        d = len(group)
+        size = gradient_bytes if d == 2 else gradient_bytes / d
+        slowest = max(run.latency[u, v] + size / run.bandwidth[u, v] for u in group for v in group if u != v)
+        rows.append({"stage": stage, "ranks": [int(r) for r in group], "bytes": gradient_bytes,
+                     "measured_s": float(np.median(measured)) if measured else float("nan"),
+                     "latency_bandwidth_s": slowest if d == 2 else 2 * slowest})
+    return rows

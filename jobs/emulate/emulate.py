@@ -225,14 +225,32 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
             if a == b:
                 continue
             delay_ms = latency_ms[site[a]][site[b]]
-            rate_mbit = max(1, round(bandwidth_gbps[site[a]][site[b]] * 1000))
+            rate_kbit = max(8, round(bandwidth_gbps[site[a]][site[b]] * 1e6))
             classid = f"1:{10 + a}"
             in_ns(ROUTER, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", classid, "htb",
-                  "rate", f"{rate_mbit}mbit", "ceil", f"{rate_mbit}mbit")
-            leaf = ["netem", "delay", f"{delay_ms}ms", "limit", "100000"] if netem else ["pfifo", "limit", "10000"]
-            in_ns(ROUTER, "tc", "qdisc", "add", "dev", dev, "parent", classid, "handle", f"{10 + a}:", *leaf)
-            in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "1", "u32",
-                  "match", "ip", "src", f"{PREFIX}.{a + 1}.0/24", "flowid", classid)
+                  "rate", f"{rate_kbit}kbit", "ceil", f"{rate_kbit}kbit")
+            source = ["match", "ip", "src", f"{PREFIX}.{a + 1}.0/24"]
+            if netem:
+                in_ns(ROUTER, "tc", "qdisc", "add", "dev", dev, "parent", classid, "handle", f"{10 + a}:",
+                      "netem", "delay", f"{delay_ms}ms", "limit", "100000")
+                in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "2",
+                      "u32", *source, "flowid", classid)
+            else:
+                # Packets under 128 bytes (acknowledgements of the other
+                # direction's data) in a class of their own that goes first,
+                # so that they do not wait behind seconds of queued data when
+                # both ends send at once (a data-parallel swap): that stalls
+                # TCP's window. Both share the pair's rate.
+                small, bulk = f"1:{2000 + a}", f"1:{3000 + a}"
+                small_kbit = max(8, rate_kbit // 20)  # 5%, more than acknowledgements need
+                for leaf, rate, prio in ((small, small_kbit, "0"), (bulk, max(8, rate_kbit - small_kbit), "1")):
+                    in_ns(ROUTER, "tc", "class", "add", "dev", dev, "parent", classid, "classid", leaf, "htb",
+                          "rate", f"{rate}kbit", "ceil", f"{rate_kbit}kbit", "prio", prio)
+                    in_ns(ROUTER, "tc", "qdisc", "add", "dev", dev, "parent", leaf, "pfifo", "limit", "10000")
+                in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "1",
+                      "u32", *source, "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", small)
+                in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "2",
+                      "u32", *source, "flowid", bulk)
             if not netem and delay_ms > 0:
                 q = a * n + b
                 queues.append(f"{q}:{delay_ms}")
@@ -268,11 +286,12 @@ def cut(a, b, on):
 
 # ---- running ranks in their sites
 
-# Messages up to 4 MiB go eagerly: over a long link the default rendezvous
-# (request, clear-to-send, data) costs three one-way latencies per message
-# instead of one; real WAN deployments raise the limit for the same reason.
-EAGER = ["--mca", "btl_tcp_eager_limit", str(4 << 20), "--mca", "btl_tcp_rndv_eager_limit", str(4 << 20),
-         "--mca", "btl_tcp_max_send_size", str(4 << 20)]
+# Messages up to 16 MiB (a stage's gradient in the experiment) go eagerly:
+# over a long link the default rendezvous (request, clear-to-send, data)
+# costs three one-way latencies per message instead of one; real WAN
+# deployments raise the limit for the same reason.
+EAGER = ["--mca", "btl_tcp_eager_limit", str(16 << 20), "--mca", "btl_tcp_rndv_eager_limit", str(16 << 20),
+         "--mca", "btl_tcp_max_send_size", str(16 << 20)]
 
 AGENT = """#!/bin/sh
 # plm_rsh_agent for the emulation: "remote" host = a rank's namespace, with

@@ -3,45 +3,56 @@
 # the same steps with the planned placement, rank order and a random one,
 # each in its own emulation (jobs/emulate/emulate.py), writing a timing file
 # per run; then analysis/emulation_report.py writes the report
-# (analysis/results/emulation.md) and its plots. Root; ~10 minutes on 2 cores.
+# (analysis/results/emulation.md) and its plots. Root; ~15 minutes on 2 cores.
 #
 #   bash jobs/emulate/experiment.sh [STEPS]
 #
 # Scaled scenarios: 8 ranks (the paper: 64), at 4 sites (world-wide: 4 of its
 # 8 cities; regional: its 4 sites; multi-dc: its 2 sites with 4 ranks each),
-# ranks interleaved over the sites as mpirun maps by node; bandwidth scaled
-# down (x0.25, multi-dc x0.1) so that one machine's CPUs can carry every
-# shaped link at its rate; inputs/models/emulation.toml (8 layers, hidden
-# 256: ~6 MB of gradient per stage) as 4 stages x 2 replicas, 4
-# micro-batches of 2 sequences, so that communication dominates as it does
-# for GPT-3 XL on the paper's networks.
+# ranks interleaved over the sites as mpirun maps by node;
+# inputs/models/emulation.toml (8 layers, hidden 256: ~6.5 MB of gradient
+# per stage) as 4 stages x 2 replicas, 4 micro-batches of 2 sequences, GPipe. The
+# model's messages are ~100x smaller than GPT-3 XL's, so bandwidth is scaled
+# down (world-wide and regional x0.05, multi-dc x0.1) until a stage's
+# gradient exchange between two sites takes about 10-70x the link's
+# latency, as the paper's does (its per-pair term 2a + 1.3/b: about 8-45x);
+# unscaled, this model's exchanges would be latency-bound, which the
+# paper's are not.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps=${1:-5}
+steps=${1:-6}
 out=runs/emulate
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
 scenarios=(
-  "world-wide|inputs/scenarios/world-wide.toml|--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.25"
-  "regional|inputs/scenarios/regional.toml|--devices 2,2,2,2 --bandwidth-scale 0.25"
+  "world-wide|inputs/scenarios/world-wide.toml|--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
+  "regional|inputs/scenarios/regional.toml|--devices 2,2,2,2 --bandwidth-scale 0.05"
   "multi-dc|inputs/scenarios/multi-dc.toml|--devices 4,4 --bandwidth-scale 0.1"
 )
+run() {  # name file options placement schedule suffix
+  local name=$1 file=$2 options=$3 placement=$4 schedule=$5 suffix=$6
+  echo "== $name, $placement, $schedule"
+  # shellcheck disable=SC2086  # options are words
+  python3 jobs/emulate/emulate.py run "$file" $options --matrix-out "$out/$name-matrix.toml" --timeout 900 -- \
+    "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages=4 \
+    --model.file="$PWD/inputs/models/emulation.toml" --pipeline.schedule="$schedule" \
+    --pipeline.placement="$placement" --network.matrix="$PWD/$out/$name-matrix.toml" \
+    --train.steps="$steps" --optimizer.warmup_steps=2 --train.log_every_steps=1 --train.eval_every_steps=0 \
+    --train.eval_batches=1 --checkpoint.dir= --network.deadline_s=600 \
+    --timing.file="$PWD/$out/$name-$placement$suffix.h5" 2>&1 | grep -E "^(plan|  pipeline|time per step|emulate:)" || true
+  [[ -f $out/$name-$placement$suffix.h5 ]] || { echo "experiment.sh: $name $placement $schedule wrote no timing file" >&2; exit 1; }
+}
 for entry in "${scenarios[@]}"; do
   IFS='|' read -r name file options <<<"$entry"
   # GEOTRAIN_SCENARIOS="regional multi-dc" runs some only (the report reads whatever is there).
   [[ -z ${GEOTRAIN_SCENARIOS:-} || " $GEOTRAIN_SCENARIOS " == *" $name "* ]] || continue
-  for placement in planned rank-order random; do
-    echo "== $name, $placement"
-    # shellcheck disable=SC2086  # options are words
-    python3 jobs/emulate/emulate.py run "$file" $options --matrix-out "$out/$name-matrix.toml" --timeout 900 -- \
-      "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages=4 \
-      --model.file="$PWD/inputs/models/emulation.toml" \
-      --pipeline.placement="$placement" --network.matrix="$PWD/$out/$name-matrix.toml" \
-      --train.steps="$steps" --optimizer.warmup_steps=2 --train.log_every_steps=1 --train.eval_every_steps=0 \
-      --train.eval_batches=1 --checkpoint.dir= --network.deadline_s=600 \
-      --timing.file="$PWD/$out/$name-$placement.h5" 2>&1 | grep -E "^(plan|  pipeline|time per step|emulate:)" || true
-    [[ -f $out/$name-$placement.h5 ]] || { echo "experiment.sh: $name $placement wrote no timing file" >&2; exit 1; }
-  done
+  # GPipe, the paper's schedule (DT-FM streams all forwards, then all
+  # backwards); on world-wide also 1F1B, geotrain's default, as a check that
+  # the comparison does not hang on the schedule.
+  for placement in planned rank-order random; do run "$name" "$file" "$options" "$placement" gpipe ""; done
+  if [[ $name == world-wide ]]; then
+    for placement in planned rank-order; do run "$name" "$file" "$options" "$placement" 1f1b -1f1b; done
+  fi
 done
 for python in python3 /usr/bin/python3; do "$python" -c 'import h5py, matplotlib' 2>/dev/null && break; done
 "$python" analysis/emulation_report.py "$out" analysis/results/emulation.md
