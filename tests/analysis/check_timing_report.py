@@ -85,7 +85,31 @@ def check_events_against_plan(f):
             check(sizes == {message_bytes}, f"rank {rank}: send sizes {sizes}, expected B*T*H*4 = {message_bytes}")
             receives = mine & (e["kind"] == kinds["recv"])
             check(set(e["peer"][receives].tolist()) == expected_peers, f"rank {rank} receives from the wrong ranks")
+            # Each step's end: the gradient over the replicas, the tied
+            # embedding (V x H floats) between the two stages, the norm and
+            # the loss (two doubles), one event each.
+            for step in np.unique(e["step"][mine]):
+                sums = sorted(e["bytes"][mine & (e["step"] == step) & (e["kind"] == kinds["allreduce"])].tolist())
+                tied = 4 * MODEL["vocabulary"] * MODEL["hidden"]
+                check(len(sums) == 3 and sums[0] == 16 and sums[1] == tied and sums[2] > tied,
+                      f"rank {rank}, step {step}: all-reduce events of {sums} bytes, expected 16, {tied} and the gradient")
     return e, kinds
+
+
+def check_exchange_table(f):
+    sys.path.insert(0, ANALYSIS)
+    import geotrain_timing
+    rows = geotrain_timing.data_parallel_exchanges(geotrain_timing.load(f.filename))
+    devices = f["plan"]["devices"][()]
+    latency, bandwidth = f["network"]["latency"][()], f["network"]["bandwidth"][()]
+    check(len(rows) == STAGES, f"data_parallel_exchanges: {len(rows)} groups, expected {STAGES}")
+    for row, group in zip(rows, devices):
+        a, b = (int(r) for r in group)
+        by_hand = max(latency[a, b] + row["bytes"] / bandwidth[a, b], latency[b, a] + row["bytes"] / bandwidth[b, a])
+        check(abs(row["latency_bandwidth_s"] - by_hand) <= 1e-12 * by_hand,
+              f"stage {row['stage']}: exchange estimate {row['latency_bandwidth_s']} vs {by_hand} by hand")
+        check(0 <= row["measured_s"] < f["steps"]["wall_time"][()].max(),
+              f"stage {row['stage']}: exchange measured {row['measured_s']} s")
 
 
 def main():
@@ -112,6 +136,7 @@ def main():
 
     with h5py.File(job_file, "r") as f:
         e, kinds = check_events_against_plan(f)
+        check_exchange_table(f)
         loss = f["steps"]["loss"][()]
         wall_time = f["steps"]["wall_time"][()]
         check(np.allclose(loss, [p["loss"] for p in progress], rtol=1e-8, atol=0),  # printed with 9 digits
