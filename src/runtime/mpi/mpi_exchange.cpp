@@ -23,9 +23,13 @@ void wait(const ExchangeGroup& group, std::vector<MPI_Request>& requests) {
   requests.clear();
 }
 
-void sum_values(const ExchangeGroup& group, int self, int size, double* values, int value_count) {
-  std::vector<double> received(static_cast<std::size_t>(size) * value_count);
-  std::vector<MPI_Request> requests;
+// The doubles go to every other member with the first phase's floats (one
+// wait for both: they cost no latency of their own); `received` holds every
+// member's, by rank.
+void post_values(const ExchangeGroup& group, int self, int size, double* values, int value_count,
+                 std::vector<double>& received, std::vector<MPI_Request>& requests) {
+  received.assign(static_cast<std::size_t>(size) * value_count, 0.0);
+  if (value_count == 0) return;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == self) continue;
     requests.emplace_back();
@@ -34,7 +38,10 @@ void sum_values(const ExchangeGroup& group, int self, int size, double* values, 
     requests.emplace_back();
     GT_MPI_CHECK(MPI_Isend(values, value_count, MPI_DOUBLE, peer, kValuesTag, group.comm, &requests.back()));
   }
-  wait(group, requests);
+}
+
+// After the wait: the sums in rank order, the same bits on every member.
+void add_values(int self, int size, double* values, int value_count, std::vector<double>& received) {
   for (int i = 0; i < value_count; ++i) received[static_cast<std::size_t>(self) * value_count + i] = values[i];
   for (int i = 0; i < value_count; ++i) {
     double total = 0;
@@ -51,16 +58,23 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
   GT_MPI_CHECK(MPI_Comm_size(group.comm, &size));
   if (size == 1) return;
   std::vector<MPI_Request> requests;
-  if (value_count > 0) sum_values(group, self, size, values, value_count);
-  if (count == 0) return;
+  std::vector<double> received_values;
+  post_values(group, self, size, values, value_count, received_values, requests);
+  if (count == 0) {
+    wait(group, requests);
+    add_values(self, size, values, value_count, received_values);
+    return;
+  }
   if (size == 2) {
     const int peer = 1 - self;
     std::vector<float> received(count);
     const int n = checked_count(count, group.what);
-    requests.resize(2);
-    GT_MPI_CHECK(MPI_Irecv(received.data(), n, MPI_FLOAT, peer, kPairTag, group.comm, &requests[0]));
-    GT_MPI_CHECK(MPI_Isend(data, n, MPI_FLOAT, peer, kPairTag, group.comm, &requests[1]));
+    requests.emplace_back();
+    GT_MPI_CHECK(MPI_Irecv(received.data(), n, MPI_FLOAT, peer, kPairTag, group.comm, &requests.back()));
+    requests.emplace_back();
+    GT_MPI_CHECK(MPI_Isend(data, n, MPI_FLOAT, peer, kPairTag, group.comm, &requests.back()));
     wait(group, requests);
+    add_values(self, size, values, value_count, received_values);
     for (std::size_t i = 0; i < count; ++i) data[i] += received[i];  // a + b == b + a: both get the same bits
     return;
   }
@@ -78,6 +92,7 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
                            peer, kShardTag, group.comm, &requests.back()));
   }
   wait(group, requests);
+  add_values(self, size, values, value_count, received_values);
   std::copy(data + own_begin, data + own_begin + own_count, &received[own_count * static_cast<std::size_t>(self)]);
   for (std::size_t i = 0; i < own_count; ++i) {
     float total = received[i];
