@@ -236,11 +236,12 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
                 in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "2",
                       "u32", *source, "flowid", classid)
             else:
-                # Packets under 128 bytes (acknowledgements of the other
-                # direction's data) in a class of their own that goes first,
-                # so that they do not wait behind seconds of queued data when
-                # both ends send at once (a data-parallel swap): that stalls
-                # TCP's window. Both share the pair's rate.
+                # Pure acknowledgements (IP length under 128 bytes, TCP flags
+                # ACK alone, no options in the IP header) in a class of their
+                # own that goes first, so that they do not wait behind seconds
+                # of the other direction's queued data when both ends send at
+                # once (a data-parallel swap): that stalls TCP's window. Data,
+                # however small, keeps its place. Both share the pair's rate.
                 small, bulk = f"1:{2000 + a}", f"1:{3000 + a}"
                 small_kbit = max(8, rate_kbit // 20)  # 5%, more than acknowledgements need
                 for leaf, rate, prio in ((small, small_kbit, "0"), (bulk, max(8, rate_kbit - small_kbit), "1")):
@@ -248,7 +249,9 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
                           "rate", f"{rate}kbit", "ceil", f"{rate_kbit}kbit", "prio", prio)
                     in_ns(ROUTER, "tc", "qdisc", "add", "dev", dev, "parent", leaf, "pfifo", "limit", "10000")
                 in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "1",
-                      "u32", *source, "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", small)
+                      "u32", *source, "match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0f", "at", "0",
+                      "match", "u16", "0x0000", "0xff80", "at", "2", "match", "u8", "0x10", "0xff", "at", "33",
+                      "flowid", small)
                 in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "2",
                       "u32", *source, "flowid", bulk)
             if not netem and delay_ms > 0:

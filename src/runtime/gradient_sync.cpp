@@ -44,12 +44,18 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
   const model::ParameterView* wte = stage.find("wte");
   const bool split_embedding = pipeline_stages > 1 && wte != nullptr;
   const std::int64_t wte_bytes = split_embedding ? static_cast<std::int64_t>(sizeof(float) * wte->count) : 0;
-  double squares = 0;
+  // The tied parameter is counted in the norm on the first stage only.
+  const bool counts_wte = !(split_embedding && stage.spec().has_head);
+  auto own_squares = [&] {
+    if (counts_wte) return backend.sum_of_squares(grads, count);
+    return backend.sum_of_squares(grads, wte->offset) +
+           backend.sum_of_squares(grads + wte->offset + wte->count, count - wte->offset - wte->count);
+  };
   std::vector<float> tied_host;  // the last stage's half while the tied sum is on its way (host collectives)
-  const bool tied_in_flight = split_embedding && stage.spec().has_head;
+  const bool tied_in_flight = !counts_wte && collectives.splits_tied_embedding();
   if (tied_in_flight) {
-    // The last stage: the tied parameter is counted in the norm on the
-    // first stage, so its own part of the norm needs no wait.
+    // The last stage finishes its backward long before the first: its half
+    // goes now, and its part of the norm needs no wait.
     float* half = grads + wte->offset;
     if (!collectives.takes_device_memory()) {
       tied_host.resize(wte->count);
@@ -57,19 +63,16 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
       half = tied_host.data();
     }
     collectives.start_tied_embedding(half, wte->count);
-    squares = backend.sum_of_squares(grads, wte->offset) +
-              backend.sum_of_squares(grads + wte->offset + wte->count, count - wte->offset - wte->count);
-  } else {
-    if (split_embedding) {
-      timed(wte_bytes, [&] {
-        sum_buffer(backend, collectives, grads + wte->offset, wte->count,
-                   [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
-      });
-    }
-    squares = backend.sum_of_squares(grads, count);
+  } else if (split_embedding) {
+    timed(wte_bytes, [&] {
+      sum_buffer(backend, collectives, grads + wte->offset, wte->count,
+                 [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
+    });
   }
+  const double squares = own_squares();
   double sums[2] = {squares, value};
-  timed(static_cast<std::int64_t>(sizeof sums), [&] { collectives.sum_over_pipeline_values(sums, job_sum ? 2 : 1); });
+  const int sum_count = job_sum ? 2 : 1;
+  timed(static_cast<std::int64_t>(sizeof(double) * sum_count), [&] { collectives.sum_over_pipeline_values(sums, sum_count); });
   if (tied_in_flight) {
     timed(wte_bytes, [&] {
       collectives.finish_tied_embedding();

@@ -16,10 +16,11 @@ double median(std::vector<double> values) {
 }
 
 // When the step ends (gradient_sync.cpp): each stage group is ready once
-// its data-parallel exchange is done; then every stage of a replica sends
-// its part of the norm (and the loss) straight to every other, and the
-// first and the last stage swap their halves of the tied embedding. The
-// step ends when the last of those messages arrives.
+// its data-parallel exchange is done; the last stage then sends its half of
+// the tied embedding to the first, which needs it before its part of the
+// norm; every stage sends its part of the norm (and the loss) straight to
+// every other, and the first stage its half to the last. The step ends
+// when the last of those messages arrives.
 double step_end_s(const plan::Network& network, const plan::Plan& plan, const plan::SimulationResult& simulated,
                   double embedding_bytes) {
   const int pp = plan.pipeline_stages;
@@ -29,15 +30,16 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
   for (int r = 0; r < plan.data_parallel; ++r) {
     std::vector<int> chain;
     for (int s = 0; s < pp; ++s) chain.push_back(plan.stages[s][r]);
+    std::vector<double> sends = ready;
+    if (pp > 1) {
+      sends[0] = std::max(ready[0], ready[pp - 1] + network.transfer_s(chain.back(), chain.front(), embedding_bytes));
+    }
     for (int s = 0; s < pp; ++s) {
       for (int t = 0; t < pp; ++t) {
-        if (s != t) end = std::max(end, ready[s] + network.latency(chain[s], chain[t]));
+        if (s != t) end = std::max(end, sends[s] + network.latency(chain[s], chain[t]));
       }
     }
-    if (pp > 1) {
-      end = std::max(end, ready[0] + network.transfer_s(chain.front(), chain.back(), embedding_bytes));
-      end = std::max(end, ready[pp - 1] + network.transfer_s(chain.back(), chain.front(), embedding_bytes));
-    }
+    if (pp > 1) end = std::max(end, ready[0] + network.transfer_s(chain.front(), chain.back(), embedding_bytes));
   }
   return end;
 }

@@ -30,6 +30,8 @@ class Collectives {
   // part in the pipeline's sum, and only then waits for the first stage's
   // half. `data` must stay untouched until finish_tied_embedding() (which
   // leaves the sum there).
+  // Only where splits_tied_embedding(); the others sum it in one call.
+  virtual bool splits_tied_embedding() const { return false; }
   virtual void start_tied_embedding(float* data, std::size_t count) { sum_tied_embedding(data, count); }
   virtual void finish_tied_embedding() {}
   // Sum over the stages of this replica (every stage calls it).

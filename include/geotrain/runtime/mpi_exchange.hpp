@@ -29,9 +29,11 @@ struct ExchangeGroup {
 void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values = nullptr,
                   int value_count = 0);
 
-// The two-member sum in halves: start() sends this member's floats and posts
-// the receive; finish() waits and adds the other's into `data`, which must
-// stay untouched in between. Meanwhile the rank may take part in other sums.
+// The two-member sum in halves: start() sends a copy of this member's floats
+// and posts the receive; finish() waits and adds the other's into `data`,
+// which must stay untouched in between. Meanwhile the rank may take part in
+// other sums. The copy and the receive buffer are the object's own, so an
+// exception between the halves frees nothing MPI still reads.
 class PendingPairSum {
  public:
   PendingPairSum() = default;
@@ -46,7 +48,7 @@ class PendingPairSum {
   const ExchangeGroup* group_ = nullptr;
   float* data_ = nullptr;
   std::size_t count_ = 0;
-  std::vector<float> received_;
+  std::vector<float> sent_, received_;
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 

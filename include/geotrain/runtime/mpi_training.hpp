@@ -63,6 +63,7 @@ class MpiCollectives : public Collectives {
   void sum_data_parallel(float* host_data, std::size_t count) override;
   void sum_data_parallel_with_values(float* host_data, std::size_t count, double* values, int value_count) override;
   void sum_tied_embedding(float* host_data, std::size_t count) override;
+  bool splits_tied_embedding() const override { return true; }
   void start_tied_embedding(float* host_data, std::size_t count) override;
   void finish_tied_embedding() override;
   double sum_over_pipeline(double value) override;

@@ -131,10 +131,11 @@ void PendingPairSum::start(const ExchangeGroup& group, float* data, std::size_t 
   group_ = &group;
   data_ = data;
   count_ = count;
+  sent_.assign(data, data + count);
   received_.resize(count);
   const int n = checked_count(count, group.what);
   GT_MPI_CHECK(MPI_Irecv(received_.data(), n, MPI_FLOAT, 1 - self, kPairTag, group.comm, &requests_[0]));
-  GT_MPI_CHECK(MPI_Isend(data, n, MPI_FLOAT, 1 - self, kPairTag, group.comm, &requests_[1]));
+  GT_MPI_CHECK(MPI_Isend(sent_.data(), n, MPI_FLOAT, 1 - self, kPairTag, group.comm, &requests_[1]));
 }
 
 void PendingPairSum::finish() {
