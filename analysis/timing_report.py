@@ -51,7 +51,7 @@ def print_table(run, summary):
               f"{ms(s['communication_per_step_s'])} {ms(s['idle_per_step_s'])} {ms(s['optimizer_per_step_s'])} "
               f"{ms(s['other_per_step_s'])}")
     mfu = f"{100 * summary['mfu']:.1f}%" if summary["mfu"] is not None else "n/a (set device.peak_tflops)"
-    print(f"\niteration: measured {ms(summary['measured_iteration_s'])} ms (median, slowest rank), predicted "
+    print(f"\niteration: measured {ms(summary['measured_iteration_s'])} ms (the job's period), predicted "
           f"{ms(summary['predicted_iteration_s'])} ms", end="")
     if summary["prediction_error"] is not None:
         print(f" ({100 * summary['prediction_error']:+.1f}%)", end="")
