@@ -66,8 +66,12 @@ done
 ranks=${ranks:-$slots_total}
 [[ $# -gt 0 ]] || set -- "$binary" train "$repo/inputs/quickstart.toml"
 
+# Messages up to 16 MiB (activations, a small stage's gradient) go eagerly:
+# between sites the default rendezvous costs a round trip per message.
 command=(mpirun --hostfile "$merged" -n "$ranks" --map-by "$map_by"
          --mca pml ob1 --mca btl self,vader,tcp --mca plm_rsh_agent "$agent"
+         --mca btl_tcp_eager_limit 16777216 --mca btl_tcp_rndv_eager_limit 16777216
+         --mca btl_tcp_max_send_size 16777216
          -x OMP_NUM_THREADS -x LD_LIBRARY_PATH -x PATH)
 [[ -n $net ]] && command+=(--mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net")
 [[ -n $ports ]] && command+=(--mca btl_tcp_port_min_v4 "$port_min" --mca btl_tcp_port_range_v4 "$port_count"

@@ -33,7 +33,7 @@ void post_values(const ExchangeGroup& group, int self, int size, double* values,
   for (int peer = 0; peer < size; ++peer) {
     if (peer == self) continue;
     requests.emplace_back();
-    GT_MPI_CHECK(MPI_Irecv(&received[static_cast<std::size_t>(peer) * value_count], value_count, MPI_DOUBLE, peer,
+    GT_MPI_CHECK(MPI_Irecv(received.data() + static_cast<std::size_t>(peer) * value_count, value_count, MPI_DOUBLE, peer,
                            kValuesTag, group.comm, &requests.back()));
     requests.emplace_back();
     GT_MPI_CHECK(MPI_Isend(values, value_count, MPI_DOUBLE, peer, kValuesTag, group.comm, &requests.back()));
@@ -85,7 +85,7 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
   for (int peer = 0; peer < size; ++peer) {
     if (peer == self) continue;
     requests.emplace_back();
-    GT_MPI_CHECK(MPI_Irecv(&received[own_count * static_cast<std::size_t>(peer)], checked_count(own_count, group.what),
+    GT_MPI_CHECK(MPI_Irecv(received.data() + own_count * static_cast<std::size_t>(peer), checked_count(own_count, group.what),
                            MPI_FLOAT, peer, kShardTag, group.comm, &requests.back()));
     requests.emplace_back();
     GT_MPI_CHECK(MPI_Isend(data + begin(peer), checked_count(begin(peer + 1) - begin(peer), group.what), MPI_FLOAT,
@@ -93,7 +93,7 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
   }
   wait(group, requests);
   add_values(self, size, values, value_count, received_values);
-  std::copy(data + own_begin, data + own_begin + own_count, &received[own_count * static_cast<std::size_t>(self)]);
+  std::copy(data + own_begin, data + own_begin + own_count, received.data() + own_count * static_cast<std::size_t>(self));
   for (std::size_t i = 0; i < own_count; ++i) {
     float total = received[i];
     for (int member = 1; member < size; ++member) total += received[own_count * static_cast<std::size_t>(member) + i];
