@@ -23,6 +23,15 @@ void wait(const ExchangeGroup& group, std::vector<MPI_Request>& requests) {
   requests.clear();
 }
 
+// A two-member swap: the other member's `count` floats into `received`,
+// this member's out of `sent`.
+void post_swap(const ExchangeGroup& group, int self, const float* sent, float* received, std::size_t count,
+               MPI_Request* receive, MPI_Request* send) {
+  const int n = checked_count(count, group.what);
+  GT_MPI_CHECK(MPI_Irecv(received, n, MPI_FLOAT, 1 - self, kPairTag, group.comm, receive));
+  GT_MPI_CHECK(MPI_Isend(sent, n, MPI_FLOAT, 1 - self, kPairTag, group.comm, send));
+}
+
 // The doubles go to every other member with the first phase's floats (one
 // wait for both: they cost no latency of their own); `received` holds every
 // member's, by rank.
@@ -66,13 +75,9 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
     return;
   }
   if (size == 2) {
-    const int peer = 1 - self;
     std::vector<float> received(count);
-    const int n = checked_count(count, group.what);
-    requests.emplace_back();
-    GT_MPI_CHECK(MPI_Irecv(received.data(), n, MPI_FLOAT, peer, kPairTag, group.comm, &requests.back()));
-    requests.emplace_back();
-    GT_MPI_CHECK(MPI_Isend(data, n, MPI_FLOAT, peer, kPairTag, group.comm, &requests.back()));
+    requests.resize(requests.size() + 2);
+    post_swap(group, self, data, received.data(), count, &requests[requests.size() - 2], &requests.back());
     wait(group, requests);
     add_values(self, size, values, value_count, received_values);
     for (std::size_t i = 0; i < count; ++i) data[i] += received[i];  // a + b == b + a: both get the same bits
@@ -133,9 +138,7 @@ void PendingPairSum::start(const ExchangeGroup& group, float* data, std::size_t 
   count_ = count;
   sent_.assign(data, data + count);
   received_.resize(count);
-  const int n = checked_count(count, group.what);
-  GT_MPI_CHECK(MPI_Irecv(received_.data(), n, MPI_FLOAT, 1 - self, kPairTag, group.comm, &requests_[0]));
-  GT_MPI_CHECK(MPI_Isend(sent_.data(), n, MPI_FLOAT, 1 - self, kPairTag, group.comm, &requests_[1]));
+  post_swap(group, self, sent_.data(), received_.data(), count, &requests_[0], &requests_[1]);
 }
 
 void PendingPairSum::finish() {
