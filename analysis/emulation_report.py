@@ -33,6 +33,15 @@ def machine_facts():
     return f"{os.cpu_count()} cores ({cpu or platform.machine()}), Linux {platform.release()}"
 
 
+def over_planned(rows, scenario, placement, suffix, key="measured_iteration_s"):
+    """The placement's step time (`key`) over the planned one's with the same
+    schedule, or None where either run is missing."""
+    mine, planned = rows.get((scenario, placement, suffix)), rows.get((scenario, "planned", suffix))
+    if mine is None or planned is None:
+        return None
+    return mine[1][key] / planned[1][key]
+
+
 def reading(speedups, errors, exchanges, losers):
     """The paragraph under the table, from the figures (so it cannot go stale)."""
     gpipe = speedups.get("")
@@ -128,14 +137,12 @@ def main():
     lines.append("|---|---|---|---:|---:|---:|---:|---|")
     for scenario in SCENARIOS:
         for suffix in SUFFIXES:
-            planned = rows.get((scenario, "planned", suffix))
             for placement in PLACEMENTS:
                 if (scenario, placement, suffix) not in rows:
                     continue
                 run, s = rows[(scenario, placement, suffix)]
-                speedup = ""
-                if planned and placement != "planned":
-                    speedup = f"{s['measured_iteration_s'] / planned[1]['measured_iteration_s']:.2f}x"
+                ratio = over_planned(rows, scenario, placement, suffix)
+                speedup = f"{ratio:.2f}x" if ratio is not None and placement != "planned" else ""
                 error = f"{100 * s['prediction_error']:+.0f}%" if s["prediction_error"] is not None else "n/a"
                 exchanges = gt.data_parallel_exchanges(run)
                 ratios = [x["measured_s"] / x["latency_bandwidth_s"] for x in exchanges]
@@ -148,19 +155,15 @@ def main():
                  "median time from the last member's start to the end, over what the emulated link's latency and "
                  "bandwidth give (the range over the 4 groups): the transport's overhead (TCP/IP headers count "
                  "against the shaped rate, ~4.5%; TCP's window) that the prediction does not model.\n")
-    speedups = {suffix: rows[("world-wide", "rank-order", suffix)][1]["measured_iteration_s"] /
-                rows[("world-wide", "planned", suffix)][1]["measured_iteration_s"]
-                for suffix in SUFFIXES if ("world-wide", "planned", suffix) in rows
-                and ("world-wide", "rank-order", suffix) in rows}
+    speedups = {suffix: over_planned(rows, "world-wide", "rank-order", suffix) for suffix in SUFFIXES
+                if over_planned(rows, "world-wide", "rank-order", suffix) is not None}
     errors = [s["prediction_error"] for (_, s) in rows.values() if s["prediction_error"] is not None]
     if speedups and errors:
         exchanges = {p: gt.data_parallel_exchanges(rows[("world-wide", p, "")][0])
                      for p in ("planned", "rank-order") if ("world-wide", p, "") in rows}
-        losers = [(sc, p, rows[(sc, p, "")][1]["measured_iteration_s"] / rows[(sc, "planned", "")][1]["measured_iteration_s"],
-                   rows[(sc, p, "")][1]["predicted_iteration_s"] / rows[(sc, "planned", "")][1]["predicted_iteration_s"])
+        losers = [(sc, p, over_planned(rows, sc, p, ""), over_planned(rows, sc, p, "", "predicted_iteration_s"))
                   for sc in SCENARIOS for p in PLACEMENTS[1:]
-                  if (sc, p, "") in rows and (sc, "planned", "") in rows
-                  and rows[(sc, p, "")][1]["measured_iteration_s"] < rows[(sc, "planned", "")][1]["measured_iteration_s"]]
+                  if (over_planned(rows, sc, p, "") or float("inf")) < 1]
         lines.append(reading(speedups, errors, exchanges, losers))
     for scenario in SCENARIOS:
         if (scenario, "planned", "") in rows:
