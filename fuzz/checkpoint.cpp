@@ -33,7 +33,7 @@
 #include "fuzz_input.hpp"
 #include "fuzz_support.hpp"
 #include "geotrain/io/checkpoint.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "io/hdf5_support.hpp"  // geotrain's own HDF5 handle (a private header of geotrain_io)
 
 namespace {

@@ -14,7 +14,7 @@
 
 #include "fuzz_support.hpp"
 #include "geotrain/io/config.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace {
 
@@ -61,12 +61,12 @@ void check_documented_rules(const Config& c) {
   }
   FUZZ_CHECK(c.gradient_accumulation <= 16000, d);
   FUZZ_CHECK(c.warmup_steps <= c.train_steps, d);
-  FUZZ_CHECK(one_of(c.device, {"auto", "cpu", "cuda"}), d);
-  FUZZ_CHECK(one_of(c.matmul_precision, {"fp32", "bf16"}), d);
-  FUZZ_CHECK(one_of(c.transport, {"auto", "mpi", "nccl"}), d);
-  FUZZ_CHECK(!(c.transport == "nccl" && c.device == "cpu"), d);
-  FUZZ_CHECK(one_of(c.pipeline_schedule, {"1f1b", "gpipe"}), d);
-  FUZZ_CHECK(one_of(c.placement, {"planned", "rank-order", "dtfm-rank-order", "random"}), d);
+  FUZZ_CHECK(one_of(to_string(c.device), {"auto", "cpu", "cuda"}), d);
+  FUZZ_CHECK(one_of(to_string(c.matmul_precision), {"fp32", "bf16"}), d);
+  FUZZ_CHECK(one_of(to_string(c.transport), {"auto", "mpi", "nccl"}), d);
+  FUZZ_CHECK(!(c.transport == geotrain::Transport::nccl && c.device == geotrain::DeviceRequest::cpu), d);
+  FUZZ_CHECK(one_of(geotrain::plan::to_string(c.pipeline_schedule), {"1f1b", "gpipe"}), d);
+  FUZZ_CHECK(one_of(geotrain::plan::to_string(c.placement), {"planned", "rank-order", "dtfm-rank-order", "random"}), d);
   FUZZ_CHECK(c.layers_per_stage.empty() || static_cast<int>(c.layers_per_stage.size()) == c.pipeline_stages, d);
   for (int layers : c.layers_per_stage) FUZZ_CHECK(layers >= 1, d);
   FUZZ_CHECK(!(c.checkpoint_resume == "auto" && c.checkpoint_dir.empty()), d);

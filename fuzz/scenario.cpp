@@ -16,7 +16,7 @@
 #include <toml++/toml.h>
 
 #include "fuzz_support.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/scenario.hpp"
 
 namespace {

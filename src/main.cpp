@@ -11,7 +11,7 @@
 #include <iostream>
 
 #include "geotrain/cli/commands.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace {
 

@@ -2,7 +2,8 @@
 #include <iostream>
 
 #include "geotrain/cli/commands.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
+#include "geotrain/io/model_file.hpp"
 #include "geotrain/plan/search.hpp"
 #include "plan_report.hpp"
 
@@ -11,6 +12,7 @@ namespace geotrain::cli {
 void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   CLI::App* plan = app.add_subcommand("plan", "Compute the tasklet allocation for a network scenario");
   plan->add_option("--scenario", o.scenario, "scenario TOML file (site-based or full matrix)")->required();
+  plan->add_option("--model", o.model, "model TOML file to plan for (default: the scenario's [workload] model)");
   plan->add_option("--pp", o.pp, "pipeline stages D_pp (default: the file's [workload])")->check(CLI::PositiveNumber);
   plan->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the file's [workload])")->check(CLI::PositiveNumber);
   plan->add_option("--seed", o.seed, "random seed; the same seed gives the same plan");
@@ -34,7 +36,11 @@ int run_plan_command(const PlanCommandOptions& o) {
   io::WorkloadOverrides overrides;
   if (o.pp > 0) overrides.pipeline_stages = o.pp;
   if (o.dp > 0) overrides.data_parallel = o.dp;
-  const io::Scenario scenario = io::load_scenario(o.scenario, overrides);
+  io::Scenario scenario = io::load_scenario(o.scenario, overrides);
+  if (!o.model.empty()) {
+    const int pp = scenario.workload.pipeline_stages, dp = scenario.workload.data_parallel;
+    scenario.workload = plan::workload_from_model(io::training_shape(io::load_model_file(o.model)), pp, dp);
+  }
   const plan::CostModel model(scenario.network, scenario.workload);
 
   plan::SearchOptions options;

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "geotrain/cli/commands.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/placement.hpp"
@@ -51,16 +51,16 @@ Resolved resolve(const SimulateCommandOptions& o) {
   r.model_file = io::load_model_file(o.model);
 
   plan::SimulationConfig& c = r.config;
-  const model::GptConfig& m = r.model_file.model;
-  c.model.name = m.name;
-  c.model.layers = o.layers > 0 ? o.layers : m.layers;
-  c.model.hidden = m.hidden;
-  c.model.heads = m.heads;
-  c.model.sequence_length = m.sequence_length;
-  c.model.vocabulary = o.vocabulary > 0 ? o.vocabulary : m.vocabulary;
-  const io::BatchShape batch = r.model_file.batch.value_or(io::BatchShape{});
-  c.global_batch_sequences = o.batch > 0 ? o.batch : batch.global_batch_sequences;
-  c.micro_batch_sequences = o.micro_batch > 0 ? o.micro_batch : batch.micro_batch_sequences;
+  io::ModelFile& file = r.model_file;
+  if (o.layers > 0) file.model.layers = o.layers;
+  if (o.vocabulary > 0) file.model.vocabulary = o.vocabulary;
+  io::BatchShape batch = file.batch.value_or(io::BatchShape{});
+  if (o.batch > 0) batch.global_batch_sequences = o.batch;
+  if (o.micro_batch > 0) batch.micro_batch_sequences = o.micro_batch;
+  file.batch = batch;
+  c.model = io::training_shape(file);
+  c.global_batch_sequences = batch.global_batch_sequences;
+  c.micro_batch_sequences = batch.micro_batch_sequences;
   const io::DeviceSpeed device = r.model_file.device.value_or(io::DeviceSpeed{});
   c.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : device.peak_tflops;
   c.efficiency = o.efficiency > 0 ? o.efficiency : device.efficiency;
@@ -89,6 +89,8 @@ Resolved resolve(const SimulateCommandOptions& o) {
                      " (see --layers, --batch, --micro-batch, --pipeline-micro-batches, --pp, --dp)");
   }
 
+  // The placement is planned for the model simulated, not the scenario's.
+  r.scenario.workload = plan::workload_from_model(c.model, pp, dp);
   const plan::CostModel cost_model(r.scenario.network, r.scenario.workload);
   plan::SearchOptions search;
   search.seed = o.seed;

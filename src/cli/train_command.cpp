@@ -3,7 +3,7 @@
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/io/config.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/timing_file.hpp"
 #include "geotrain/runtime/timing_record.hpp"
@@ -27,21 +27,22 @@ int run_train_command(const TrainCommandOptions& o) {
 #ifdef GEOTRAIN_HAVE_MPI_TRAINING
   if (runtime::launched_by_mpi()) return runtime::run_distributed_training(o.config_file, o.overrides, std::cout);
 #endif
-  const io::Config config = o.config_file.empty() ? io::default_config(o.overrides)
+  const io::Config loaded = o.config_file.empty() ? io::default_config(o.overrides)
                                                   : io::load_config(o.config_file, o.overrides);
-  if (config.pipeline_stages > 1) {
-    throw InputError((config.source.empty() ? std::string("command line") : config.source) +
-                     ": pipeline.stages: " + std::to_string(config.pipeline_stages) +
-                     " stages need a multiple of " + std::to_string(config.pipeline_stages) +
+  if (loaded.pipeline_stages > 1) {
+    throw InputError(loaded.origin_of("pipeline.stages") + ": pipeline.stages: " +
+                     std::to_string(loaded.pipeline_stages) + " stages need a multiple of " +
+                     std::to_string(loaded.pipeline_stages) +
                      " ranks: start geotrain under mpirun or srun (this geotrain runs alone)");
   }
-  const io::ModelFile model = io::load_model_file(config.model_file);
+  runtime::RunInputs inputs = runtime::prepare_run(loaded, io::load_model(loaded).model);
+  const io::Config& config = inputs.config;
   const std::string timing_path = io::expand_run_name(config.timing_file);
-  const runtime::TrainResult result = runtime::train_single_rank(config, model.model, std::cout);
+  const runtime::TrainResult result = runtime::train_single_rank(inputs, std::cout);
   if (!timing_path.empty()) {
     const runtime::JobDescription job = runtime::single_rank_job(result.device);
     const runtime::RankTiming own{result.events, result.step_seconds, result.stage_parameters};
-    io::write_timing_file(timing_path, runtime::make_timing_run(config, model.model, job, result, {own}));
+    io::write_timing_file(timing_path, runtime::make_timing_run(config, inputs.model, job, result, {own}));
     if (!config.quiet) std::cout << "timing: " << timing_path << "\n";
   }
   if (result.stopped_by_signal) {

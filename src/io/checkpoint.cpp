@@ -12,7 +12,7 @@
 #include <regex>
 #include <stdexcept>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "hdf5_support.hpp"
 
 namespace geotrain::io {

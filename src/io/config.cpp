@@ -7,12 +7,53 @@
 #include <toml++/toml.h>
 #include <variant>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
+#include "model_table.hpp"
+#include "toml_reader.hpp"
 
 namespace geotrain::io {
 namespace {
 
-using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*>;
+using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
+                            MatmulPrecision*, Transport*, plan::Schedule*, plan::Placement*>;
+
+// The names each closed choice accepts, in the order messages list them.
+template <class Choice>
+struct Choices;
+template <>
+struct Choices<DeviceRequest> {
+  static constexpr std::initializer_list<DeviceRequest> all = {DeviceRequest::automatic, DeviceRequest::cpu,
+                                                               DeviceRequest::cuda};
+  static bool parse(const std::string& text, DeviceRequest* out) { return parse_device_request(text, out); }
+};
+template <>
+struct Choices<MatmulPrecision> {
+  static constexpr std::initializer_list<MatmulPrecision> all = {MatmulPrecision::fp32, MatmulPrecision::bf16};
+  static bool parse(const std::string& text, MatmulPrecision* out) { return parse_matmul_precision(text, out); }
+};
+template <>
+struct Choices<Transport> {
+  static constexpr std::initializer_list<Transport> all = {Transport::automatic, Transport::mpi, Transport::nccl};
+  static bool parse(const std::string& text, Transport* out) { return parse_transport(text, out); }
+};
+template <>
+struct Choices<plan::Schedule> {
+  static constexpr std::initializer_list<plan::Schedule> all = {plan::Schedule::one_f_one_b, plan::Schedule::gpipe};
+  static bool parse(const std::string& text, plan::Schedule* out) { return plan::parse_schedule(text, out); }
+};
+template <>
+struct Choices<plan::Placement> {
+  static constexpr std::initializer_list<plan::Placement> all = {plan::Placement::planned, plan::Placement::rank_order,
+                                                                 plan::Placement::dtfm_rank_order, plan::Placement::random};
+  static bool parse(const std::string& text, plan::Placement* out) { return plan::parse_placement(text, out); }
+};
+
+template <class Choice>
+std::string choice_names() {
+  std::string names;
+  for (Choice c : Choices<Choice>::all) names += (names.empty() ? "" : ", ") + to_string(c);
+  return names;
+}
 struct Field {
   const char* key;
   Target target;
@@ -22,6 +63,11 @@ struct Field {
 std::vector<Field> fields(Config& c) {
   return {
       {"model.file", &c.model_file, true},
+      {"model.layers", &c.model_layers},
+      {"model.hidden", &c.model_hidden},
+      {"model.heads", &c.model_heads},
+      {"model.vocabulary", &c.model_vocabulary},
+      {"model.sequence_length", &c.model_sequence_length},
       {"device.kind", &c.device},
       {"device.matmul_precision", &c.matmul_precision},
       {"device.peak_tflops", &c.device_peak_tflops},
@@ -54,6 +100,7 @@ std::vector<Field> fields(Config& c) {
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
       {"optimizer.warmup_steps", &c.warmup_steps},
+      {"optimizer.decay_steps", &c.decay_steps},
       {"optimizer.beta1", &c.beta1},
       {"optimizer.beta2", &c.beta2},
       {"optimizer.epsilon", &c.epsilon},
@@ -66,13 +113,10 @@ std::vector<Field> fields(Config& c) {
   throw InputError(where + ": " + key + ": " + what);
 }
 
-std::string known_keys(Config& c) {
-  std::string list;
-  for (const Field& f : fields(c)) {
-    if (!list.empty()) list += ", ";
-    list += f.key;
-  }
-  return list;
+std::string unknown_key(Config& c, const std::string& key) {
+  std::vector<std::string> known;
+  for (const Field& f : fields(c)) known.emplace_back(f.key);
+  return unknown_key_message(key, known);
 }
 
 Field* find(std::vector<Field>& all, const std::string& key) {
@@ -105,6 +149,11 @@ void assign(Field& f, const toml::node& node, const std::string& where, const st
             if (v < 1 || v > 1000000) fail(where, key, "entries must be in [1, 1000000], got " + std::to_string(v));
             target->push_back(static_cast<int>(v));
           }
+        } else if constexpr (std::is_enum_v<T>) {
+          auto v = node.value<std::string>();
+          if (!v || !Choices<T>::parse(*v, target)) {
+            fail(where, key, "must be one of " + choice_names<T>() + ", got " + (v ? "'" + *v + "'" : type_name(node)));
+          }
         } else if constexpr (std::is_same_v<T, bool>) {
           auto v = node.value<bool>();
           if (!v) fail(where, key, "must be true or false");
@@ -134,7 +183,7 @@ void apply_table(Config& c, const toml::table& root, const std::string& where, c
     for (const auto& [name, value] : *table) {
       const std::string key = std::string(section.str()) + "." + std::string(name.str());
       Field* f = find(all, key);
-      if (!f) fail(where, key, "unknown key (known: " + known_keys(c) + ")");
+      if (!f) fail(where, key, unknown_key(c, key));
       assign(*f, value, where, base_dir);
     }
   }
@@ -148,7 +197,7 @@ void apply_override(Config& c, const std::string& text) {
   // One override sets one key: a line break would start a second TOML line.
   if (body.find_first_of("\r\n") != std::string::npos) fail("command line", key, "must not contain a line break");
   auto all = fields(c);
-  if (!find(all, key)) fail("command line", key, "unknown key (known: " + known_keys(c) + ")");
+  if (!find(all, key)) fail("command line", key, unknown_key(c, key));
   // Parse the value as TOML so that types and messages match the file's.
   toml::table parsed;
   const auto dot = key.find('.');
@@ -165,10 +214,14 @@ void apply_override(Config& c, const std::string& text) {
   toml::table root;
   root.insert(section, std::move(parsed));
   apply_table(c, root, "command line", std::filesystem::current_path().string());
+  c.command_line_keys.push_back(key);
 }
 
 void check(const Config& c) {
-  const std::string where = c.source.empty() ? "command line" : c.source;
+  auto fail = [&](const std::string&, const std::string& key, const std::string& what) {
+    throw InputError(c.origin_of(key) + ": " + key + ": " + what);
+  };
+  const std::string where;  // each failure names its key's origin
   auto positive = [&](const char* key, long long v) {
     if (v <= 0) fail(where, key, "must be > 0, got " + std::to_string(v));
   };
@@ -187,28 +240,12 @@ void check(const Config& c) {
   if (c.checkpoint_resume == "auto" && c.checkpoint_dir.empty()) {
     fail(where, "checkpoint.resume", "auto needs checkpoint.dir (where to look for the latest checkpoint)");
   }
-  if (c.transport != "auto" && c.transport != "mpi" && c.transport != "nccl") {
-    fail(where, "network.transport", "must be auto, mpi or nccl, got '" + c.transport + "'");
-  }
-  if (c.transport == "nccl" && c.device == "cpu") {
+  if (c.transport == Transport::nccl && c.device == DeviceRequest::cpu) {
     fail(where, "network.transport", "nccl needs device.kind = cuda or auto (NCCL moves GPU memory)");
-  }
-  if (c.pipeline_schedule != "1f1b" && c.pipeline_schedule != "gpipe") {
-    fail(where, "pipeline.schedule", "must be 1f1b or gpipe, got '" + c.pipeline_schedule + "'");
-  }
-  if (c.placement != "planned" && c.placement != "rank-order" && c.placement != "dtfm-rank-order" &&
-      c.placement != "random") {
-    fail(where, "pipeline.placement", "must be planned, rank-order, dtfm-rank-order or random, got '" + c.placement + "'");
   }
   if (!c.layers_per_stage.empty() && static_cast<int>(c.layers_per_stage.size()) != c.pipeline_stages) {
     fail(where, "pipeline.layers_per_stage", "has " + std::to_string(c.layers_per_stage.size()) +
          " entries but pipeline.stages is " + std::to_string(c.pipeline_stages));
-  }
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") {
-    fail(where, "device.kind", "must be auto, cpu or cuda, got '" + c.device + "'");
-  }
-  if (c.matmul_precision != "fp32" && c.matmul_precision != "bf16") {
-    fail(where, "device.matmul_precision", "must be fp32 or bf16, got '" + c.matmul_precision + "'");
   }
   auto finite_range = [&](const char* key, double v, double lo, double hi) {
     if (!std::isfinite(v) || v < lo || v > hi) {
@@ -242,19 +279,34 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   Config c;
   c.source = path;
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    if (!std::filesystem::exists(path)) throw InputError(path + ": cannot open file");
-    throw InputError(path + ": line " + std::to_string(where.line) + ", column " + std::to_string(where.column) +
-                     ": TOML syntax error: " + std::string(e.description()));
-  }
-  apply_table(c, root, path, base_dir);
+  apply_table(c, TomlReader(path).parse_file(), path, base_dir);
   for (const auto& o : overrides) apply_override(c, o);
   check(c);
   return c;
+}
+
+std::string Config::origin_of(const std::string& key) const {
+  for (const std::string& k : command_line_keys) {
+    if (k == key) return "command line";
+  }
+  return source.empty() ? "command line" : source;
+}
+
+ModelFile load_model(const Config& config) {
+  ModelFile file = load_model_file(config.model_file);
+  const std::pair<int, int*> overrides[] = {
+      {config.model_layers, &file.model.layers},       {config.model_hidden, &file.model.hidden},
+      {config.model_heads, &file.model.heads},         {config.model_vocabulary, &file.model.vocabulary},
+      {config.model_sequence_length, &file.model.sequence_length}};
+  for (const auto& [value, target] : overrides) {
+    if (value > 0) *target = value;
+  }
+  // The file itself was checked; only an override can break hidden % heads.
+  if (config.model_heads > 0 || config.model_hidden > 0) {
+    check_model_shape(TomlReader(config.origin_of(config.model_heads > 0 ? "model.heads" : "model.hidden")), "model",
+                      file.model);
+  }
+  return file;
 }
 
 std::string describe(const Config& config) {
@@ -267,6 +319,7 @@ std::string describe(const Config& config) {
           using T = std::remove_pointer_t<decltype(target)>;
           if constexpr (std::is_same_v<T, std::string>) out << '"' << *target << '"';
           else if constexpr (std::is_same_v<T, bool>) out << (*target ? "true" : "false");
+          else if constexpr (std::is_enum_v<T>) out << '"' << to_string(*target) << '"';
           else if constexpr (std::is_same_v<T, std::vector<int>>) {
             out << '[';
             for (std::size_t i = 0; i < target->size(); ++i) out << (i ? ", " : "") << (*target)[i];

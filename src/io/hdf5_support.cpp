@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::io::hdf5 {
 

@@ -1,105 +1,96 @@
 #include "geotrain/io/model_file.hpp"
 
 #include <filesystem>
-#include <set>
-#include <toml++/toml.h>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
+#include "model_table.hpp"
+#include "toml_reader.hpp"
 
 namespace geotrain::io {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& key, const std::string& what) {
-  throw InputError(path + ": " + key + ": " + what);
-}
-
-void reject_unknown(const std::string& path, const std::string& table_name, const toml::table& table,
-                    const std::set<std::string>& known) {
-  for (const auto& [key, value] : table) {
-    if (!known.count(std::string(key.str()))) {
-      std::string list;
-      for (const auto& k : known) {
-        if (!list.empty()) list += ", ";
-        list += k;
-      }
-      fail(path, table_name + "." + std::string(key.str()), "unknown key (allowed here: " + list + ")");
-    }
-  }
-}
-
-int positive_int(const std::string& path, const toml::table& table, const std::string& table_name,
-                 const char* key, int fallback) {
-  const toml::node* node = table.get(key);
-  if (!node) return fallback;
-  if (!node->is_integer()) fail(path, table_name + "." + key, "must be an integer");
-  const std::int64_t v = *node->value<std::int64_t>();
-  if (v <= 0 || v > 1 << 30) fail(path, table_name + "." + key, "must be a positive integer, got " + std::to_string(v));
-  return static_cast<int>(v);
-}
-
-double positive_number(const std::string& path, const toml::table& table, const std::string& table_name,
-                       const char* key, double fallback, double max) {
-  const toml::node* node = table.get(key);
-  if (!node) return fallback;
-  auto v = node->value<double>();
-  if (!v) fail(path, table_name + "." + key, "must be a number");
-  if (!(*v > 0 && *v <= max)) fail(path, table_name + "." + key, "must be in (0, " + std::to_string(max) + "]");
+double positive_number(const TomlReader& r, const toml::table& table, const std::string& field, const char* key,
+                       double fallback, double max) {
+  const std::optional<double> v = r.optional_number(table, key, field_key(field, key));
+  if (!v) return fallback;
+  if (!(*v > 0 && *v <= max)) r.fail(field_key(field, key), "must be in (0, " + shortest(max) + "], got " + shortest(*v));
   return *v;
+}
+
+DeviceSpeed read_device(const TomlReader& r, const toml::table& table) {
+  r.check_keys(table, "device", {"peak_tflops", "efficiency"});
+  DeviceSpeed d;
+  d.peak_tflops = positive_number(r, table, "device", "peak_tflops", d.peak_tflops, 1e6);
+  d.efficiency = positive_number(r, table, "device", "efficiency", d.efficiency, 1.0);
+  return d;
+}
+
+BatchShape read_batch(const TomlReader& r, const toml::table& table) {
+  r.check_keys(table, "batch", {"global_batch_sequences", "micro_batch_sequences"});
+  BatchShape b;
+  b.global_batch_sequences =
+      r.optional_positive_int(table, "global_batch_sequences", "batch.global_batch_sequences").value_or(b.global_batch_sequences);
+  b.micro_batch_sequences =
+      r.optional_positive_int(table, "micro_batch_sequences", "batch.micro_batch_sequences").value_or(b.micro_batch_sequences);
+  if (b.global_batch_sequences % b.micro_batch_sequences != 0) {
+    r.fail("batch.micro_batch_sequences", "must divide batch.global_batch_sequences");
+  }
+  return b;
 }
 
 }  // namespace
 
-ModelFile load_model_file(const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    if (!std::filesystem::exists(path)) throw InputError(path + ": cannot open file");
-    throw InputError(path + ": line " + std::to_string(e.source().begin.line) + ", column " +
-                     std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
+bool read_model_shape(const TomlReader& r, const toml::table& table, const std::string& table_name,
+                      const char* name_key, bool all_required, ModelShape& shape) {
+  bool any = false;
+  int* targets[] = {&shape.layers, &shape.hidden, &shape.heads, &shape.sequence_length, &shape.vocabulary};
+  for (std::size_t i = 0; i < std::size(kModelShapeKeys); ++i) {
+    const std::string field = field_key(table_name, kModelShapeKeys[i]);
+    if (const std::optional<int> v = r.optional_positive_int(table, kModelShapeKeys[i], field)) {
+      *targets[i] = *v;
+      any = true;
+    } else if (all_required) {
+      r.fail(field, "missing (required)");
+    }
   }
-  reject_unknown(path, "(top level)", root, {"model", "device", "batch"});
-  const toml::table* model = root["model"].as_table();
-  if (!model) fail(path, "model", "missing [model] table");
-  reject_unknown(path, "model", *model, {"name", "layers", "hidden", "heads", "sequence_length", "vocabulary"});
+  if (const std::optional<std::string> name = r.optional_string(table, name_key, field_key(table_name, name_key))) {
+    if (name->empty()) r.fail(field_key(table_name, name_key), "must not be empty");
+    shape.name = *name;
+    any = true;
+  }
+  check_model_shape(r, table_name, shape);
+  return any;
+}
+
+void check_model_shape(const TomlReader& r, const std::string& table_name, const ModelShape& shape) {
+  if (shape.hidden % shape.heads != 0) {
+    r.fail(field_key(table_name, "heads"), "hidden " + std::to_string(shape.hidden) + " is not divisible by " +
+                                               std::to_string(shape.heads) + " heads");
+  }
+}
+
+ModelFile load_model_file(const std::string& path) {
+  const TomlReader r(path);
+  const toml::table root = r.parse_file();
+  r.check_keys(root, "", {"model", "device", "batch"});
+  const toml::table* model = r.optional_table(root, "model", "model");
+  if (!model) r.fail("model", "missing [model] table");
+  r.check_keys(*model, "model", {"name", "layers", "hidden", "heads", "sequence_length", "vocabulary"});
 
   ModelFile file;
   file.path = path;
-  model::GptConfig& m = file.model;
-  if (const toml::node* name = model->get("name"); name != nullptr && !name->is_string()) {
-    fail(path, "model.name", "must be a string");
-  }
-  m.name = model->get("name") ? model->get("name")->value_or(std::string()) : std::filesystem::path(path).stem().string();
-  m.layers = positive_int(path, *model, "model", "layers", 0);
-  m.hidden = positive_int(path, *model, "model", "hidden", 0);
-  m.heads = positive_int(path, *model, "model", "heads", 0);
-  m.sequence_length = positive_int(path, *model, "model", "sequence_length", 0);
-  m.vocabulary = positive_int(path, *model, "model", "vocabulary", 0);
-  for (const char* key : {"layers", "hidden", "heads", "sequence_length", "vocabulary"}) {
-    if (!model->get(key)) fail(path, std::string("model.") + key, "missing (required)");
-  }
-  if (m.hidden % m.heads != 0) {
-    fail(path, "model.heads", "hidden " + std::to_string(m.hidden) + " is not divisible by " +
-                                  std::to_string(m.heads) + " heads");
-  }
-  if (const toml::table* device = root["device"].as_table()) {
-    reject_unknown(path, "device", *device, {"peak_tflops", "efficiency"});
-    DeviceSpeed d;
-    d.peak_tflops = positive_number(path, *device, "device", "peak_tflops", d.peak_tflops, 1e6);
-    d.efficiency = positive_number(path, *device, "device", "efficiency", d.efficiency, 1.0);
-    file.device = d;
-  }
-  if (const toml::table* batch = root["batch"].as_table()) {
-    reject_unknown(path, "batch", *batch, {"global_batch_sequences", "micro_batch_sequences"});
-    BatchShape b;
-    b.global_batch_sequences = positive_int(path, *batch, "batch", "global_batch_sequences", b.global_batch_sequences);
-    b.micro_batch_sequences = positive_int(path, *batch, "batch", "micro_batch_sequences", b.micro_batch_sequences);
-    if (b.global_batch_sequences % b.micro_batch_sequences != 0) {
-      fail(path, "batch.micro_batch_sequences", "must divide batch.global_batch_sequences");
-    }
-    file.batch = b;
-  }
+  file.model.name = std::filesystem::path(path).stem().string();
+  read_model_shape(r, *model, "model", "name", true, file.model);
+  if (const toml::table* device = r.optional_table(root, "device", "device")) file.device = read_device(r, *device);
+  if (const toml::table* batch = r.optional_table(root, "batch", "batch")) file.batch = read_batch(r, *batch);
   return file;
+}
+
+plan::TrainingShape training_shape(const ModelFile& file) {
+  const BatchShape batch = file.batch.value_or(BatchShape{});
+  const plan::TrainingShape defaults;
+  return plan::TrainingShape(file.model, static_cast<double>(batch.global_batch_sequences) * file.model.sequence_length,
+                             defaults.activation_bytes, defaults.gradient_bytes);
 }
 
 }  // namespace geotrain::io

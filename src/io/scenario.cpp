@@ -20,7 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
+#include "model_table.hpp"
+#include "toml_reader.hpp"
 
 namespace geotrain::io {
 namespace {
@@ -40,143 +42,11 @@ double seconds_from_ms(double ms) { return ms / 1000.0; }
 double bytes_per_s_from_gbps(double gbps) { return gbps * plan::kBytesPerGbit; }
 
 // ---------------------------------------------------------------------------
-// Text helpers.
+// The shared reader (toml_reader.hpp) plus the network's matrices and units.
 
-// Shortest text that reads back as exactly `value` ("34", "0.79", "nan").
-std::string shortest(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, result.ptr);
-}
-
-std::string field_index(const std::string& field, size_t i) {
-  return field + "[" + std::to_string(i) + "]";
-}
-
-std::string field_key(const std::string& parent, std::string_view key) {
-  return parent.empty() ? std::string(key) : parent + "." + std::string(key);
-}
-
-std::string type_name(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a floating-point number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    default: return "nothing";
-  }
-}
-
-std::string join_names(std::initializer_list<std::string_view> names) {
-  std::string out;
-  for (std::string_view name : names) {
-    if (!out.empty()) out += ", ";
-    out += name;
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// Typed access to the parsed document. Every getter takes the dotted field
-// name it reads, so that a failure can say exactly where it happened.
-
-class Reader {
+class Reader : public TomlReader {
  public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
-
-  const std::string& path() const { return path_; }
-
-  [[noreturn]] void fail(const std::string& field, const std::string& what,
-                         const std::string& hint = {}) const {
-    std::string message = path_ + ": " + field + ": " + what;
-    if (!hint.empty()) message += " (" + hint + ")";
-    throw InputError(message);
-  }
-
-  // Unknown keys are fatal: a misspelt optional key would otherwise be
-  // silently ignored and the scenario would quietly use a default.
-  void check_keys(const toml::table& table, const std::string& field,
-                  std::initializer_list<std::string_view> allowed) const {
-    for (auto&& [key, node] : table) {
-      const bool known = std::find(allowed.begin(), allowed.end(), key.str()) != allowed.end();
-      if (!known) fail(field_key(field, key.str()), "unknown key", "allowed here: " + join_names(allowed));
-    }
-  }
-
-  const toml::node& required(const toml::table& table, std::string_view key,
-                             const std::string& field) const {
-    const toml::node* node = table.get(key);
-    if (node == nullptr) fail(field, "missing required field");
-    return *node;
-  }
-
-  const toml::table* optional_table(const toml::table& parent, std::string_view key,
-                                    const std::string& field) const {
-    const toml::node* node = parent.get(key);
-    if (node == nullptr) return nullptr;
-    if (!node->is_table()) fail(field, "must be a table, got " + type_name(*node));
-    return node->as_table();
-  }
-
-  const toml::array& array(const toml::node& node, const std::string& field) const {
-    if (!node.is_array()) fail(field, "must be an array, got " + type_name(node));
-    return *node.as_array();
-  }
-
-  // Integers count as numbers: "latency_ms = [[0, 5], [5, 0]]" is fine.
-  double number(const toml::node& node, const std::string& field) const {
-    if (const auto* f = node.as_floating_point()) return f->get();
-    if (const auto* i = node.as_integer()) return static_cast<double>(i->get());
-    fail(field, "must be a number, got " + type_name(node));
-  }
-
-  int positive_int(const toml::node& node, const std::string& field) const {
-    const auto* integer = node.as_integer();
-    if (integer == nullptr) fail(field, "must be an integer, got " + type_name(node));
-    const std::int64_t value = integer->get();
-    if (value < 1) fail(field, "must be an integer >= 1, got " + std::to_string(value));
-    if (value > INT_MAX) fail(field, "is too large, got " + std::to_string(value));
-    return static_cast<int>(value);
-  }
-
-  std::string string(const toml::node& node, const std::string& field) const {
-    const auto* text = node.as_string();
-    if (text == nullptr) fail(field, "must be a string, got " + type_name(node));
-    return text->get();
-  }
-
-  std::optional<std::string> optional_string(const toml::table& table, std::string_view key,
-                                             const std::string& field) const {
-    const toml::node* node = table.get(key);
-    if (node == nullptr) return std::nullopt;
-    return string(*node, field);
-  }
-
-  std::optional<double> optional_number(const toml::table& table, std::string_view key,
-                                        const std::string& field) const {
-    const toml::node* node = table.get(key);
-    if (node == nullptr) return std::nullopt;
-    return number(*node, field);
-  }
-
-  std::optional<int> optional_positive_int(const toml::table& table, std::string_view key,
-                                           const std::string& field) const {
-    const toml::node* node = table.get(key);
-    if (node == nullptr) return std::nullopt;
-    return positive_int(*node, field);
-  }
-
-  std::vector<std::string> strings(const toml::node& node, const std::string& field) const {
-    std::vector<std::string> out;
-    const toml::array& items = array(node, field);
-    for (size_t i = 0; i < items.size(); ++i) out.push_back(string(*items.get(i), field_index(field, i)));
-    return out;
-  }
+  using TomlReader::TomlReader;
 
   // A square matrix of numbers, row-major. Values are not range-checked here
   // because which entries matter (the diagonal or not) depends on the form.
@@ -568,24 +438,19 @@ struct FileWorkload {
   std::optional<int> pipeline_stages;
   std::optional<int> data_parallel;
   std::string preset = "model";
-  plan::ModelShape model;
+  plan::TrainingShape model;
 };
 
-// Overrides of the default GPT3-XL shape. Only meaningful for preset
-// "model": the dtfm-original constants do not depend on a model.
-bool read_model_shape(const Reader& r, const toml::table& table, plan::ModelShape& model) {
-  bool any = false;
+// Overrides of the default GPT3-XL shape and its traffic. Only meaningful
+// for preset "model": the dtfm-original constants do not depend on a model.
+bool read_training_shape(const Reader& r, const toml::table& table, plan::TrainingShape& model) {
+  bool any = read_model_shape(r, table, "workload", "model_name", false, model);
   auto integer = [&](const char* key, int& target) {
     if (auto value = r.optional_positive_int(table, key, field_key("workload", key))) {
       target = *value;
       any = true;
     }
   };
-  integer("layers", model.layers);
-  integer("hidden", model.hidden);
-  integer("heads", model.heads);
-  integer("sequence_length", model.sequence_length);
-  integer("vocabulary", model.vocabulary);
   integer("activation_bytes", model.activation_bytes);
   integer("gradient_bytes", model.gradient_bytes);
   if (auto tokens = r.optional_number(table, "tokens_per_step", "workload.tokens_per_step")) {
@@ -594,15 +459,6 @@ bool read_model_shape(const Reader& r, const toml::table& table, plan::ModelShap
     }
     model.tokens_per_step = *tokens;
     any = true;
-  }
-  if (auto name = r.optional_string(table, "model_name", "workload.model_name")) {
-    if (name->empty()) r.fail("workload.model_name", "must not be empty");
-    model.name = *name;
-    any = true;
-  }
-  if (model.hidden % model.heads != 0) {
-    r.fail("workload.heads", "hidden (" + std::to_string(model.hidden) + ") is not divisible by heads (" +
-           std::to_string(model.heads) + ")");
   }
   return any;
 }
@@ -621,7 +477,7 @@ FileWorkload read_file_workload(const Reader& r, const toml::table& root) {
   if (file.preset != "model" && file.preset != "dtfm-original") {
     r.fail("workload.preset", "must be \"model\" or \"dtfm-original\", got \"" + file.preset + "\"");
   }
-  const bool shape_given = read_model_shape(r, *table, file.model);
+  const bool shape_given = read_training_shape(r, *table, file.model);
   if (shape_given && file.preset != "model") {
     r.fail("workload.preset", "model fields (layers, hidden, ...) are only allowed with preset = \"model\"",
            "the dtfm-original constants do not depend on a model");
@@ -701,18 +557,6 @@ plan::Workload read_workload(const Reader& r, const toml::table& root, const Wor
 // ---------------------------------------------------------------------------
 // Whole file.
 
-toml::table parse_toml(const Reader& r, std::string_view text) {
-  try {
-    return toml::parse(text, r.path());
-  } catch (const toml::parse_error& error) {
-    std::string description(error.description());
-    std::replace(description.begin(), description.end(), '\n', ' ');
-    const auto& where = error.source().begin;
-    r.fail("line " + std::to_string(where.line) + ", column " + std::to_string(where.column),
-           "TOML syntax error: " + description);
-  }
-}
-
 std::string file_stem(const std::string& path) {
   return std::filesystem::path(path).stem().string();
 }
@@ -785,9 +629,10 @@ void write_matrix(std::ostringstream& out, const char* key, int n, Cell cell) {
 
 }  // namespace
 
-Scenario parse_scenario(std::string_view toml_text, const std::string& path, const WorkloadOverrides& overrides) {
-  const Reader r(path);
-  const toml::table root = parse_toml(r, toml_text);
+namespace {
+
+Scenario parse_toml_scenario(const Reader& r, const toml::table& root, const WorkloadOverrides& overrides) {
+  const std::string& path = r.path();
   r.check_keys(root, "", {"scenario", "network", "sites", "workload"});
 
   Scenario scenario;
@@ -805,15 +650,16 @@ Scenario parse_scenario(std::string_view toml_text, const std::string& path, con
   return scenario;
 }
 
+}  // namespace
+
+Scenario parse_scenario(std::string_view toml_text, const std::string& path, const WorkloadOverrides& overrides) {
+  const Reader r(path);
+  return parse_toml_scenario(r, r.parse(toml_text), overrides);
+}
+
 Scenario load_scenario(const std::string& path, const WorkloadOverrides& overrides) {
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) throw InputError(path + ": cannot open file (it is a directory)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": cannot read file");
-  return parse_scenario(text.str(), path, overrides);
+  const Reader r(path);
+  return parse_toml_scenario(r, r.parse_file(), overrides);
 }
 
 std::string network_to_toml(const plan::Network& network) {

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "hdf5_support.hpp"
 
 namespace geotrain::io {

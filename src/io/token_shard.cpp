@@ -13,7 +13,7 @@
 #include <system_error>
 #include <utility>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::io {
 namespace {

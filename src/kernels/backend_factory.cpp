@@ -2,7 +2,7 @@
 #include <memory>
 #include <string>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #ifdef GEOTRAIN_HAVE_CUDA
 #include "cuda_backend.hpp"
@@ -27,21 +27,18 @@ std::unique_ptr<Backend> make_cuda_backend() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend();
-  if (device == "cuda") return make_cuda_backend();
-  if (device == "auto") {
-    // A CUDA build on a machine without a usable GPU falls back to the CPU;
-    // the chosen backend's description() tells the user which one runs.
-    if (cuda_compiled()) {
-      try {
-        return make_cuda_backend();
-      } catch (const geotrain::RunError&) {
-      }
+std::unique_ptr<Backend> make_backend(DeviceRequest device) {
+  if (device == DeviceRequest::cpu) return make_cpu_backend();
+  if (device == DeviceRequest::cuda) return make_cuda_backend();
+  // A CUDA build on a machine without a usable GPU falls back to the CPU;
+  // the chosen backend's description() tells the user which one runs.
+  if (cuda_compiled()) {
+    try {
+      return make_cuda_backend();
+    } catch (const geotrain::RunError&) {
     }
-    return make_cpu_backend();
   }
-  throw geotrain::InputError("device: unknown device '" + device + "' (cpu, cuda or auto)");
+  return make_cpu_backend();
 }
 
 }  // namespace geotrain::kernels

@@ -49,7 +49,7 @@
 
 #include "cpu_blas.hpp"
 #include "cpu_ops.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 
 namespace geotrain::kernels {

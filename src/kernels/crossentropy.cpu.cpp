@@ -9,7 +9,7 @@
 
 #include "cpu_ops.hpp"
 #include "cpu_parallel.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::kernels::cpu {
 namespace {

@@ -26,7 +26,7 @@
 #include "cuda_backend.hpp"
 #include "cuda_check.cuh"
 #include "cuda_ops.cuh"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::kernels {
 namespace {

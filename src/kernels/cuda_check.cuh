@@ -19,7 +19,7 @@
 #include <cstdio>
 #include <string>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::kernels::cuda {
 

@@ -30,7 +30,7 @@ namespace {
 std::string layer_name(int layer, const char* tensor) { return "h." + std::to_string(layer) + "." + tensor; }
 }  // namespace
 
-std::vector<ParameterView> parameter_layout(const GptConfig& config, const StageSpec& spec) {
+std::vector<ParameterView> parameter_layout(const ModelShape& config, const StageSpec& spec) {
   const int C = config.hidden, V = config.vocabulary, T = config.sequence_length;
   std::vector<ParameterView> views;
   std::size_t offset = 0;
@@ -64,7 +64,7 @@ std::vector<ParameterView> parameter_layout(const GptConfig& config, const Stage
   return views;
 }
 
-Stage::Stage(const GptConfig& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
+Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
              int slots)
     : config_(config), spec_(spec), backend_(backend), B_(micro_batch), T_(config.sequence_length),
       C_(config.hidden), V_(config.vocabulary), NH_(config.heads) {

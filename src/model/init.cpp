@@ -18,7 +18,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
-void fill_initial_values(const ParameterView& view, const GptConfig& config, std::uint64_t seed, float* out) {
+void fill_initial_values(const ParameterView& view, const ModelShape& config, std::uint64_t seed, float* out) {
   const bool norm = view.name.find(".ln1.") != std::string::npos ||
                     view.name.find(".ln2.") != std::string::npos || view.name.rfind("lnf.", 0) == 0;
   if (ends_with(view.name, ".bias")) {

@@ -59,7 +59,7 @@ double iteration_flops(const SimulationConfig& c, FlopsFormula formula) {
 }
 
 PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_parallel) {
-  const ModelShape& m = c.model;
+  const TrainingShape& m = c.model;
   if (stages < 1 || data_parallel < 1) throw std::invalid_argument("pipeline stages and data-parallel degree must be >= 1");
   if (m.layers < stages) {
     throw std::invalid_argument("the model has " + std::to_string(m.layers) + " layers, fewer than the " +

@@ -11,7 +11,7 @@ double model_parameters(const ModelShape& m) {
   return m.layers * per_layer + embeddings + 2.0 * h;  // + final norm
 }
 
-Workload workload_from_model(const ModelShape& model, int pipeline_stages, int data_parallel) {
+Workload workload_from_model(const TrainingShape& model, int pipeline_stages, int data_parallel) {
   Workload w;
   w.pipeline_stages = pipeline_stages;
   w.data_parallel = data_parallel;

@@ -1,6 +1,6 @@
 #include "geotrain/runtime/checkpointing.hpp"
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::runtime {
 
@@ -22,8 +22,8 @@ std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::Ad
   return tensors;
 }
 
-void check_checkpoint_fits(const io::Checkpoint& checkpoint, const model::GptConfig& want, const std::string& path) {
-  const model::GptConfig& have = checkpoint.model;
+void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& want, const std::string& path) {
+  const ModelShape& have = checkpoint.model;
   const std::pair<const char*, std::pair<int, int>> fields[] = {
       {"model_layers", {have.layers, want.layers}},       {"model_hidden", {have.hidden, want.hidden}},
       {"model_heads", {have.heads, want.heads}},          {"model_vocabulary", {have.vocabulary, want.vocabulary}},

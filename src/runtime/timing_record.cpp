@@ -81,7 +81,7 @@ MeasuredCompute measured_compute(const std::vector<io::TimingEvent>& events,
   return m;
 }
 
-io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& model, const JobDescription& job,
+io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model, const JobDescription& job,
                               const TrainResult& reporting, const std::vector<RankTiming>& ranks) {
   io::TimingRun run;
   const int n = static_cast<int>(ranks.size());
@@ -89,8 +89,8 @@ io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& 
   run.config_text = io::describe(config);
   run.model_name = model.name;
   run.device = job.device;
-  run.schedule = config.pipeline_schedule;
-  run.placement = n > 1 ? config.placement : "single rank";
+  run.schedule = plan::to_string(config.pipeline_schedule);
+  run.placement = n > 1 ? plan::to_string(config.placement) : "single rank";
   run.plan_text = job.plan_text;
   run.network_source = job.network_source;
   run.ranks = n;
@@ -145,7 +145,7 @@ io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& 
   work.activation_bytes = 4.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
   work.gradient_bytes.assign(pp, 0.0);
   for (int s = 0; s < pp; ++s) work.gradient_bytes[s] = 4.0 * static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
-  work.schedule = config.pipeline_schedule == "gpipe" ? plan::Schedule::gpipe : plan::Schedule::one_f_one_b;
+  work.schedule = config.pipeline_schedule;
   work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)
   work.overlap_communication = true;                 // sends are non-blocking on a copy
   if (!run.events.empty()) {

@@ -9,7 +9,7 @@
 #include <optional>
 #include <ostream>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
@@ -54,13 +54,35 @@ model::OptimizerSettings optimizer_settings(const io::Config& c) {
   s.learning_rate = c.learning_rate;
   s.min_learning_rate_fraction = c.min_learning_rate_fraction;
   s.warmup_steps = c.warmup_steps;
-  s.total_steps = c.train_steps;
+  s.total_steps = c.decay_steps > 0 ? c.decay_steps : c.train_steps;
   s.beta1 = c.beta1;
   s.beta2 = c.beta2;
   s.epsilon = c.epsilon;
   s.weight_decay = c.weight_decay;
   s.gradient_clip = c.gradient_clip;
   return s;
+}
+
+// The value of `key` in a describe() text ("" when absent).
+std::string described_value(const std::string& text, const std::string& key) {
+  const std::string prefix = key + " = ";
+  std::size_t at = text.rfind("\n" + prefix) != std::string::npos ? text.rfind("\n" + prefix) + 1 : std::string::npos;
+  if (text.rfind(prefix, 0) == 0) at = 0;
+  if (at == std::string::npos) return "";
+  const std::size_t begin = at + prefix.size();
+  return text.substr(begin, text.find('\n', begin) - begin);
+}
+
+// A resumed run whose train.steps differs from the checkpoint's stretches
+// the cosine schedule unless optimizer.decay_steps pins it: say so.
+std::string schedule_change_note(const io::Checkpoint& checkpoint, const io::Config& config) {
+  if (config.decay_steps > 0) return "";
+  const std::string before = described_value(checkpoint.config_text, "train.steps");
+  const std::string decay = described_value(checkpoint.config_text, "optimizer.decay_steps");
+  const std::string was = !decay.empty() && decay != "0" ? decay : before;
+  if (was.empty() || was == std::to_string(config.train_steps)) return "";
+  return "note: the learning-rate schedule decayed over " + was + " steps in the checkpoint's run and now over " +
+         std::to_string(config.train_steps) + " (train.steps); --optimizer.decay_steps=" + was + " keeps it\n";
 }
 
 // A sum over every rank of the job: over the replica's stages, then over
@@ -84,6 +106,7 @@ double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives
   return batches.empty() ? std::nan("") : total / (static_cast<double>(batches.size()) * replicas);
 }
 
+
 class NoLinks : public PipelineLinks {
  public:
   void send_activation(const float*, std::size_t, int) override { fail(); }
@@ -95,23 +118,28 @@ class NoLinks : public PipelineLinks {
   [[noreturn]] static void fail() { throw std::logic_error("a single-stage pipeline has no links"); }
 };
 
-void print_progress(std::ostream& log, const io::Config& config, int step, double loss, double lr, double norm,
-                    double step_s, double tokens_per_step, double flops, double eta_s) {
+// One step's figures for the progress line.
+struct StepReport {
+  int step;  // 0-based
+  double loss, lr, norm, step_s, tokens_per_step, flops, eta_s;
+};
+
+void print_progress(std::ostream& log, const io::Config& config, const StepReport& r) {
   char line[320];
   if (config.log_json) {
     std::snprintf(line, sizeof line,
                   "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
                   "\"tokens_per_s\": %.1f, \"gflops\": %.3f}",
-                  step + 1, loss, lr, norm, 1e3 * step_s, tokens_per_step / step_s, flops / 1e9);
+                  r.step + 1, r.loss, r.lr, r.norm, 1e3 * r.step_s, r.tokens_per_step / r.step_s, r.flops / 1e9);
   } else {
     std::string mfu;
     if (config.device_peak_tflops > 0) {
-      mfu = " | MFU " + std::to_string(static_cast<int>(100 * flops / (config.device_peak_tflops * 1e12) + 0.5)) + "%";
+      mfu = " | MFU " + std::to_string(static_cast<int>(100 * r.flops / (config.device_peak_tflops * 1e12) + 0.5)) + "%";
     }
     std::snprintf(line, sizeof line,
                   "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOPS%s | ETA %s",
-                  step + 1, config.train_steps, loss, lr, norm, 1e3 * step_s, tokens_per_step / step_s,
-                  flops / 1e9, mfu.c_str(), format_duration(eta_s).c_str());
+                  r.step + 1, config.train_steps, r.loss, r.lr, r.norm, 1e3 * r.step_s, r.tokens_per_step / r.step_s,
+                  r.flops / 1e9, mfu.c_str(), format_duration(r.eta_s).c_str());
   }
   log << line << "\n";
   log.flush();
@@ -120,187 +148,266 @@ void print_progress(std::ostream& log, const io::Config& config, int step, doubl
 volatile std::sig_atomic_t termination_requested = 0;
 extern "C" void request_termination(int) { termination_requested = 1; }
 
-}  // namespace
-
-double flops_per_token(const model::GptConfig& m, double parameters) {
-  return 6.0 * parameters + 12.0 * m.layers * m.hidden * static_cast<double>(m.sequence_length);
-}
-
-TrainResult train(const io::Config& config, const model::GptConfig& model, const RankRole& role, std::ostream& log) {
-  LocalCollectives local_collectives;
-  NoLinks no_links;
-  if ((role.stages > 1 && role.links == nullptr) ||
-      ((role.stages > 1 || role.replicas > 1) && role.collectives == nullptr)) {
-    throw std::logic_error("train: a rank of a pipeline or data-parallel job needs links and collectives");
-  }
-  PipelineLinks& links = role.links ? *role.links : no_links;
-  Collectives& collectives = role.collectives ? *role.collectives : local_collectives;
-
-  std::unique_ptr<kernels::Backend> owned_backend;
-  if (!role.backend) owned_backend = kernels::make_backend(config.device);
-  kernels::Backend* backend = role.backend ? role.backend : owned_backend.get();
-  backend->set_matmul_precision(config.matmul_precision == "bf16" ? kernels::MatmulPrecision::bf16
-                                                                   : kernels::MatmulPrecision::fp32);
-  std::optional<io::TokenDataset> loaded;
-  if (!role.data) loaded.emplace(io::TokenDataset::from_shards(config.data_train, config.data_validation,
-                                                               model.vocabulary, config.seed));
-  io::TokenDataset& data = role.data ? *role.data : *loaded;
-  data.set_replica(role.replica, role.replicas);
-  const int B = config.micro_batch_sequences, T = model.sequence_length, m = config.gradient_accumulation;
-  const plan::Schedule schedule = config.pipeline_schedule == "gpipe" ? plan::Schedule::gpipe : plan::Schedule::one_f_one_b;
-  const model::StageSpec spec = role.whole_model ? model::StageSpec::whole(model) : role.spec;
-  model::Stage stage(model, spec, *backend, B, activation_slots(schedule, m, role.stages));
-  stage.initialize(config.seed);
-  model::AdamW optimizer(*backend, stage, optimizer_settings(config));
-  PipelineStep pipeline(stage, *backend, schedule, role.stage, role.stages, m);
-
-  TrainResult result;
-  // Resume: parameters and moments by name (any layout), the sampler, the step.
-  std::optional<io::Checkpoint> loaded_checkpoint;
-  const io::Checkpoint* resume = role.resume;
-  std::string resume_path = role.resume_path;
-  if (!resume && !config.checkpoint_resume.empty()) {
-    resume_path = io::resolve_resume(config.checkpoint_dir, config.checkpoint_resume);
-    if (!resume_path.empty()) resume = &loaded_checkpoint.emplace(io::read_checkpoint_file(resume_path));
-  }
-  if (resume) {
-    restore_tensors(stage, optimizer, *backend, *resume, resume_path);
-    data.restore(resume->sampler);
-    result.first_step = static_cast<int>(std::min<std::int64_t>(resume->completed_steps, config.train_steps));
-  }
-  std::optional<LocalCheckpointSink> local_sink;
-  CheckpointSink* sink = role.checkpoints;
-  if (!sink && !config.checkpoint_dir.empty()) sink = &local_sink.emplace(config.checkpoint_dir, config.checkpoint_keep);
-  if (sink) {
-    termination_requested = 0;
-    std::signal(SIGTERM, request_termination);  // Slurm's pre-emption notice: checkpoint, then stop
-  }
-  auto save = [&](int completed_steps) {
-    io::Checkpoint metadata;
-    metadata.completed_steps = completed_steps;
-    metadata.global_batch_sequences = static_cast<std::int64_t>(B) * m * role.replicas;
-    metadata.sampler = data.state();
-    metadata.model = model;
-    metadata.config_text = io::describe(config);
-    metadata.plan_text = role.plan_text;
-    std::vector<io::CheckpointTensor> tensors;
-    if (role.replica == 0) tensors = collect_tensors(stage, optimizer, *backend, role.stages > 1 && spec.has_head);
-    result.last_checkpoint = sink->save(std::move(metadata), std::move(tensors));
-  };
-  // The tied embedding lives on the first and the last stage: count it once.
-  const model::ParameterView* wte = stage.find("wte");
-  const bool second_copy = wte != nullptr && role.stages > 1 && spec.has_head;
-  const double own_parameters = static_cast<double>(stage.parameter_count() - (second_copy ? wte->count : 0));
-  const double parameters = sum_over_job(collectives, own_parameters) / role.replicas;
-  result.model_flops_per_token = flops_per_token(model, parameters);
-  const double tokens_per_step = static_cast<double>(B) * T * m * role.replicas;
-  result.tokens_per_step = tokens_per_step;
-  const bool talk = role.reports && !config.quiet;
-  if (talk) {
-    log << "geotrain train: model " << model.name << " (" << static_cast<long long>(parameters) << " parameters, "
-        << model.layers << " layers, hidden " << model.hidden << "), " << backend->description() << "\n"
-        << "  " << config.train_steps << " steps x " << role.replicas << " replicas x " << m << " micro-batches x "
-        << B << " sequences x " << T << " tokens; data " << config.data_train << "\n";
-  }
-  result.initial_validation_loss =
-      validation_loss(pipeline, links, collectives, data, B, T, config.eval_batches, role.replicas);
-  if (talk) {
-    log << "validation " << (resume ? "at the checkpoint" : "before training") << ": loss "
-        << result.initial_validation_loss << "\n";
-    if (resume) log << "resumed from " << resume_path << " after step " << result.first_step << "\n";
-    if (resume) log << batch_change_note(resume->global_batch_sequences, B, m, role.replicas);
+// The training loop of one rank, step by step: the stage it holds, its
+// optimizer and pipeline program, and what it has measured so far.
+class RankTrainer {
+ public:
+  RankTrainer(RunInputs& inputs, const RankRole& role, const RankConnections& with, std::ostream& log)
+      : config_(inputs.config),
+        model_(inputs.model),
+        role_(role),
+        with_(with),
+        log_(log),
+        data_(*inputs.data),
+        B_(config_.micro_batch_sequences),
+        T_(model_.sequence_length),
+        m_(config_.gradient_accumulation),
+        stage_(model_, role.spec, with.backend, B_, activation_slots(config_.pipeline_schedule, m_, role.stages)),
+        optimizer_(with.backend, initialized(stage_, config_.seed), optimizer_settings(config_)),
+        pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_),
+        talk_(role.reports && !config_.quiet),
+        inputs_(m_),
+        targets_(m_) {
+    with.backend.set_matmul_precision(config_.matmul_precision);
+    data_.set_replica(role.replica, role.replicas);
+    result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
+    if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
+    if (with.checkpoints) {
+      termination_requested = 0;
+      std::signal(SIGTERM, request_termination);  // Slurm's pre-emption notice: checkpoint, then stop
+    }
   }
 
-  std::vector<std::vector<int>> inputs(m), targets(m);
-  Timeline timeline;
-  pipeline.set_timeline(&timeline);
-  if (!config.timing_file.empty()) {
-    sum_over_job(collectives, 0.0);  // a barrier: every rank's clock starts together
-    timeline.start(role.rank, config.timing_max_event_steps);
+  TrainResult run() {
+    count_parameters();
+    result_.initial_validation_loss = validation();
+    if (talk_) {
+      log_ << "validation " << (resumed_ ? "at the checkpoint" : "before training") << ": loss "
+           << result_.initial_validation_loss << "\n"
+           << resume_notes_;
+    }
+    start_timeline();
+    run_start_ = Clock::now();
+    for (int step = result_.first_step; step < config_.train_steps; ++step) {
+      train_step(step);
+      const bool last = step + 1 == config_.train_steps;
+      if (last || (config_.eval_every_steps > 0 && (step + 1) % config_.eval_every_steps == 0)) validate_at(step, last);
+      if (with_.checkpoints && checkpoint_at(step, last)) {
+        result_.stopped_by_signal = true;
+        break;
+      }
+    }
+    summarize();
+    return std::move(result_);
   }
-  const auto run_start = Clock::now();
-  StepBreakdown own;  // this rank, summed over the timed steps
-  for (int step = result.first_step; step < config.train_steps; ++step) {
-    timeline.set_step(step + 1);
+
+ private:
+  // Parameters are drawn before the optimizer sees the stage.
+  static model::Stage& initialized(model::Stage& stage, std::uint64_t seed) {
+    stage.initialize(seed);
+    return stage;
+  }
+
+  void resume_from(const io::Checkpoint& checkpoint, const std::string& path) {
+    restore_tensors(stage_, optimizer_, with_.backend, checkpoint, path);
+    data_.restore(checkpoint.sampler);
+    result_.first_step = static_cast<int>(checkpoint.completed_steps);
+    resumed_ = true;
+    resume_notes_ = "resumed from " + path + " after step " + std::to_string(result_.first_step) + "\n" +
+                    batch_change_note(checkpoint.global_batch_sequences, B_, m_, role_.replicas) +
+                    schedule_change_note(checkpoint, config_);
+  }
+
+  // The tied embedding lives on the first and the last stage: counted once.
+  void count_parameters() {
+    const model::ParameterView* wte = stage_.find("wte");
+    const bool second_copy = wte != nullptr && role_.stages > 1 && role_.spec.has_head;
+    const double own = static_cast<double>(stage_.parameter_count() - (second_copy ? wte->count : 0));
+    const double parameters = sum_over_job(with_.collectives, own) / role_.replicas;
+    result_.model_flops_per_token = flops_per_token(model_, parameters);
+    if (!talk_) return;
+    log_ << "geotrain train: model " << model_.name << " (" << static_cast<long long>(parameters) << " parameters, "
+         << model_.layers << " layers, hidden " << model_.hidden << "), " << with_.backend.description() << "\n"
+         << "  " << config_.train_steps << " steps x " << role_.replicas << " replicas x " << m_ << " micro-batches x "
+         << B_ << " sequences x " << T_ << " tokens; data " << config_.data_train << "\n";
+  }
+
+  void start_timeline() {
+    pipeline_.set_timeline(&timeline_);
+    if (config_.timing_file.empty()) return;
+    sum_over_job(with_.collectives, 0.0);  // a barrier: every rank's clock starts together
+    timeline_.start(role_.rank, config_.timing_max_event_steps);
+  }
+
+  double validation() {
+    return validation_loss(pipeline_, with_.links, with_.collectives, data_, B_, T_, config_.eval_batches,
+                           role_.replicas);
+  }
+
+  void train_step(int step) {
+    timeline_.set_step(step + 1);
     const auto step_start = Clock::now();
     std::vector<MicroBatch> batches;
-    for (int i = 0; i < m; ++i) {
-      data.next_batch(B, T, inputs[i], targets[i]);  // every stage draws, so all stay in step
-      batches.push_back({inputs[i].data(), targets[i].data()});
+    for (int i = 0; i < m_; ++i) {
+      data_.next_batch(B_, T_, inputs_[i], targets_[i]);  // every stage draws, so all stay in step
+      batches.push_back({inputs_[i].data(), targets_[i].data()});
     }
-    stage.zero_grads();
-    timeline.record(io::EventKind::data, step_start, Clock::now());
-    const double replica_loss = pipeline.run(batches, links, static_cast<float>(1.0 / tokens_per_step));
+    stage_.zero_grads();
+    timeline_.record(io::EventKind::data, step_start, Clock::now());
+    double job_loss = pipeline_.run(batches, with_.links, static_cast<float>(1.0 / result_.tokens_per_step));
     const auto sync_start = Clock::now();
-    double job_loss = replica_loss;  // summed with the gradient and the norm: no exchange of its own
-    const double norm = synchronize_gradients(stage, *backend, collectives, role.stages, role.replicas, &job_loss, &timeline);
+    // The loss rides with the gradient and the norm: no exchange of its own.
+    const double norm = synchronize_gradients(stage_, with_.backend, with_.collectives, role_.stages, role_.replicas,
+                                              &job_loss, &timeline_);
     const auto optimizer_start = Clock::now();
-    const double sync_s = std::chrono::duration<double>(optimizer_start - sync_start).count();
-    const double lr = optimizer.step(step, norm);
-    backend->synchronize();
+    const double lr = optimizer_.step(step, norm);
+    with_.backend.synchronize();
     const auto optimizer_end = Clock::now();
-    timeline.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
-    const double optimizer_s = std::chrono::duration<double>(optimizer_end - optimizer_start).count();
-    const double loss = job_loss / (static_cast<double>(m) * role.replicas);
-    const double step_s = seconds_since(step_start);
+    timeline_.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
+    const double loss = job_loss / (static_cast<double>(m_) * role_.replicas);
     if (!std::isfinite(loss)) {
       throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
                      " (lower optimizer.learning_rate?)");
     }
-    result.step_loss.push_back(loss);
-    result.step_learning_rate.push_back(lr);
-    result.step_grad_norm.push_back(norm);
-    result.step_seconds.push_back(step_s);
-    if (step > result.first_step || config.train_steps == result.first_step + 1) {
-      own.step_s += step_s;
-      own.compute_s += pipeline.times().compute_s;
-      own.pipeline_s += pipeline.times().pipeline_s;
-      own.data_parallel_s += sync_s;
-      own.optimizer_s += optimizer_s;
-    }
-    const double flops = result.model_flops_per_token * tokens_per_step / step_s;
-    if (talk && ((step + 1) % config.log_every_steps == 0 || step + 1 == config.train_steps)) {
-      const double eta = seconds_since(run_start) / (step + 1) * (config.train_steps - step - 1);
-      print_progress(log, config, step, loss, lr, norm, step_s, tokens_per_step, flops, eta);
-    }
-    const bool last = step + 1 == config.train_steps;
-    if (last || (config.eval_every_steps > 0 && (step + 1) % config.eval_every_steps == 0)) {
-      const auto evaluation_start = Clock::now();
-      timeline.pause(true);
-      const double v = validation_loss(pipeline, links, collectives, data, B, T, config.eval_batches, role.replicas);
-      timeline.pause(false);
-      timeline.record(io::EventKind::evaluate, evaluation_start, Clock::now());
-      if (last) result.final_validation_loss = v;
-      if (talk) log << "validation at step " << step + 1 << ": loss " << v << "\n";
-    }
-    if (sink) {
-      const auto checkpoint_start = Clock::now();
-      timeline.pause(true);
-      // Every rank must take the same decision: the signal may reach some only.
-      const bool stop = sum_over_job(collectives, termination_requested ? 1.0 : 0.0) > 0 && !last;
-      if (stop || last || (config.checkpoint_every_steps > 0 && (step + 1) % config.checkpoint_every_steps == 0)) {
-        save(step + 1);
-        if (talk) log << "checkpoint " << result.last_checkpoint << "\n";
-      }
-      timeline.pause(false);
-      timeline.record(io::EventKind::checkpoint, checkpoint_start, Clock::now());
-      if (stop) {
-        result.stopped_by_signal = true;
-        break;
-      }
-    }
+    const double step_s = seconds_since(step_start);
+    record_step(step, loss, lr, norm, step_s, seconds_between(sync_start, optimizer_start),
+                seconds_between(optimizer_start, optimizer_end));
   }
-  const int done_steps = static_cast<int>(result.step_loss.size());
-  const int timed_steps = done_steps > 1 ? done_steps - 1 : 1;
-  const double ranks = static_cast<double>(role.stages) * role.replicas;
-  auto mean_per_step = [&](double own_total) { return sum_over_job(collectives, own_total) / ranks / timed_steps; };
-  result.breakdown = {mean_per_step(own.step_s), mean_per_step(own.compute_s), mean_per_step(own.pipeline_s),
-                      mean_per_step(own.data_parallel_s), mean_per_step(own.optimizer_s)};
-  result.tokens_per_second = result.breakdown.step_s > 0 ? tokens_per_step / result.breakdown.step_s : 0.0;
-  result.events = timeline.take_events();
-  result.stage_parameters = static_cast<std::int64_t>(stage.parameter_count());
-  result.device = backend->description();
-  return result;
+
+  static double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  }
+
+  void record_step(int step, double loss, double lr, double norm, double step_s, double sync_s, double optimizer_s) {
+    result_.step_loss.push_back(loss);
+    result_.step_learning_rate.push_back(lr);
+    result_.step_grad_norm.push_back(norm);
+    result_.step_seconds.push_back(step_s);
+    // The first step of a run warms caches and connections: not timed, unless it is the only one.
+    if (step > result_.first_step || config_.train_steps == result_.first_step + 1) {
+      own_.step_s += step_s;
+      own_.compute_s += pipeline_.times().compute_s;
+      own_.pipeline_s += pipeline_.times().pipeline_s;
+      own_.data_parallel_s += sync_s;
+      own_.optimizer_s += optimizer_s;
+    }
+    if (!talk_ || ((step + 1) % config_.log_every_steps != 0 && step + 1 != config_.train_steps)) return;
+    const double eta = remaining_seconds(seconds_since(run_start_), result_.first_step, step, config_.train_steps);
+    const double flops = result_.model_flops_per_token * result_.tokens_per_step / step_s;
+    print_progress(log_, config_, {step, loss, lr, norm, step_s, result_.tokens_per_step, flops, eta});
+  }
+
+  void validate_at(int step, bool last) {
+    const auto start = Clock::now();
+    timeline_.pause(true);
+    const double v = validation();
+    timeline_.pause(false);
+    timeline_.record(io::EventKind::evaluate, start, Clock::now());
+    if (last) result_.final_validation_loss = v;
+    if (talk_) log_ << "validation at step " << step + 1 << ": loss " << v << "\n";
+  }
+
+  // Returns whether the job was asked to stop (SIGTERM): checkpointed, then out.
+  bool checkpoint_at(int step, bool last) {
+    const auto start = Clock::now();
+    timeline_.pause(true);
+    // Every rank must take the same decision: the signal may reach some only.
+    const bool stop = sum_over_job(with_.collectives, termination_requested ? 1.0 : 0.0) > 0 && !last;
+    if (stop || last || (config_.checkpoint_every_steps > 0 && (step + 1) % config_.checkpoint_every_steps == 0)) {
+      save(step + 1);
+      if (talk_) log_ << "checkpoint " << result_.last_checkpoint << "\n";
+    }
+    timeline_.pause(false);
+    timeline_.record(io::EventKind::checkpoint, start, Clock::now());
+    return stop;
+  }
+
+  void save(int completed_steps) {
+    io::Checkpoint metadata;
+    metadata.completed_steps = completed_steps;
+    metadata.global_batch_sequences = static_cast<std::int64_t>(B_) * m_ * role_.replicas;
+    metadata.sampler = data_.state();
+    metadata.model = model_;
+    metadata.config_text = io::describe(config_);
+    metadata.plan_text = role_.plan_text;
+    std::vector<io::CheckpointTensor> tensors;
+    if (role_.replica == 0) {
+      tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head);
+    }
+    result_.last_checkpoint = with_.checkpoints->save(std::move(metadata), std::move(tensors));
+  }
+
+  void summarize() {
+    const int done_steps = static_cast<int>(result_.step_loss.size());
+    const int timed_steps = done_steps > 1 ? done_steps - 1 : 1;
+    const double ranks = static_cast<double>(role_.stages) * role_.replicas;
+    auto mean_per_step = [&](double own_total) { return sum_over_job(with_.collectives, own_total) / ranks / timed_steps; };
+    result_.breakdown = {mean_per_step(own_.step_s), mean_per_step(own_.compute_s), mean_per_step(own_.pipeline_s),
+                         mean_per_step(own_.data_parallel_s), mean_per_step(own_.optimizer_s)};
+    result_.tokens_per_second = result_.breakdown.step_s > 0 ? result_.tokens_per_step / result_.breakdown.step_s : 0.0;
+    result_.events = timeline_.take_events();
+    result_.stage_parameters = static_cast<std::int64_t>(stage_.parameter_count());
+    result_.device = with_.backend.description();
+  }
+
+  const io::Config& config_;
+  const ModelShape& model_;
+  const RankRole& role_;
+  const RankConnections& with_;
+  std::ostream& log_;
+  io::TokenDataset& data_;
+  const int B_, T_, m_;
+  model::Stage stage_;
+  model::AdamW optimizer_;
+  PipelineStep pipeline_;
+  const bool talk_;
+  std::vector<std::vector<int>> inputs_, targets_;
+  Timeline timeline_;
+  TrainResult result_;
+  StepBreakdown own_;  // this rank, summed over the timed steps
+  bool resumed_ = false;
+  std::string resume_notes_;
+  Clock::time_point run_start_;
+};
+
+}  // namespace
+
+double flops_per_token(const ModelShape& m, double parameters) {
+  return 6.0 * parameters + 12.0 * m.layers * m.hidden * static_cast<double>(m.sequence_length);
+}
+
+double remaining_seconds(double elapsed_s, int first_step, int step, int train_steps) {
+  // This run's pace: a resumed run has done step + 1 - first_step steps so far.
+  return elapsed_s / (step + 1 - first_step) * (train_steps - step - 1);
+}
+
+RunInputs prepare_run(io::Config config, const ModelShape& model) {
+  RunInputs inputs;
+  inputs.config = std::move(config);
+  inputs.model = model;
+  const io::Config& c = inputs.config;
+  inputs.data.emplace(io::TokenDataset::from_shards(c.data_train, c.data_validation, model.vocabulary, c.seed));
+  if (c.checkpoint_resume.empty()) return inputs;
+  inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
+  if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: a fresh start
+  const io::Checkpoint& resume = inputs.resume.emplace(io::read_checkpoint_file(inputs.resume_path));
+  check_checkpoint_fits(resume, model, inputs.resume_path);
+  if (resume.completed_steps >= c.train_steps) {
+    throw InputError(c.origin_of("train.steps") + ": train.steps: is " + std::to_string(c.train_steps) + " but " +
+                     inputs.resume_path + " has already trained " + std::to_string(resume.completed_steps) +
+                     " steps: nothing left to train (raise train.steps to continue)");
+  }
+  return inputs;
+}
+
+RunInputs read_run_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
+  io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
+  const ModelShape model = io::load_model(config).model;
+  return prepare_run(std::move(config), model);
+}
+
+TrainResult train(RunInputs& inputs, const RankRole& role, const RankConnections& with, std::ostream& log) {
+  return RankTrainer(inputs, role, with, log).run();
 }
 
 std::string final_summary(const TrainResult& result) {
@@ -316,8 +423,16 @@ std::string stopped_summary(const TrainResult& result) {
          result.last_checkpoint + "; run again with --checkpoint.resume=auto to continue\n";
 }
 
-TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log) {
-  return train(config, model, RankRole{}, log);
+TrainResult train_single_rank(RunInputs& inputs, std::ostream& log) {
+  const io::Config& config = inputs.config;
+  const std::unique_ptr<kernels::Backend> backend = kernels::make_backend(config.device);
+  NoLinks no_links;
+  LocalCollectives collectives;
+  std::optional<LocalCheckpointSink> sink;
+  if (!config.checkpoint_dir.empty()) sink.emplace(config.checkpoint_dir, config.checkpoint_keep);
+  RankRole role;
+  role.spec = model::StageSpec::whole(inputs.model);
+  return train(inputs, role, {*backend, no_links, collectives, sink ? &*sink : nullptr}, log);
 }
 
 }  // namespace geotrain::runtime

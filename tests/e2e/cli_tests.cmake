@@ -65,7 +65,7 @@ set_tests_properties(cli.simulate.timeline PROPERTIES
 add_test(NAME cli.simulate.calibration
   COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --vocabulary 30592 --bandwidth-scale 8 --json --candidates 500 | \"$4\" -c \"import json, sys; p = json.load(sys.stdin)['pflops']; assert abs(p - 2.331) < 0.01, p\""
           _ ${GT} ${SCN}/on-demand.toml ${MOD}/gpt3-xl.toml ${Python3_EXECUTABLE})
-expect_input_error(simulate-bad-model "model-zero-layers\\.toml: model\\.layers: must be a positive integer"
+expect_input_error(simulate-bad-model "model-zero-layers\\.toml: model\\.layers: must be an integer >= 1"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${BAD}/model-zero-layers.toml)
 expect_input_error(simulate-model-unknown-key "model-unknown-key\\.toml: device\\.peak_tflop: unknown key"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${BAD}/model-unknown-key.toml)
@@ -87,7 +87,7 @@ if(TARGET geotrain_runtime)
                      train --model.file=${BAD}/no-such-model.toml)
   expect_input_error(train-pipeline-without-mpirun "pipeline.stages: 2 stages need a multiple of 2 ranks: start geotrain under mpirun"
                      train --pipeline.stages=2)
-  expect_input_error(train-bad-schedule "command line: pipeline.schedule: must be 1f1b or gpipe" train --pipeline.schedule=zb)
+  expect_input_error(train-bad-schedule "command line: pipeline.schedule: must be one of 1f1b, gpipe" train --pipeline.schedule=zb)
   add_test(NAME cli.train.cuda-without-gpu
            COMMAND ${EXPECT} 1 "device = cuda: .*(without the CUDA backend|no usable GPU)" -- ${GT} train
                    --device.kind=cuda --train.steps=1 --optimizer.warmup_steps=0)
@@ -108,4 +108,18 @@ if(TARGET geotrain_mpi)
   set_tests_properties(cli.probe.then-plan PROPERTIES
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" TIMEOUT 120 PROCESSORS 2
     PASS_REGULAR_EXPRESSION "probed 3 ranks.*wrote .*probed-3\\.toml.*Pipeline")
+endif()
+
+# plan --model plans for that model: c_DP and c_PP by hand for GPT-2 124M
+# (124,439,808 parameters; pp 4: / 4 stages x 4 bytes; 1024 x 1024 tokens
+# / 4 replicas x 768 x 2 bytes), and simulate plans for the model it
+# simulates (the same cost as plan --model, not the scenario's GPT3-XL).
+add_test(NAME cli.plan.model-file
+  COMMAND sh -c "\"$1\" plan --scenario \"$2\" --model \"$3\" --pp 4 --dp 4 --json --candidates 300 --no-baselines --seed 3 > \"$5/plan-gpt2.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" --pp 4 --dp 4 --json --candidates 300 --seed 3 > \"$5/simulate-gpt2.json\" && \"$4\" -c \"import json,sys; p=json.load(open(sys.argv[1])); s=json.load(open(sys.argv[2])); assert p['c_dp_bytes']==124439808, p['c_dp_bytes']; assert p['c_pp_bytes']==402653184, p['c_pp_bytes']; assert abs(s['plan_cost_s']-p['cost_s'])<=1e-9*p['cost_s'], (s['plan_cost_s'], p['cost_s'])\" \"$5/plan-gpt2.json\" \"$5/simulate-gpt2.json\""
+          _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
+          ${CMAKE_CURRENT_BINARY_DIR})
+
+if(TARGET geotrain_runtime)
+  add_test(NAME cli.train.resume-limits
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_resume_limits.sh ${GT} ${EXPECT} ${PROJECT_SOURCE_DIR})
 endif()

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "golden_file.hpp"
 #include "kernel_test_support.hpp"
@@ -31,7 +31,9 @@ class Ops : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     try {
-      backend_ = kernels::make_backend(GetParam());
+      DeviceRequest device = DeviceRequest::cpu;
+      if (!parse_device_request(GetParam(), &device)) FAIL() << "unknown backend " << GetParam();
+      backend_ = kernels::make_backend(device);
     } catch (const geotrain::RunError& error) {
       GTEST_SKIP() << "backend '" << GetParam() << "' not usable here: " << error.what();
     }

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "kernel_test_support.hpp"
 

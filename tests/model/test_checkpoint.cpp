@@ -8,7 +8,7 @@
 #include <random>
 
 #include "geotrain/io/checkpoint.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
 #include "geotrain/runtime/checkpointing.hpp"
@@ -150,7 +150,7 @@ TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
 
 TEST(Checkpoint, RestoreRefusesAnotherModel) {
   auto backend = kernels::make_cpu_backend();
-  const model::GptConfig shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
   model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
   stage.initialize(1);
   model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});

@@ -14,32 +14,32 @@
 namespace geotrain::model {
 namespace {
 
-const GptConfig kSmall{.name = "gradient-check", .layers = 2, .hidden = 16, .heads = 2, .vocabulary = 11,
+const ModelShape kSmall{.name = "gradient-check", .layers = 2, .hidden = 16, .heads = 2, .vocabulary = 11,
                        .sequence_length = 6};
 // A longer context and the byte vocabulary, as in training: blocked loops
 // and threading paths that the small shapes do not reach.
-const GptConfig kBytes{.name = "gradient-check-bytes", .layers = 1, .hidden = 32, .heads = 4, .vocabulary = 256,
+const ModelShape kBytes{.name = "gradient-check-bytes", .layers = 1, .hidden = 32, .heads = 4, .vocabulary = 256,
                        .sequence_length = 64};
 // The shipped tiny model itself (inputs/models/tiny.toml).
-const GptConfig kTiny{.name = "tiny", .layers = 4, .hidden = 128, .heads = 4, .vocabulary = 256,
+const ModelShape kTiny{.name = "tiny", .layers = 4, .hidden = 128, .heads = 4, .vocabulary = 256,
                       .sequence_length = 128};
 
 struct Batch {
   std::vector<int> tokens, targets;
 };
 
-Batch random_batch(const GptConfig& c, int B, std::mt19937& rng) {
+Batch random_batch(const ModelShape& c, int B, std::mt19937& rng) {
   std::uniform_int_distribution<int> token(0, c.vocabulary - 1);
   Batch b;
   for (int i = 0; i < B * c.sequence_length; ++i) b.tokens.push_back(token(rng)), b.targets.push_back(token(rng));
   return b;
 }
 
-class ModelGradients : public ::testing::TestWithParam<std::pair<GptConfig, int>> {};
+class ModelGradients : public ::testing::TestWithParam<std::pair<ModelShape, int>> {};
 
 TEST_P(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
   auto backend = kernels::make_cpu_backend();
-  const GptConfig config = GetParam().first;
+  const ModelShape config = GetParam().first;
   const int B = GetParam().second;
   Stage stage(config, StageSpec::whole(config), *backend, B, 1);
   stage.initialize(7);
@@ -88,7 +88,7 @@ TEST(ModelStages, PipelineStagesChainToTheWholeModel) {
   // Two stages (layers [0,1) with the embedding, [1,2) with the head) fed
   // by hand give the loss and gradients of the single stage.
   auto backend = kernels::make_cpu_backend();
-  const GptConfig config = kSmall;
+  const ModelShape config = kSmall;
   const int B = 2;
   std::mt19937 rng(5);
   const Batch batch = random_batch(config, B, rng);

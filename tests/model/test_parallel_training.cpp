@@ -20,7 +20,7 @@
 namespace geotrain::runtime {
 namespace {
 
-using model::GptConfig;
+using geotrain::ModelShape;
 using model::Stage;
 using model::StageSpec;
 
@@ -128,7 +128,7 @@ class GroupCollectives : public Collectives {
   int r_, s_, pp_, dp_;
 };
 
-const GptConfig kModel{.name = "parallel", .layers = 4, .hidden = 32, .heads = 2, .vocabulary = 64,
+const ModelShape kModel{.name = "parallel", .layers = 4, .hidden = 32, .heads = 2, .vocabulary = 64,
                        .sequence_length = 16};
 constexpr int kB = 2, kMicroPerReplica = 2, kSteps = 10, kGlobalMicro = 4;  // dp * m = 4 micro-batches
 

@@ -19,7 +19,7 @@
 namespace geotrain::runtime {
 namespace {
 
-using model::GptConfig;
+using geotrain::ModelShape;
 using model::Stage;
 using model::StageSpec;
 
@@ -63,7 +63,7 @@ class MailboxLinks : public PipelineLinks {
   int stage_;
 };
 
-const GptConfig kModel{.name = "pipeline", .layers = 4, .hidden = 32, .heads = 2, .vocabulary = 64,
+const ModelShape kModel{.name = "pipeline", .layers = 4, .hidden = 32, .heads = 2, .vocabulary = 64,
                        .sequence_length = 16};
 constexpr int kMicroBatch = 2, kMicroBatches = 4;
 

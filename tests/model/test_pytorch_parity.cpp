@@ -22,7 +22,7 @@ constexpr double kGradientTolerance = 2e-5;
 TEST(PyTorchParity, LossGradientsAndOneAdamWStep) {
   const auto golden = test::GoldenCase::load("gpt_small");
   // The shape of tests/golden/make_model_golden.py.
-  const GptConfig config{.name = "parity", .layers = 2, .hidden = 16, .heads = 2, .vocabulary = 11,
+  const ModelShape config{.name = "parity", .layers = 2, .hidden = 16, .heads = 2, .vocabulary = 11,
                          .sequence_length = 6};
   const int B = 2, N = B * config.sequence_length;
 

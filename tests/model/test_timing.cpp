@@ -87,7 +87,7 @@ TEST(TimingRecord, MediansPerStageAndPlanLayout) {
   io::Config config;
   config.gradient_accumulation = 1;
   config.micro_batch_sequences = 1;
-  model::GptConfig model;
+  ModelShape model;
   model.sequence_length = 4, model.hidden = 8, model.vocabulary = 16;
   const io::TimingRun run = make_timing_run(config, model, job, reporting, {r0, r1});
   EXPECT_EQ(run.stage_of_rank, (std::vector<std::int32_t>{1, 0}));

@@ -28,25 +28,32 @@ TEST(Training, SmallModelBeatsTheUnigramBoundOnTheCorpus) {
   io::Config config = io::default_config();
   config.data_train = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_train.bin";
   config.data_validation = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_val.bin";
-  config.device = "cpu";
+  config.device = DeviceRequest::cpu;
   config.train_steps = 150;
   config.micro_batch_sequences = 16;
   config.warmup_steps = 10;
   config.eval_every_steps = 0;
   config.eval_batches = 16;
   config.quiet = true;
-  const model::GptConfig model{.name = "small", .layers = 2, .hidden = 64, .heads = 4, .vocabulary = 256,
+  const ModelShape model{.name = "small", .layers = 2, .hidden = 64, .heads = 4, .vocabulary = 256,
                                .sequence_length = 64};
 
   const io::TokenDataset data = io::TokenDataset::from_shards(config.data_train, config.data_validation, 256, 1);
   const double unigram = unigram_cross_entropy(data);
   std::ostringstream log;
-  const TrainResult result = train_single_rank(config, model, log);
+  RunInputs inputs = prepare_run(config, model);
+  const TrainResult result = train_single_rank(inputs, log);
   EXPECT_NEAR(result.initial_validation_loss, std::log(256.0), 0.1);  // untrained: uniform
   EXPECT_LT(result.final_validation_loss, unigram - 0.25)
       << "unigram bound " << unigram << ", initial " << result.initial_validation_loss;
   ASSERT_EQ(result.step_loss.size(), 150u);
   EXPECT_LT(result.step_loss.back(), result.step_loss.front() - 2.0);
+}
+
+TEST(Training, EtaFollowsThisRunsPaceAfterAResume) {
+  // Resumed after step 10 of 30: 10 steps in 10 s, 10 left -> 10 s (not 10 s / 20 steps x 10).
+  EXPECT_DOUBLE_EQ(remaining_seconds(10.0, 10, 19, 30), 10.0);
+  EXPECT_DOUBLE_EQ(remaining_seconds(4.0, 0, 1, 5), 6.0);  // 2 steps in 4 s, 3 left
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ TEST(Startup, ProbePlanBroadcastTopology) {
   probe.deadline_s = 30;
   const plan::Network net = runtime::probe_network(MPI_COMM_WORLD, probe);
 
-  plan::ModelShape model;  // gpt3-xl shape: only its communication sizes matter here
+  plan::TrainingShape model;  // gpt3-xl shape: only its communication sizes matter here
   const plan::Workload workload = plan::workload_from_model(model, 2, size / 2);
   plan::SearchOptions options;
   options.candidates = 50;

@@ -146,7 +146,7 @@ class Table:
                  args=["--train.gradient_accumulation=0"])
         self.add("config", "stages-do-not-divide-ranks", r"quickstart\.toml: pipeline\.stages: 2 does not divide the 3 ranks",
                  ranks=3)
-        self.add("config", "more-stages-than-layers", r"quickstart\.toml: pipeline\.stages: 8 stages but the model has only 4 layers",
+        self.add("config", "more-stages-than-layers", r"command line: pipeline\.stages: 8 stages but the model has only 4 layers",
                  ranks=8, args=["--pipeline.stages=8"])
         self.add("config", "layers-per-stage-sum", r"pipeline\.layers_per_stage: the stages hold 3 layers but the model has 4",
                  args=["--pipeline.layers_per_stage=[1,2]"])
@@ -160,8 +160,8 @@ class Table:
                  args=["--network.transport=nccl", "--device.kind=cpu"])
         self.add("config", "warmup-longer-than-run", r"optimizer\.warmup_steps: is larger than train\.steps",
                  args=["--optimizer.warmup_steps=5"])
-        self.add("config", "bad-schedule", r"pipeline\.schedule: must be 1f1b or gpipe", args=["--pipeline.schedule=zb"])
-        self.add("config", "bad-placement", r"pipeline\.placement: must be planned", args=["--pipeline.placement=best"])
+        self.add("config", "bad-schedule", r"pipeline\.schedule: must be one of 1f1b, gpipe", args=["--pipeline.schedule=zb"])
+        self.add("config", "bad-placement", r"pipeline\.placement: must be one of planned", args=["--pipeline.placement=best"])
         self.add("config", "missing-model-file", r"no-such-model\.toml: cannot open",
                  args=["--model.file=" + os.path.join(self.bad, "no-such-model.toml")])
         self.add("config", "model-heads-do-not-divide", r"odd-heads\.toml: model\.heads",

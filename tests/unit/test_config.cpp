@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "geotrain/io/config.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::io {
 namespace {
@@ -31,7 +31,7 @@ TEST(Config, DefaultsAreValidAndPointAtShippedFiles) {
   const Config c = default_config();
   EXPECT_EQ(c.model_file, "inputs/models/tiny.toml");
   EXPECT_EQ(c.train_steps, 300);
-  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.device, DeviceRequest::automatic);
 }
 
 TEST(Config, FileValuesPathsAndOverrides) {
@@ -43,7 +43,7 @@ TEST(Config, FileValuesPathsAndOverrides) {
   EXPECT_EQ(c.seed, 9u);
   EXPECT_DOUBLE_EQ(c.learning_rate, 3e-4);
   EXPECT_DOUBLE_EQ(c.beta2, 0.99);
-  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.device, DeviceRequest::automatic);
   EXPECT_EQ(c.model_file, (std::filesystem::path(path).parent_path() / "models/x.toml").string());
   EXPECT_NE(describe(c).find("train.steps = 50"), std::string::npos);
 }
@@ -55,14 +55,15 @@ TEST(Config, BadInputNamesFileAndKey) {
     const char* expected;  // substring after the file name
   };
   const Case cases[] = {
-      {"[train]\nstepz = 3\n", {}, "train.stepz: unknown key"},
+      {"[train]\nstepz = 3\n", {}, "train.stepz: unknown key (did you mean 'train.steps'?)"},
+      {"[pipeline]\nschedule = \"zb\"\n", {}, "pipeline.schedule: must be one of 1f1b, gpipe, got 'zb'"},
       {"[trian]\nsteps = 3\n", {}, "trian.steps: unknown key"},
       {"[train]\nsteps = \"many\"\n", {}, "train.steps: must be an integer"},
       {"[train]\nsteps = 0\n", {}, "train.steps: must be > 0"},
       {"[train]\nmicro_batch_sequences = -2\n", {}, "train.micro_batch_sequences: must be >= 0"},
       {"[optimizer]\nlearning_rate = nan\n", {}, "optimizer.learning_rate: must be in"},
       {"[optimizer]\nwarmup_steps = 500\n[train]\nsteps = 10\n", {}, "optimizer.warmup_steps: is larger"},
-      {"[device]\nkind = \"tpu\"\n", {}, "device.kind: must be auto, cpu or cuda"},
+      {"[device]\nkind = \"tpu\"\n", {}, "device.kind: must be one of auto, cpu, cuda"},
       {"steps = 3\n", {}, "steps: expected a table"},
       {"[train\n", {}, "line 1"},
   };
@@ -82,6 +83,37 @@ TEST(Config, BadInputNamesFileAndKey) {
             std::string::npos);
   EXPECT_NE(error_of([] { load_config("/nonexistent/run.toml"); }).find("/nonexistent/run.toml: cannot open file"),
             std::string::npos);
+}
+
+TEST(Config, AValueFromTheCommandLineIsBlamedOnTheCommandLine) {
+  const std::string path = write_temp("good.toml", "[train]\nsteps = 20\n");
+  const std::string message = error_of([&] { load_config(path, {"--train.steps=0"}); });
+  EXPECT_EQ(message.rfind("command line: train.steps: must be > 0", 0), 0u) << message;
+  const std::string from_file = error_of([&] { load_config(write_temp("bad.toml", "[train]\nsteps = 0\n"), {}); });
+  EXPECT_EQ(from_file.find("command line"), std::string::npos) << from_file;
+}
+
+TEST(Config, TypedChoicesAreParsedOnce) {
+  const Config c = default_config({"--pipeline.schedule=gpipe", "--pipeline.placement=rank-order",
+                                   "--network.transport=mpi", "--device.kind=cpu", "--device.matmul_precision=bf16"});
+  EXPECT_EQ(c.pipeline_schedule, plan::Schedule::gpipe);
+  EXPECT_EQ(c.placement, plan::Placement::rank_order);
+  EXPECT_EQ(c.transport, Transport::mpi);
+  EXPECT_EQ(c.device, DeviceRequest::cpu);
+  EXPECT_EQ(c.matmul_precision, MatmulPrecision::bf16);
+  // describe() writes them back as the names a file accepts.
+  EXPECT_NE(describe(c).find("pipeline.schedule = \"gpipe\""), std::string::npos);
+}
+
+TEST(Config, ModelShapeOverridesApplyOnTopOfTheModelFile) {
+  const std::string tiny = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/models/tiny.toml";
+  const Config c = default_config({"--model.file=" + tiny, "--model.sequence_length=64", "--model.layers=2"});
+  const ModelFile file = load_model(c);
+  EXPECT_EQ(file.model.sequence_length, 64);
+  EXPECT_EQ(file.model.layers, 2);
+  EXPECT_EQ(file.model.hidden, 128);  // tiny.toml's
+  const Config bad = default_config({"--model.file=" + tiny, "--model.heads=3"});
+  EXPECT_EQ(error_of([&] { load_model(bad); }), "command line: model.heads: hidden 128 is not divisible by 3 heads");
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 
 namespace geotrain::io {
@@ -35,7 +35,7 @@ TEST(ModelFile, BadFilesNameFileAndField) {
   std::filesystem::create_directories(dir);
   const std::string base = "[model]\nlayers = 2\nhidden = 8\nheads = 2\nsequence_length = 4\n";
   const std::pair<std::string, std::string> cases[] = {
-      {base + "vocabulary = 0\n", "model.vocabulary: must be a positive integer"},
+      {base + "vocabulary = 0\n", "model.vocabulary: must be an integer >= 1"},
       {base, "model.vocabulary: missing"},
       {base + "vocabulary = 9\nlayerz = 3\n", "model.layerz: unknown key"},
       {base + "vocabulary = 9\n[device]\npeak_tflops = -1\n", "device.peak_tflops: must be in"},

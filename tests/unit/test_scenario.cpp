@@ -15,7 +15,7 @@
 
 #include <unistd.h>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/workload.hpp"
@@ -237,7 +237,7 @@ TEST(ScenarioWorkload, DtfmOriginalPresetConstants) {
 
 TEST(ScenarioWorkload, ModelPresetUsesDefaultShape) {
   const Scenario scenario = load("two-sites-8.toml");
-  const auto expected = geotrain::plan::workload_from_model(geotrain::plan::ModelShape{}, 2, 4);
+  const auto expected = geotrain::plan::workload_from_model(geotrain::plan::TrainingShape{}, 2, 4);
   EXPECT_EQ(scenario.workload.c_pp_bytes, expected.c_pp_bytes);
   EXPECT_EQ(scenario.workload.c_dp_bytes, expected.c_dp_bytes);
   EXPECT_EQ(scenario.workload.model.name, "gpt3-xl");
@@ -265,7 +265,7 @@ gradient_bytes = 2
 model_name = "custom"
 )";
   const Scenario scenario = parse_scenario(text, "overrides.toml");
-  geotrain::plan::ModelShape shape;
+  geotrain::plan::TrainingShape shape;
   shape.name = "custom";
   shape.layers = 32;
   shape.hidden = 4096;
@@ -574,7 +574,7 @@ std::vector<BadInput> bad_inputs() {
        (matrix4(good_row_l, good_row_b) + "[workload]\npp = 2\ndp = 2\npreset = \"dtfm-original\"\nlayers = 4\n"),
        {"workload.preset: model fields"}},
       {"heads-do-not-divide", (matrix4(good_row_l, good_row_b) + "[workload]\npp = 2\ndp = 2\nheads = 3\n"),
-       {"workload.heads: hidden (2048) is not divisible by heads (3)"}},
+       {"workload.heads: hidden 2048 is not divisible by 3 heads"}},
       {"both-forms", (with_workload(matrix4(good_row_l, good_row_b) + kSites)),
        {"sites: cannot be combined with [network]"}},
       {"neither-form", kGoodWorkload, {"network: missing required field"}},

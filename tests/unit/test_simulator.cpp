@@ -329,21 +329,17 @@ TEST(Simulator, ProgramsReadAsTheSchedules) {
   EXPECT_EQ(program_text(Schedule::gpipe, 0, 1, 1, 2), "F0 B0 F0@1 B0@1");
 }
 
-ModelShape tiny_model() {
-  ModelShape m;
-  m.name = "tiny";
-  m.layers = 4;
-  m.hidden = 128;
-  m.heads = 4;
-  m.sequence_length = 128;
-  m.vocabulary = 256;
+// The tiny model (ModelShape's defaults) with the planner's wire sizes.
+TrainingShape tiny_model() {
+  TrainingShape m;
+  static_cast<ModelShape&>(m) = ModelShape{};
   return m;
 }
 
 TEST(Simulator, WorkFromFlops) {
   // One layer, one sequence of s = 128, h = 128:
   // 24 b s h^2 (1 + s/(6h)) = 24 * 128 * 16384 * 7/6 = 58,720,256 FLOPs.
-  const ModelShape m = tiny_model();
+  const TrainingShape m = tiny_model();
   EXPECT_DOUBLE_EQ(layer_forward_flops(m, 1), 58720256.0);
   SimulationConfig c;
   c.model = m;

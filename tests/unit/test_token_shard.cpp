@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "geotrain/io/byte_tokenizer.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/token_shard.hpp"
 
 namespace geotrain::io {

@@ -11,6 +11,7 @@ namespace geotrain::cli {
 
 struct PlanCommandOptions {
   std::string scenario;
+  std::string model;   // "": the scenario's [workload] model
   int pp = 0, dp = 0;  // 0: from the scenario file
   unsigned long long seed = 1;
   int candidates = 5000;

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "geotrain/io/token_shard.hpp"
-#include "geotrain/model/gpt_config.hpp"
+#include "geotrain/common/model_shape.hpp"
 
 namespace geotrain::io {
 
@@ -38,7 +38,7 @@ struct Checkpoint {
   std::int64_t completed_steps = 0;
   std::int64_t global_batch_sequences = 0;  // of the run that wrote it; 0: not recorded (older files)
   SamplerState sampler;
-  model::GptConfig model;
+  ModelShape model;
   std::string config_text;
   std::string plan_text;
   std::vector<CheckpointTensor> tensors;

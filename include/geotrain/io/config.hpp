@@ -6,14 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/common/run_choices.hpp"
+#include "geotrain/io/model_file.hpp"
+#include "geotrain/plan/placement.hpp"
+#include "geotrain/plan/simulator.hpp"
+
 namespace geotrain::io {
 
 struct Config {
   // [model]: the shape file (inputs/models/*.toml) and its overrides
+  // (0: the file's value); load_model() applies them.
   std::string model_file = "inputs/models/tiny.toml";  // defaults: relative to the working directory
+  int model_layers = 0, model_hidden = 0, model_heads = 0, model_vocabulary = 0, model_sequence_length = 0;
   // [device]
-  std::string device = "auto";             // auto | cpu | cuda
-  std::string matmul_precision = "fp32";   // fp32 | bf16
+  DeviceRequest device = DeviceRequest::automatic;         // auto | cpu | cuda
+  MatmulPrecision matmul_precision = MatmulPrecision::fp32;  // fp32 | bf16
   double device_peak_tflops = 0;           // for MFU; 0: the backend's default
   // [data]
   std::string data_train = "inputs/data/corpus_train.bin";  // paths in a file: relative to the file
@@ -32,9 +39,9 @@ struct Config {
   // train.gradient_accumulation is then the micro-batches per step of each
   // replica (the pipeline's m).
   int pipeline_stages = 1;
-  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe
+  plan::Schedule pipeline_schedule = plan::Schedule::one_f_one_b;  // 1f1b | gpipe
   std::vector<int> layers_per_stage;       // empty: an even split
-  std::string placement = "planned";       // planned | rank-order | dtfm-rank-order | random
+  plan::Placement placement = plan::Placement::planned;  // planned | rank-order | dtfm-rank-order | random
   int plan_candidates = 2000;              // the planner's search effort (per island)
   // [network]
   std::string network_matrix;              // scenario file to plan on instead of probing; "" = probe
@@ -45,7 +52,7 @@ struct Config {
   int checkpoint_every_steps = 0;          // 0: only at the end (and on SIGTERM)
   int checkpoint_keep = 3;                 // newest files kept
   std::string checkpoint_resume;           // "" | auto (the dir's latest, if any) | a checkpoint file
-  std::string transport = "auto";          // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
+  Transport transport = Transport::automatic;  // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
   // [timing]: the run's HDF5 timing file (io/timing_file.hpp)
   std::string timing_file = "runs/timing-{job}.h5";  // "" = none; {job}: Slurm job id or start time; relative to the working directory
   int timing_max_event_steps = 1000;       // steps whose events are kept (the first ones); per-step records always
@@ -53,13 +60,18 @@ struct Config {
   double learning_rate = 1e-3;
   double min_learning_rate_fraction = 0.1;
   int warmup_steps = 20;
+  int decay_steps = 0;                     // length of the cosine schedule; 0: train.steps
   double beta1 = 0.9;
   double beta2 = 0.95;
   double epsilon = 1e-8;
   double weight_decay = 0.1;
   double gradient_clip = 1.0;
 
-  std::string source;  // the file it came from, for messages
+  std::string source;                        // the file it came from, for messages
+  std::vector<std::string> command_line_keys;  // keys set by overrides, for messages
+
+  // Where `key`'s value came from: "command line" or the config file.
+  std::string origin_of(const std::string& key) const;
 };
 
 // Reads `path` (paths inside are relative to the file's folder), then applies
@@ -68,6 +80,9 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Defaults only (no file), then overrides.
 Config default_config(const std::vector<std::string>& overrides = {});
+// The model file with the config's model.* overrides applied and checked
+// (errors name the override's origin and key).
+ModelFile load_model(const Config& config);
 // Every key with its value, "section.key = value" lines (for logs and checkpoints).
 std::string describe(const Config& config);
 

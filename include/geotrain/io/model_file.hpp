@@ -5,7 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "geotrain/model/gpt_config.hpp"
+#include "geotrain/common/model_shape.hpp"
+#include "geotrain/plan/workload.hpp"
 
 namespace geotrain::io {
 
@@ -21,7 +22,7 @@ struct BatchShape {
 
 struct ModelFile {
   std::string path;
-  model::GptConfig model;
+  ModelShape model;
   std::optional<DeviceSpeed> device;
   std::optional<BatchShape> batch;
 };
@@ -30,5 +31,10 @@ struct ModelFile {
 // syntax error, an unknown key, a wrong type or a value out of range
 // (non-positive sizes, hidden not divisible by heads).
 ModelFile load_model_file(const std::string& path);
+
+// The file's model as `plan` and `simulate` plan it: its [batch] (default
+// 1024 sequences) and the cost model's default wire sizes (fp16
+// activations, fp32 gradients).
+plan::TrainingShape training_shape(const ModelFile& file);
 
 }  // namespace geotrain::io

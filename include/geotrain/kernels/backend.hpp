@@ -15,14 +15,12 @@
 #include <memory>
 #include <string>
 
+#include "geotrain/common/run_choices.hpp"
+
 namespace geotrain::kernels {
 
 enum class DeviceKind { cpu, cuda };
-// Precision of matmul/attention inputs on the wire to the math units. The
-// master weights, optimizer state, layernorm and softmax statistics are
-// always fp32; bf16 rounds the GEMM operands (CUDA: bf16 tensor cores with
-// fp32 accumulation; CPU: emulated by rounding, for parity tests only).
-enum class MatmulPrecision { fp32, bf16 };
+using geotrain::MatmulPrecision;  // common/run_choices.hpp
 
 class Backend {
  public:
@@ -113,9 +111,8 @@ std::unique_ptr<Backend> make_cpu_backend();
 // Throws geotrain::RunError with a clear message if the CUDA backend was not
 // compiled in or no GPU is usable.
 std::unique_ptr<Backend> make_cuda_backend();
-// "cpu", "cuda", or "auto" (CUDA if compiled and a GPU is usable, else CPU).
-// Throws geotrain::InputError for any other name.
-std::unique_ptr<Backend> make_backend(const std::string& device);
+// automatic: CUDA if compiled and a GPU is usable, else the CPU.
+std::unique_ptr<Backend> make_backend(DeviceRequest device);
 bool cuda_compiled();
 
 }  // namespace geotrain::kernels

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "geotrain/kernels/backend.hpp"
-#include "geotrain/model/gpt_config.hpp"
+#include "geotrain/common/model_shape.hpp"
 
 namespace geotrain::model {
 
@@ -18,7 +18,7 @@ struct StageSpec {
   int last_layer = 0;  // exclusive
   bool has_embedding = true;
   bool has_head = true;
-  static StageSpec whole(const GptConfig& config) { return {0, config.layers, true, true}; }
+  static StageSpec whole(const ModelShape& config) { return {0, config.layers, true, true}; }
 };
 
 // One named parameter tensor inside a stage's contiguous parameter buffer.
@@ -36,20 +36,20 @@ struct ParameterView {
 // The parameters a stage holds, in buffer order: a pure function of the
 // model and the layer range (checkpoints are checked against it before any
 // stage is built).
-std::vector<ParameterView> parameter_layout(const GptConfig& config, const StageSpec& spec);
+std::vector<ParameterView> parameter_layout(const ModelShape& config, const StageSpec& spec);
 
 class Stage {
  public:
   // `slots`: activation sets kept for backward (GPipe: the micro-batch
   // count; 1F1B: the number of stages; single rank: 1). B sequences of T
   // tokens per micro-batch.
-  Stage(const GptConfig& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
+  Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
         int slots);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
-  const GptConfig& config() const { return config_; }
+  const ModelShape& config() const { return config_; }
   const StageSpec& spec() const { return spec_; }
   const std::vector<ParameterView>& parameters() const { return views_; }
   std::size_t parameter_count() const { return parameter_count_; }
@@ -89,7 +89,7 @@ class Stage {
   void layer_forward(int layer, const float* input, LayerActivations& a);
   void layer_backward(int layer, const float* input, const LayerActivations& a);
 
-  GptConfig config_;
+  ModelShape config_;
   StageSpec spec_;
   kernels::Backend& backend_;
   int B_, T_, C_, V_, NH_;

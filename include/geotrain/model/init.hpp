@@ -10,6 +10,6 @@ namespace geotrain::model {
 // 1/sqrt(2 * layers) (GPT-2), biases 0, layernorm weights 1. Each tensor is
 // drawn from its own stream seeded by (seed, name), so a parameter gets the
 // same values whichever stage holds it.
-void fill_initial_values(const ParameterView& view, const GptConfig& config, std::uint64_t seed, float* out);
+void fill_initial_values(const ParameterView& view, const ModelShape& config, std::uint64_t seed, float* out);
 
 }  // namespace geotrain::model

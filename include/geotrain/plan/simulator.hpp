@@ -50,7 +50,7 @@ constexpr double kV100PeakTflops = 125.0;
 constexpr double kCalibratedEfficiency = 0.34;
 
 struct SimulationConfig {
-  ModelShape model;                  // layers, hidden, sequence, vocabulary, activation/gradient bytes
+  TrainingShape model;               // layers, hidden, sequence, vocabulary, activation/gradient bytes
   int global_batch_sequences = 1024; // sequences per iteration, all replicas
   int micro_batch_sequences = 1;
   int micro_batches_per_flush = 64;  // pipeline flush size (the paper's runs: 64); 0 = one flush

@@ -3,18 +3,23 @@
 #pragma once
 #include <string>
 
+#include "geotrain/common/model_shape.hpp"
+
 namespace geotrain::plan {
 
-struct ModelShape {
-  std::string name = "gpt3-xl";
-  int layers = 24;
-  int hidden = 2048;
-  int heads = 16;
-  int sequence_length = 2048;
-  int vocabulary = 50257;
-  double tokens_per_step = 1024.0 * 2048.0;  // global batch: 1024 sequences
-  int activation_bytes = 2;                  // fp16 activations on the wire
-  int gradient_bytes = 4;                    // fp32 gradients in the exchange
+// A model as the cost model sees it: its shape, the tokens of one global
+// batch (every replica's micro-batches) and the bytes of a value on the wire.
+// Default: the paper's GPT3-XL, batch 1024 sequences, fp16 activations.
+struct TrainingShape : ModelShape {
+  TrainingShape() : ModelShape(gpt3_xl_shape()) {}
+  TrainingShape(const ModelShape& shape, double tokens, int activation_value_bytes, int gradient_value_bytes)
+      : ModelShape(shape),
+        tokens_per_step(tokens),
+        activation_bytes(activation_value_bytes),
+        gradient_bytes(gradient_value_bytes) {}
+  double tokens_per_step = 1024.0 * 2048.0;
+  int activation_bytes = 2;  // fp16 activations on the wire
+  int gradient_bytes = 4;    // fp32 gradients in the exchange
 };
 
 struct Workload {
@@ -23,7 +28,7 @@ struct Workload {
   double c_pp_bytes = 0;    // activations crossing one stage boundary, one replica, one iteration
   double c_dp_bytes = 0;    // gradient bytes of one stage
   std::string origin;       // "model" or "dtfm-original"
-  ModelShape model;
+  TrainingShape model;
   int devices() const { return pipeline_stages * data_parallel; }
 };
 
@@ -33,7 +38,7 @@ double model_parameters(const ModelShape& model);
 
 // c_PP = (tokens_per_step / D_dp) * hidden * activation_bytes
 // c_DP = model_parameters / D_pp * gradient_bytes
-Workload workload_from_model(const ModelShape& model, int pipeline_stages, int data_parallel);
+Workload workload_from_model(const TrainingShape& model, int pipeline_stages, int data_parallel);
 
 // The constants of the original DT-FM scheduler, reproduced exactly so that
 // costs compare one-to-one with its published runs (reference §2.1, §8.2):

@@ -22,7 +22,7 @@ std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::Ad
 // `checkpoint` is not of `model` (shape attributes, every tensor of the whole
 // model present at its shape). Every rank checks before planning, so a wrong
 // checkpoint stops the job as bad input, not mid-start-up.
-void check_checkpoint_fits(const io::Checkpoint& checkpoint, const model::GptConfig& model, const std::string& path);
+void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& model, const std::string& path);
 
 // Loads every parameter of `stage` and its moments from `checkpoint` by
 // name; `path` names the file in errors. Throws InputError when the model

@@ -80,6 +80,6 @@ class MpiCollectives : public Collectives {
 // The whole job on MPI_COMM_WORLD (every rank calls it with the same config).
 // Errors every rank meets alike (config, model, data, matrix) surface as
 // InputError on all ranks; a rank that fails alone aborts the job.
-TrainResult train_distributed(const io::Config& config, const model::GptConfig& model, std::ostream& log);
+TrainResult train_distributed(const io::Config& config, const ModelShape& model, std::ostream& log);
 
 }  // namespace geotrain::runtime

@@ -9,7 +9,7 @@
 
 #include "geotrain/io/config.hpp"
 #include "geotrain/io/timing_file.hpp"
-#include "geotrain/model/gpt_config.hpp"
+#include "geotrain/common/model_shape.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/runtime/trainer.hpp"
@@ -36,7 +36,7 @@ JobDescription single_rank_job(const std::string& device);
 
 // `reporting` is the reporting rank's result (losses, learning rates);
 // `ranks[r]` is rank r's timing.
-io::TimingRun make_timing_run(const io::Config& config, const model::GptConfig& model, const JobDescription& job,
+io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model, const JobDescription& job,
                               const TrainResult& reporting, const std::vector<RankTiming>& ranks);
 
 // Median over the recorded steps of each stage's forward, backward (per

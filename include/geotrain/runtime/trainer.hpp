@@ -5,6 +5,7 @@
 // replica) and under MPI (trainer links and collectives from mpi_training.hpp).
 #pragma once
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,33 +48,55 @@ struct TrainResult {
   std::string device;                   // the backend's description
 };
 
-// This rank's part of the job.
+// What every rank reads and checks before it talks to the others (any
+// failure is bad input, exit 2): the config, the model with its overrides,
+// the token data, and the checkpoint to resume from, if any.
+struct RunInputs {
+  io::Config config;
+  ModelShape model;
+  std::optional<io::TokenDataset> data;
+  std::optional<io::Checkpoint> resume;
+  std::string resume_path;
+};
+
+// Loads data and the resume checkpoint for `config` and `model`; checks the
+// checkpoint fits the model and leaves steps to train (InputError naming
+// train.steps otherwise).
+RunInputs prepare_run(io::Config config, const ModelShape& model);
+// The same from a config file ("" = defaults) and --key=value overrides.
+RunInputs read_run_inputs(const std::string& config_file, const std::vector<std::string>& overrides);
+
+// This rank's place in the job.
 struct RankRole {
-  int stage = 0, stages = 1;        // pipeline position
-  int replica = 0, replicas = 1;    // data-parallel position
-  int rank = 0;                     // in the job (MPI_COMM_WORLD), for timing records
-  bool reports = true;              // prints progress (one rank per job)
-  model::StageSpec spec{};          // the layers it holds; default: set from the model (whole)
-  bool whole_model = true;          // spec is the whole model
-  PipelineLinks* links = nullptr;   // required when stages > 1
-  Collectives* collectives = nullptr;  // required when stages > 1 or replicas > 1
-  io::TokenDataset* data = nullptr;    // already loaded; null: loaded from the config
-  kernels::Backend* backend = nullptr; // already made (the links may need it); null: from the config
-  CheckpointSink* checkpoints = nullptr;  // null: a LocalCheckpointSink when checkpoint.dir is set
-  const io::Checkpoint* resume = nullptr; // loaded already; null: from checkpoint.resume if set
-  std::string resume_path;                // the file `resume` came from, for messages
-  std::string plan_text;                  // stored in checkpoints
+  int stage = 0, stages = 1;      // pipeline position
+  int replica = 0, replicas = 1;  // data-parallel position
+  int rank = 0;                   // in the job (MPI_COMM_WORLD), for timing records
+  bool reports = true;            // prints progress (one rank per job)
+  model::StageSpec spec{};        // the layers it holds
+  std::string plan_text;          // stored in checkpoints
+};
+
+// What the rank trains on and talks through.
+struct RankConnections {
+  kernels::Backend& backend;
+  PipelineLinks& links;              // never used by a single-stage pipeline
+  Collectives& collectives;
+  CheckpointSink* checkpoints;       // null: no checkpoints
 };
 
 // FLOPs of one token's forward + backward: 6 per parameter plus attention's
 // 12 * layers * hidden * sequence (the usual estimate; no recomputation).
-double flops_per_token(const model::GptConfig& config, double parameters);
+double flops_per_token(const ModelShape& config, double parameters);
 
 // Trains this rank's stage. Every rank of a job calls it with the same
 // config; the global batch of a step is replicas * gradient_accumulation
 // micro-batches of micro_batch_sequences sequences. Throws RunError when the
 // loss stops being finite (on every rank: the loss is global).
-TrainResult train(const io::Config& config, const model::GptConfig& model, const RankRole& role, std::ostream& log);
+TrainResult train(RunInputs& inputs, const RankRole& role, const RankConnections& with, std::ostream& log);
+
+// The progress line's ETA: `elapsed_s` since this run began at
+// `first_step` (a resumed run's checkpoint), after 0-based `step`.
+double remaining_seconds(double elapsed_s, int first_step, int step, int train_steps);
 
 // "final validation loss 2.411160 (before training 5.519800), 18365 tokens/s\n"
 std::string final_summary(const TrainResult& result);
@@ -81,7 +104,7 @@ std::string final_summary(const TrainResult& result);
 // "geotrain: stopped by SIGTERM after step 37; checkpoint ...; run again with --checkpoint.resume=auto to continue\n"
 std::string stopped_summary(const TrainResult& result);
 
-// One rank, the whole model.
-TrainResult train_single_rank(const io::Config& config, const model::GptConfig& model, std::ostream& log);
+// One rank, the whole model; checkpoints in checkpoint.dir if set.
+TrainResult train_single_rank(RunInputs& inputs, std::ostream& log);
 
 }  // namespace geotrain::runtime

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "geotrain/io/checkpoint.hpp"
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/io/token_shard.hpp"
@@ -34,13 +34,9 @@ namespace {
 // What every rank prepares before talking to the others; failures here are
 // bad input (exit 2) unless said otherwise.
 struct Setup {
-  io::Config config;
-  io::ModelFile model;
+  RunInputs inputs;
   std::vector<model::StageSpec> stages;
-  std::optional<io::TokenDataset> data;
   std::optional<plan::Network> matrix;  // network.matrix, when given
-  std::optional<io::Checkpoint> resume; // checkpoint.resume, when it names a checkpoint
-  std::string resume_path;
 };
 
 // Rank 0 writes the checkpoint: the other ranks' tensors are gathered to it
@@ -105,7 +101,7 @@ RankTiming unpack_timing(const std::vector<std::uint8_t>& bytes) {
 
 // Every rank's events to rank 0, which writes the timing file; the others
 // wait for its verdict, so the launcher does not stop rank 0 mid-write.
-bool write_job_timing(const std::string& path, const io::Config& config, const model::GptConfig& model,
+bool write_job_timing(const std::string& path, const io::Config& config, const ModelShape& model,
                       const JobDescription& job, const TrainResult& result, double deadline_s) {
   const auto parts = gather_bytes(MPI_COMM_WORLD, pack_timing(result), 0, deadline_s, "gathering timing events");
   std::vector<std::uint8_t> verdict;
@@ -125,43 +121,35 @@ bool write_job_timing(const std::string& path, const io::Config& config, const m
 }
 
 void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
-  s.config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
-  const std::string where = s.config.source.empty() ? "command line" : s.config.source;
-  s.model = io::load_model_file(s.config.model_file);
-  const int pp = s.config.pipeline_stages;
+  const io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
+  const ModelShape model = io::load_model(config).model;
+  const int pp = config.pipeline_stages;
   if (ranks % pp != 0) {
-    throw InputError(where + ": pipeline.stages: " + std::to_string(pp) + " does not divide the " +
-                     std::to_string(ranks) + " ranks of this job (ranks = stages x data-parallel replicas; change "
-                     "the rank count or pipeline.stages)");
+    throw InputError(config.origin_of("pipeline.stages") + ": pipeline.stages: " + std::to_string(pp) +
+                     " does not divide the " + std::to_string(ranks) +
+                     " ranks of this job (ranks = stages x data-parallel replicas; change the rank count or "
+                     "pipeline.stages)");
   }
+  const char* split_key = config.layers_per_stage.empty() ? "pipeline.stages" : "pipeline.layers_per_stage";
   try {
-    s.stages = model::split_layers(s.model.model.layers, pp, s.config.layers_per_stage);
+    s.stages = model::split_layers(model.layers, pp, config.layers_per_stage);
   } catch (const std::invalid_argument& e) {
-    const char* field = s.config.layers_per_stage.empty() ? "pipeline.stages" : "pipeline.layers_per_stage";
-    throw InputError(where + ": " + field + ": " + e.what());
+    throw InputError(config.origin_of(split_key) + ": " + split_key + ": " + e.what());
   }
-  s.data.emplace(io::TokenDataset::from_shards(s.config.data_train, s.config.data_validation,
-                                              s.model.model.vocabulary, s.config.seed));
-  if (!s.config.network_matrix.empty()) {
+  if (!config.network_matrix.empty()) {
     // Only the network is used: the job sets the workload (a probed matrix
     // has no [workload]; a scenario's is ignored).
     io::WorkloadOverrides network_only;
     network_only.network_only = true;
-    io::Scenario scenario = io::load_scenario(s.config.network_matrix, network_only);
+    io::Scenario scenario = io::load_scenario(config.network_matrix, network_only);
     if (scenario.network.device_count != ranks) {
-      throw InputError(s.config.network_matrix + ": devices: the matrix has " +
+      throw InputError(config.network_matrix + ": devices: the matrix has " +
                        std::to_string(scenario.network.device_count) + " devices but the job has " +
                        std::to_string(ranks) + " ranks (network.matrix must describe exactly the job's ranks)");
     }
     s.matrix = std::move(scenario.network);
   }
-  if (!s.config.checkpoint_resume.empty()) {
-    s.resume_path = io::resolve_resume(s.config.checkpoint_dir, s.config.checkpoint_resume);
-    if (!s.resume_path.empty()) {
-      s.resume.emplace(io::read_checkpoint_file(s.resume_path));
-      check_checkpoint_fits(*s.resume, s.model.model, s.resume_path);
-    }
-  }
+  s.inputs = prepare_run(config, model);
 }
 
 // Collective: returns 0 when no rank failed; otherwise the lowest failing
@@ -184,19 +172,11 @@ int agree_on_failure(const std::string& error, int code, double deadline_s) {
   return code;
 }
 
-plan::ModelShape shape_of(const model::GptConfig& m, const io::Config& c, int replicas) {
-  plan::ModelShape shape;
-  shape.name = m.name;
-  shape.layers = m.layers;
-  shape.hidden = m.hidden;
-  shape.heads = m.heads;
-  shape.sequence_length = m.sequence_length;
-  shape.vocabulary = m.vocabulary;
-  shape.tokens_per_step = static_cast<double>(c.micro_batch_sequences) * m.sequence_length *
-                          c.gradient_accumulation * replicas;
-  shape.activation_bytes = 4;  // fp32 on the wire
-  shape.gradient_bytes = 4;
-  return shape;
+// The model as the planner sees it: fp32 activations and gradients on the wire.
+plan::TrainingShape shape_of(const ModelShape& m, const io::Config& c, int replicas) {
+  const double tokens_per_step =
+      static_cast<double>(c.micro_batch_sequences) * m.sequence_length * c.gradient_accumulation * replicas;
+  return plan::TrainingShape(m, tokens_per_step, 4, 4);
 }
 
 std::string format_plan(const plan::Plan& p, const std::string& placement, const plan::Network& net) {
@@ -214,6 +194,121 @@ std::string format_plan(const plan::Plan& p, const std::string& placement, const
     out << "\n";
   }
   return out.str();
+}
+
+// The network the planner sees: network.matrix, else probed (one rank: trivial).
+plan::Network job_network(const Setup& setup, int ranks, bool talk, std::ostream& log) {
+  const io::Config& config = setup.inputs.config;
+  if (setup.matrix) {
+    if (talk) log << "network: " << config.network_matrix << " (" << ranks << " ranks, not probed)\n";
+    return *setup.matrix;
+  }
+  plan::Network network;
+  if (ranks == 1) {
+    network.device_count = 1;
+    network.latency_s = {0.0};
+    network.bandwidth_bytes_per_s = {1.0};
+    return network;
+  }
+  ProbeOptions probe;
+  probe.large_bytes = config.probe_bytes;
+  probe.deadline_s = config.network_deadline_s;
+  const double start = MPI_Wtime();
+  network = probe_network(MPI_COMM_WORLD, probe);
+  if (talk) {
+    char line[128];
+    std::snprintf(line, sizeof line, "network: probed %d ranks in %.2f s\n", ranks, MPI_Wtime() - start);
+    log << line;
+  }
+  return network;
+}
+
+// The plan, made on rank 0 and checked everywhere.
+plan::Plan plan_job(const io::Config& config, const ModelShape& model, const plan::Network& network, int ranks,
+                    bool talk, std::ostream& log) {
+  int rank = 0;
+  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  const int pp = config.pipeline_stages, dp = ranks / pp;
+  plan::Plan the_plan;
+  if (rank == 0) {
+    try {
+      plan::SearchOptions options;
+      options.seed = config.seed;
+      options.candidates = config.plan_candidates;
+      const plan::Workload workload = plan::workload_from_model(shape_of(model, config, dp), pp, dp);
+      the_plan = plan::make_placement(plan::CostModel(network, workload), config.placement, options).plan;
+    } catch (const std::exception& e) {
+      abort_all(std::string("planning failed: ") + e.what());
+    }
+  }
+  the_plan = broadcast_plan(MPI_COMM_WORLD, the_plan, config.network_deadline_s);
+  if (talk) log << format_plan(the_plan, plan::to_string(config.placement), network) << std::flush;
+  return the_plan;
+}
+
+// The rank's backend, pipeline links and collectives: NCCL on GPUs where
+// built (unless network.transport = mpi), else MPI.
+class JobConnections {
+ public:
+  JobConnections(const io::Config& config, const Topology& topology, bool talk, std::ostream& log)
+      : mpi_collectives_(topology, config.network_deadline_s) {
+    const double deadline_s = config.network_deadline_s;
+    try {
+      backend_ = kernels::make_backend(config.device);
+    } catch (const std::exception& e) {
+      abort_all(e.what());
+    }
+    const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
+#ifdef GEOTRAIN_HAVE_NCCL
+    if (on_gpu && config.transport != Transport::mpi) {
+      links_ = make_nccl_links(topology, *backend_, deadline_s);
+      nccl_collectives_ = make_nccl_collectives(topology, *backend_, mpi_collectives_, deadline_s);
+    }
+#endif
+    if (config.transport == Transport::nccl && !links_) {
+      abort_all(std::string("network.transport = nccl: ") +
+                (on_gpu ? "this geotrain was built without NCCL" : "this rank trains on the CPU") +
+                " (use network.transport = mpi)");
+    }
+    if (!links_) links_ = std::make_unique<MpiPipelineLinks>(topology, deadline_s);
+    if (talk) log << "transport: " << (nccl_collectives_ ? "NCCL" : "MPI") << "\n";
+    if (!config.checkpoint_dir.empty()) sink_.emplace(config.checkpoint_dir, config.checkpoint_keep, deadline_s);
+  }
+
+  RankConnections get() {
+    Collectives& collectives = nccl_collectives_ ? *nccl_collectives_ : static_cast<Collectives&>(mpi_collectives_);
+    return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr};
+  }
+
+ private:
+  std::unique_ptr<kernels::Backend> backend_;
+  MpiCollectives mpi_collectives_;
+  std::unique_ptr<PipelineLinks> links_;
+  std::unique_ptr<Collectives> nccl_collectives_;
+  std::optional<MpiCheckpointSink> sink_;
+};
+
+// Rank 0's closing lines: the summary and where a step's time went.
+void report_job_end(const TrainResult& result, const io::Config& config, int ranks, int pp, std::ostream& log) {
+  if (result.stopped_by_signal) {
+    std::cerr << stopped_summary(result);
+  } else {
+    log << final_summary(result);
+  }
+  if (config.quiet) return;
+  const StepBreakdown& b = result.breakdown;
+  // The pipeline share of the pipeline phase: the bubble plus transfers.
+  const int m = config.gradient_accumulation;
+  const double measured = b.pipeline_s / (b.compute_s + b.pipeline_s);
+  const double ideal = static_cast<double>(pp - 1) / (m + pp - 1);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "time per step (mean over %d ranks): %.1f ms = compute %.1f + pipeline %.1f + data-parallel %.1f "
+                "+ optimizer %.1f ms\n"
+                "pipeline idle %.1f%% of the pipeline phase (bubble (p-1)/(m+p-1) = %.1f%% for p=%d, m=%d)\n",
+                ranks, 1e3 * b.step_s, 1e3 * b.compute_s, 1e3 * b.pipeline_s, 1e3 * b.data_parallel_s,
+                1e3 * b.optimizer_s, 100 * measured, 100 * ideal, pp, m);
+  log << line;
 }
 
 }  // namespace
@@ -236,97 +331,26 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   }
   // Inputs are not read yet when the config itself failed: fall back to a
   // short deadline that still outlasts slow file systems.
-  const double deadline_s = code == 0 ? setup.config.network_deadline_s : 120.0;
+  const double deadline_s = code == 0 ? setup.inputs.config.network_deadline_s : 120.0;
   if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
-  const io::Config& config = setup.config;
-  const model::GptConfig& model = setup.model.model;
-  const int pp = config.pipeline_stages, dp = ranks / pp;
+  const io::Config& config = setup.inputs.config;
+  const bool talk = root && !config.quiet;
 
-  // 1. The network: measured, or given.
-  plan::Network network;
-  if (setup.matrix) {
-    network = *setup.matrix;
-    if (root && !config.quiet) log << "network: " << config.network_matrix << " (" << ranks << " ranks, not probed)\n";
-  } else if (ranks > 1) {
-    ProbeOptions probe;
-    probe.large_bytes = config.probe_bytes;
-    probe.deadline_s = deadline_s;
-    const double start = MPI_Wtime();
-    network = probe_network(MPI_COMM_WORLD, probe);
-    if (root && !config.quiet) {
-      char line[128];
-      std::snprintf(line, sizeof line, "network: probed %d ranks in %.2f s\n", ranks, MPI_Wtime() - start);
-      log << line;
-    }
-  } else {
-    network.device_count = 1;
-    network.latency_s = {0.0};
-    network.bandwidth_bytes_per_s = {1.0};
-  }
-
-  // 2. The plan, on rank 0, checked everywhere.
-  plan::Plan the_plan;
-  if (root) {
-    try {
-      plan::Placement placement = plan::Placement::planned;
-      plan::parse_placement(config.placement, &placement);
-      plan::SearchOptions options;
-      options.seed = config.seed;
-      options.candidates = config.plan_candidates;
-      const plan::Workload workload = plan::workload_from_model(shape_of(model, config, dp), pp, dp);
-      the_plan = plan::make_placement(plan::CostModel(network, workload), placement, options).plan;
-    } catch (const std::exception& e) {
-      abort_all(std::string("planning failed: ") + e.what());
-    }
-  }
-  the_plan = broadcast_plan(MPI_COMM_WORLD, the_plan, deadline_s);
-  if (root && !config.quiet) log << format_plan(the_plan, config.placement, network) << std::flush;
-
-  // 3. Communicators, then 4. training.
-  Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s);
-  std::unique_ptr<kernels::Backend> backend;
-  try {
-    backend = kernels::make_backend(config.device);
-  } catch (const std::exception& e) {
-    abort_all(e.what());
-  }
-  MpiCollectives mpi_collectives(topology, deadline_s);
-  std::unique_ptr<PipelineLinks> links;
-  std::unique_ptr<Collectives> nccl_collectives;
-  const bool on_gpu = backend->kind() == kernels::DeviceKind::cuda;
-#ifdef GEOTRAIN_HAVE_NCCL
-  if (on_gpu && config.transport != "mpi") {
-    links = make_nccl_links(topology, *backend, deadline_s);
-    nccl_collectives = make_nccl_collectives(topology, *backend, mpi_collectives, deadline_s);
-  }
-#endif
-  if (config.transport == "nccl" && !links) {
-    abort_all(std::string("network.transport = nccl: ") +
-              (on_gpu ? "this geotrain was built without NCCL" : "this rank trains on the CPU") +
-              " (use network.transport = mpi)");
-  }
-  if (!links) links = std::make_unique<MpiPipelineLinks>(topology, deadline_s);
-  Collectives& collectives = nccl_collectives ? *nccl_collectives : mpi_collectives;
-  if (root && !config.quiet) log << "transport: " << (nccl_collectives ? "NCCL" : "MPI") << "\n";
+  const plan::Network network = job_network(setup, ranks, talk, log);  // 1. measured, or given
+  const plan::Plan the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, log);  // 2. on rank 0
+  const Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s);  // 3. communicators
+  JobConnections connections(config, topology, talk, log);
   RankRole role;
-  role.stage = topology.stage, role.stages = pp;
-  role.replica = topology.replica, role.replicas = dp;
+  role.stage = topology.stage, role.stages = the_plan.pipeline_stages;
+  role.replica = topology.replica, role.replicas = the_plan.data_parallel;
   role.rank = rank;
   role.reports = root;
   role.spec = setup.stages[topology.stage];
-  role.whole_model = false;
-  role.links = links.get();
-  role.collectives = &collectives;
-  role.backend = backend.get();
-  role.data = &*setup.data;
-  std::optional<MpiCheckpointSink> sink;
-  if (!config.checkpoint_dir.empty()) role.checkpoints = &sink.emplace(config.checkpoint_dir, config.checkpoint_keep, deadline_s);
-  if (setup.resume) role.resume = &*setup.resume, role.resume_path = setup.resume_path;
-  role.plan_text = format_plan(the_plan, config.placement, network);
+  role.plan_text = format_plan(the_plan, plan::to_string(config.placement), network);
   const std::string timing_path = root ? io::expand_run_name(config.timing_file) : "";
   TrainResult result;
   try {
-    result = train(config, model, role, log);
+    result = train(setup.inputs, role, connections.get(), log);  // 4. training
   } catch (const std::exception& e) {
     abort_all(e.what());
   }
@@ -337,31 +361,10 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
     job.network_source = setup.matrix ? config.network_matrix : (ranks > 1 ? "probed" : "single rank");
     job.plan = the_plan;
     job.plan_text = role.plan_text;
-    if (!write_job_timing(timing_path, config, model, job, result, deadline_s)) return kExitRunError;
-    if (root && !config.quiet) log << "timing: " << timing_path << "\n";
+    if (!write_job_timing(timing_path, config, setup.inputs.model, job, result, deadline_s)) return kExitRunError;
+    if (talk) log << "timing: " << timing_path << "\n";
   }
-  if (root) {
-    const StepBreakdown& b = result.breakdown;
-    if (result.stopped_by_signal) {
-      std::cerr << stopped_summary(result);
-    } else {
-      log << final_summary(result);
-    }
-    if (!config.quiet) {
-      // The pipeline share of the pipeline phase: the bubble plus transfers.
-      const int m = config.gradient_accumulation;
-      const double measured = b.pipeline_s / (b.compute_s + b.pipeline_s);
-      const double ideal = static_cast<double>(pp - 1) / (m + pp - 1);
-      char line[320];
-      std::snprintf(line, sizeof line,
-                    "time per step (mean over %d ranks): %.1f ms = compute %.1f + pipeline %.1f + data-parallel %.1f "
-                    "+ optimizer %.1f ms\n"
-                    "pipeline idle %.1f%% of the pipeline phase (bubble (p-1)/(m+p-1) = %.1f%% for p=%d, m=%d)\n",
-                    ranks, 1e3 * b.step_s, 1e3 * b.compute_s, 1e3 * b.pipeline_s, 1e3 * b.data_parallel_s,
-                    1e3 * b.optimizer_s, 100 * measured, 100 * ideal, pp, m);
-      log << line;
-    }
-  }
+  if (root) report_job_end(result, config, ranks, the_plan.pipeline_stages, log);
   return result.stopped_by_signal ? kExitRunError : 0;
 }
 

@@ -5,7 +5,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 
 namespace geotrain::runtime {

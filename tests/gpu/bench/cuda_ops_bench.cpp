@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "geotrain/io/errors.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 
 namespace {

@@ -1,0 +1,22 @@
+// The shape of a GPT model: the one description that `train`, `plan` and
+// `simulate` read from a model file (inputs/models/*.toml, io/model_file.hpp).
+// Header-only and dependency-free, so the pure planning library can use it.
+#pragma once
+#include <string>
+
+namespace geotrain {
+
+struct ModelShape {
+  std::string name = "tiny";
+  int layers = 4;
+  int hidden = 128;
+  int heads = 4;
+  int vocabulary = 256;
+  int sequence_length = 128;
+};
+
+// GPT3-XL as the paper plans it (reference dtfm-paper.md §2.1): the
+// planner's model when a scenario names none.
+inline ModelShape gpt3_xl_shape() { return {"gpt3-xl", 24, 2048, 16, 50257, 2048}; }
+
+}  // namespace geotrain
