@@ -17,48 +17,33 @@ namespace {
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
                             MatmulPrecision*, Transport*, plan::Schedule*, plan::Placement*>;
 
-// The names each closed choice accepts, in the order messages list them.
+// Every value of a closed choice, in declaration order: the choices are
+// enums numbered from 0 whose to_string says "?" past the last value.
 template <class Choice>
-struct Choices;
-template <>
-struct Choices<DeviceRequest> {
-  static constexpr std::initializer_list<DeviceRequest> all = {DeviceRequest::automatic, DeviceRequest::cpu,
-                                                               DeviceRequest::cuda};
-  static bool parse(const std::string& text, DeviceRequest* out) { return parse_device_request(text, out); }
-};
-template <>
-struct Choices<MatmulPrecision> {
-  static constexpr std::initializer_list<MatmulPrecision> all = {MatmulPrecision::fp32, MatmulPrecision::bf16};
-  static bool parse(const std::string& text, MatmulPrecision* out) { return parse_matmul_precision(text, out); }
-};
-template <>
-struct Choices<Transport> {
-  static constexpr std::initializer_list<Transport> all = {Transport::automatic, Transport::mpi, Transport::nccl};
-  static bool parse(const std::string& text, Transport* out) { return parse_transport(text, out); }
-};
-template <>
-struct Choices<plan::Schedule> {
-  static constexpr std::initializer_list<plan::Schedule> all = {plan::Schedule::one_f_one_b, plan::Schedule::gpipe};
-  static bool parse(const std::string& text, plan::Schedule* out) { return plan::parse_schedule(text, out); }
-};
-template <>
-struct Choices<plan::Placement> {
-  static constexpr std::initializer_list<plan::Placement> all = {plan::Placement::planned, plan::Placement::rank_order,
-                                                                 plan::Placement::dtfm_rank_order, plan::Placement::random};
-  static bool parse(const std::string& text, plan::Placement* out) { return plan::parse_placement(text, out); }
-};
+std::vector<Choice> all_values() {
+  std::vector<Choice> values;
+  for (int i = 0; to_string(static_cast<Choice>(i)) != "?"; ++i) values.push_back(static_cast<Choice>(i));
+  return values;
+}
+
+template <class Choice>
+bool parse_value(const std::string& text, Choice* out) {
+  for (Choice c : all_values<Choice>()) {
+    if (to_string(c) == text) return *out = c, true;
+  }
+  return false;
+}
 
 template <class Choice>
 std::string choice_names() {
   std::string names;
-  for (Choice c : Choices<Choice>::all) names += (names.empty() ? "" : ", ") + to_string(c);
+  for (Choice c : all_values<Choice>()) names += (names.empty() ? "" : ", ") + to_string(c);
   return names;
 }
-struct Field {
-  const char* key;
-  Target target;
-  bool is_path = false;
-};
+
+}  // namespace
+
+namespace {
 
 std::vector<Field> fields(Config& c) {
   return {
@@ -151,7 +136,7 @@ void assign(Field& f, const toml::node& node, const std::string& where, const st
           }
         } else if constexpr (std::is_enum_v<T>) {
           auto v = node.value<std::string>();
-          if (!v || !Choices<T>::parse(*v, target)) {
+          if (!v || !parse_value(*v, target)) {
             fail(where, key, "must be one of " + choice_names<T>() + ", got " + (v ? "'" + *v + "'" : type_name(node)));
           }
         } else if constexpr (std::is_same_v<T, bool>) {

@@ -87,7 +87,7 @@ if(TARGET geotrain_runtime)
                      train --model.file=${BAD}/no-such-model.toml)
   expect_input_error(train-pipeline-without-mpirun "pipeline.stages: 2 stages need a multiple of 2 ranks: start geotrain under mpirun"
                      train --pipeline.stages=2)
-  expect_input_error(train-bad-schedule "command line: pipeline.schedule: must be one of 1f1b, gpipe" train --pipeline.schedule=zb)
+  expect_input_error(train-bad-schedule "command line: pipeline.schedule: must be one of gpipe, 1f1b" train --pipeline.schedule=zb)
   add_test(NAME cli.train.cuda-without-gpu
            COMMAND ${EXPECT} 1 "device = cuda: .*(without the CUDA backend|no usable GPU)" -- ${GT} train
                    --device.kind=cuda --train.steps=1 --optimizer.warmup_steps=0)

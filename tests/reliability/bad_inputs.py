@@ -160,7 +160,7 @@ class Table:
                  args=["--network.transport=nccl", "--device.kind=cpu"])
         self.add("config", "warmup-longer-than-run", r"optimizer\.warmup_steps: is larger than train\.steps",
                  args=["--optimizer.warmup_steps=5"])
-        self.add("config", "bad-schedule", r"pipeline\.schedule: must be one of 1f1b, gpipe", args=["--pipeline.schedule=zb"])
+        self.add("config", "bad-schedule", r"pipeline\.schedule: must be one of gpipe, 1f1b", args=["--pipeline.schedule=zb"])
         self.add("config", "bad-placement", r"pipeline\.placement: must be one of planned", args=["--pipeline.placement=best"])
         self.add("config", "missing-model-file", r"no-such-model\.toml: cannot open",
                  args=["--model.file=" + os.path.join(self.bad, "no-such-model.toml")])

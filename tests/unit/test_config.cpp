@@ -56,7 +56,7 @@ TEST(Config, BadInputNamesFileAndKey) {
   };
   const Case cases[] = {
       {"[train]\nstepz = 3\n", {}, "train.stepz: unknown key (did you mean 'train.steps'?)"},
-      {"[pipeline]\nschedule = \"zb\"\n", {}, "pipeline.schedule: must be one of 1f1b, gpipe, got 'zb'"},
+      {"[pipeline]\nschedule = \"zb\"\n", {}, "pipeline.schedule: must be one of gpipe, 1f1b, got 'zb'"},
       {"[trian]\nsteps = 3\n", {}, "trian.steps: unknown key"},
       {"[train]\nsteps = \"many\"\n", {}, "train.steps: must be an integer"},
       {"[train]\nsteps = 0\n", {}, "train.steps: must be > 0"},

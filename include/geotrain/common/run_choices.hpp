@@ -1,9 +1,10 @@
 // The run's closed choices besides the planner's (plan::Schedule,
 // plan::Placement): typed once when the config is read, never compared as
-// text afterwards. parse_* return false for an unknown name.
+// text afterwards.
 #pragma once
-#include <initializer_list>
 #include <string>
+
+#include "geotrain/common/enum_names.hpp"
 
 namespace geotrain {
 
@@ -15,27 +16,19 @@ enum class Transport { automatic, mpi, nccl };      // network.transport: auto =
 // accumulation; CPU: emulated by rounding, for parity tests only).
 enum class MatmulPrecision { fp32, bf16 };
 
-inline std::string to_string(DeviceRequest d) {
-  return d == DeviceRequest::cpu ? "cpu" : d == DeviceRequest::cuda ? "cuda" : "auto";
-}
-inline std::string to_string(Transport t) { return t == Transport::mpi ? "mpi" : t == Transport::nccl ? "nccl" : "auto"; }
-inline std::string to_string(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
+// Names as config files and messages spell them; "?" for no value.
+inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
+    {DeviceRequest::automatic, "auto"}, {DeviceRequest::cpu, "cpu"}, {DeviceRequest::cuda, "cuda"}};
+inline constexpr EnumName<Transport> kTransportNames[] = {
+    {Transport::automatic, "auto"}, {Transport::mpi, "mpi"}, {Transport::nccl, "nccl"}};
+inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPrecision::fp32, "fp32"},
+                                                                       {MatmulPrecision::bf16, "bf16"}};
 
-template <class Choice>
-bool parse_choice(const std::string& text, Choice* out, std::initializer_list<Choice> choices) {
-  for (Choice c : choices) {
-    if (to_string(c) == text) return *out = c, true;
-  }
-  return false;
-}
+inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }
+inline std::string to_string(Transport transport) { return name_in(kTransportNames, transport); }
+inline std::string to_string(MatmulPrecision precision) { return name_in(kMatmulPrecisionNames, precision); }
 inline bool parse_device_request(const std::string& text, DeviceRequest* out) {
-  return parse_choice(text, out, {DeviceRequest::automatic, DeviceRequest::cpu, DeviceRequest::cuda});
-}
-inline bool parse_transport(const std::string& text, Transport* out) {
-  return parse_choice(text, out, {Transport::automatic, Transport::mpi, Transport::nccl});
-}
-inline bool parse_matmul_precision(const std::string& text, MatmulPrecision* out) {
-  return parse_choice(text, out, {MatmulPrecision::fp32, MatmulPrecision::bf16});
+  return parse_name_in(kDeviceRequestNames, text, out);
 }
 
 }  // namespace geotrain
