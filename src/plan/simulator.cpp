@@ -12,18 +12,6 @@ int layers_of_stage(int layers, int stage, int stages) {
   return layers / stages + (stage < layers % stages ? 1 : 0);
 }
 
-void append_forward(std::vector<Step>& program, int stage, int stages, int flush, int i) {
-  if (stage > 0) program.push_back({StepKind::recv_activation, flush, i});
-  program.push_back({StepKind::forward, flush, i});
-  if (stage + 1 < stages) program.push_back({StepKind::send_activation, flush, i});
-}
-
-void append_backward(std::vector<Step>& program, int stage, int stages, int flush, int i) {
-  if (stage + 1 < stages) program.push_back({StepKind::recv_gradient, flush, i});
-  program.push_back({StepKind::backward, flush, i});
-  if (stage > 0) program.push_back({StepKind::send_gradient, flush, i});
-}
-
 constexpr double kUnknown = -1.0;
 
 }  // namespace
@@ -104,36 +92,6 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   }
   w.activation_bytes = b * m.sequence_length * m.hidden * m.activation_bytes;
   return w;
-}
-
-std::vector<Step> pipeline_program(Schedule schedule, int stage, int stages, int m, int flushes) {
-  std::vector<Step> program;
-  for (int f = 0; f < flushes; ++f) {
-    if (schedule == Schedule::gpipe) {
-      for (int i = 0; i < m; ++i) append_forward(program, stage, stages, f, i);
-      for (int i = 0; i < m; ++i) append_backward(program, stage, stages, f, i);
-    } else {
-      const int warmup = std::min(stages - 1 - stage, m);
-      for (int i = 0; i < warmup; ++i) append_forward(program, stage, stages, f, i);
-      for (int j = 0; j + warmup < m; ++j) {
-        append_forward(program, stage, stages, f, warmup + j);
-        append_backward(program, stage, stages, f, j);
-      }
-      for (int j = m - warmup; j < m; ++j) append_backward(program, stage, stages, f, j);
-    }
-  }
-  return program;
-}
-
-std::string to_string(const Step& step) {
-  static const char* names[] = {"F", "B", "recvA", "sendA", "recvG", "sendG"};
-  std::string text(names[static_cast<int>(step.kind)]);
-  text += std::to_string(step.micro_batch);
-  if (step.flush > 0) {
-    text += '@';
-    text += std::to_string(step.flush);
-  }
-  return text;
 }
 
 double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
@@ -359,8 +317,6 @@ SimulationResult simulate(const Network& net, const Plan& plan, const Simulation
   return result;
 }
 
-std::string to_string(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
-
 std::string to_string(DataParallelScheme s) {
   switch (s) {
     case DataParallelScheme::paper: return "paper";
@@ -378,13 +334,6 @@ std::string to_string(FlopsFormula f) {
     case FlopsFormula::executed: return "executed";
   }
   return "?";
-}
-
-bool parse_schedule(const std::string& text, Schedule* out) {
-  if (text == "gpipe") *out = Schedule::gpipe;
-  else if (text == "1f1b") *out = Schedule::one_f_one_b;
-  else return false;
-  return true;
 }
 
 bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {

@@ -149,7 +149,7 @@ TrainResult train(const io::Config& config, const model::GptConfig& model, const
   const int B = config.micro_batch_sequences, T = model.sequence_length, m = config.gradient_accumulation;
   const plan::Schedule schedule = config.pipeline_schedule == "gpipe" ? plan::Schedule::gpipe : plan::Schedule::one_f_one_b;
   const model::StageSpec spec = role.whole_model ? model::StageSpec::whole(model) : role.spec;
-  model::Stage stage(model, spec, *backend, B, activation_slots(schedule, m, role.stages));
+  model::Stage stage(model, spec, *backend, B, plan::activation_slots(schedule, m, role.stages));
   stage.initialize(config.seed);
   model::AdamW optimizer(*backend, stage, optimizer_settings(config));
   PipelineStep pipeline(stage, *backend, schedule, role.stage, role.stages, m);
