@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
+
+#include "geotrain/plan/cost_model.hpp"
 
 namespace geotrain::plan {
 namespace {
@@ -13,6 +16,17 @@ int layers_of_stage(int layers, int stage, int stages) {
 }
 
 constexpr double kUnknown = -1.0;
+
+// The cost model's DATAP (§2.2) of one group alone: a one-stage workload on
+// the group's own links, whose c_DP is this stage's gradient.
+double paper_datap_s(const Network& network, const std::vector<int>& members, double bytes) {
+  Workload group;
+  group.data_parallel = static_cast<int>(members.size());
+  group.c_dp_bytes = bytes;
+  Assignment in_order(members.size());
+  std::iota(in_order.begin(), in_order.end(), 0);
+  return CostModel(subnetwork(network, members), group).datap(in_order);
+}
 
 }  // namespace
 
@@ -99,17 +113,8 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
   if (d <= 1) return 0.0;
   const double shard = bytes / d;
   switch (scheme) {
-    case DataParallelScheme::paper: {
-      double worst = 0;
-      for (int u : g) {
-        double row = 0;
-        for (int v : g) {
-          if (v != u) row += net.transfer_s(u, v, shard) + net.transfer_s(v, u, shard);
-        }
-        worst = std::max(worst, row);
-      }
-      return worst;
-    }
+    case DataParallelScheme::paper:
+      return paper_datap_s(net, g, bytes);
     case DataParallelScheme::ring: {
       double step = 0;
       for (int k = 0; k < d; ++k) step = std::max(step, net.transfer_s(g[k], g[(k + 1) % d], shard));
