@@ -2,8 +2,12 @@
 
 #include <algorithm>
 
+#include "enum_names.hpp"
+
 namespace geotrain::plan {
 namespace {
+
+constexpr EnumName<Schedule> kScheduleNames[] = {{Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_b, "1f1b"}};
 
 void append_forward(std::vector<Step>& program, int stage, int stages, int flush, int i) {
   if (stage > 0) program.push_back({StepKind::recv_activation, flush, i});
@@ -55,13 +59,8 @@ int activation_slots(Schedule schedule, int micro_batches, int pipeline_stages) 
   return schedule == Schedule::gpipe ? micro_batches : std::min(micro_batches, pipeline_stages);
 }
 
-std::string to_string(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+std::string to_string(Schedule s) { return name_in(kScheduleNames, s); }
 
-bool parse_schedule(const std::string& text, Schedule* out) {
-  if (text == "gpipe") *out = Schedule::gpipe;
-  else if (text == "1f1b") *out = Schedule::one_f_one_b;
-  else return false;
-  return true;
-}
+bool parse_schedule(const std::string& text, Schedule* out) { return parse_name_in(kScheduleNames, text, out); }
 
 }  // namespace geotrain::plan

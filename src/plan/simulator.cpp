@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "enum_names.hpp"
 #include "geotrain/plan/cost_model.hpp"
 
 namespace geotrain::plan {
@@ -322,40 +323,24 @@ SimulationResult simulate(const Network& net, const Plan& plan, const Simulation
   return result;
 }
 
-std::string to_string(DataParallelScheme s) {
-  switch (s) {
-    case DataParallelScheme::paper: return "paper";
-    case DataParallelScheme::ring: return "ring";
-    case DataParallelScheme::central: return "central";
-    case DataParallelScheme::direct: return "direct";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {{DataParallelScheme::paper, "paper"},
+                                                                     {DataParallelScheme::ring, "ring"},
+                                                                     {DataParallelScheme::central, "central"},
+                                                                     {DataParallelScheme::direct, "direct"}};
+constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
+    {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
+}  // namespace
 
-std::string to_string(FlopsFormula f) {
-  switch (f) {
-    case FlopsFormula::paper: return "paper";
-    case FlopsFormula::megatron: return "megatron";
-    case FlopsFormula::executed: return "executed";
-  }
-  return "?";
-}
+std::string to_string(DataParallelScheme s) { return name_in(kDataParallelSchemeNames, s); }
+std::string to_string(FlopsFormula f) { return name_in(kFlopsFormulaNames, f); }
 
 bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {
-  if (text == "paper") *out = DataParallelScheme::paper;
-  else if (text == "ring") *out = DataParallelScheme::ring;
-  else if (text == "central") *out = DataParallelScheme::central;
-  else if (text == "direct") *out = DataParallelScheme::direct;
-  else return false;
-  return true;
+  return parse_name_in(kDataParallelSchemeNames, text, out);
 }
 
 bool parse_flops_formula(const std::string& text, FlopsFormula* out) {
-  if (text == "paper") *out = FlopsFormula::paper;
-  else if (text == "megatron") *out = FlopsFormula::megatron;
-  else if (text == "executed") *out = FlopsFormula::executed;
-  else return false;
-  return true;
+  return parse_name_in(kFlopsFormulaNames, text, out);
 }
 
 }  // namespace geotrain::plan
