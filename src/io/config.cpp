@@ -41,9 +41,11 @@ std::string choice_names() {
   return names;
 }
 
-}  // namespace
-
-namespace {
+struct Field {
+  const char* key;
+  Target target;
+  bool is_path = false;
+};
 
 std::vector<Field> fields(Config& c) {
   return {

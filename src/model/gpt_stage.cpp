@@ -76,6 +76,12 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
   for (const ParameterView& view : views_) parameter_count_ += view.count;
   params_ = backend_.alloc(parameter_count_);
   grads_ = backend_.alloc(parameter_count_);
+  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
+    layer_params_.push_back(layer_weights_in(params_, l));
+    layer_grads_.push_back(layer_weights_in(grads_, l));
+  }
+  embedding_head_params_ = embedding_head_weights_in(params_);
+  embedding_head_grads_ = embedding_head_weights_in(grads_);
 
   const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
   auto A = [&](std::size_t count) { return backend_.alloc(count); };
@@ -147,8 +153,29 @@ const ParameterView* Stage::find(const std::string& name) const {
   return nullptr;
 }
 
-float* Stage::param(const std::string& name) const { return params_ + find(name)->offset; }
-float* Stage::grad(const std::string& name) const { return grads_ + find(name)->offset; }
+float* Stage::tensor_in(float* buffer, const std::string& name) const {
+  const ParameterView* view = find(name);
+  if (!view) throw std::logic_error("Stage: no parameter '" + name + "' in the layout");
+  return buffer + view->offset;
+}
+
+Stage::LayerWeights Stage::layer_weights_in(float* buffer, int l) const {
+  auto at = [&](const char* tensor) { return tensor_in(buffer, layer_name(l, tensor)); };
+  return {at("ln1.weight"),       at("ln1.bias"),       at("attn.qkv.weight"), at("attn.qkv.bias"),
+          at("attn.proj.weight"), at("attn.proj.bias"), at("ln2.weight"),      at("ln2.bias"),
+          at("mlp.fc.weight"),    at("mlp.fc.bias"),    at("mlp.proj.weight"), at("mlp.proj.bias")};
+}
+
+Stage::EmbeddingHeadWeights Stage::embedding_head_weights_in(float* buffer) const {
+  EmbeddingHeadWeights w;
+  if (spec_.has_embedding || spec_.has_head) w.wte = tensor_in(buffer, "wte");
+  if (spec_.has_embedding) w.wpe = tensor_in(buffer, "wpe");
+  if (spec_.has_head) {
+    w.lnf_weight = tensor_in(buffer, "lnf.weight");
+    w.lnf_bias = tensor_in(buffer, "lnf.bias");
+  }
+  return w;
+}
 
 void Stage::initialize(std::uint64_t seed) {
   std::vector<float> host(parameter_count_);
@@ -158,55 +185,45 @@ void Stage::initialize(std::uint64_t seed) {
 
 void Stage::zero_grads() { backend_.fill_zero(grads_, parameter_count_); }
 
-void Stage::layer_forward(int l, const float* x, LayerActivations& a) {
+void Stage::layer_forward(const LayerWeights& w, const float* x, LayerActivations& a) {
   const int N = B_ * T_, C = C_;
   auto& k = backend_;
-  k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(layer_name(l, "ln1.weight")),
-                      param(layer_name(l, "ln1.bias")), N, C);
-  k.matmul_forward(a.qkv, a.ln1, param(layer_name(l, "attn.qkv.weight")), param(layer_name(l, "attn.qkv.bias")),
-                   N, C, 3 * C);
+  k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias, N, C);
+  k.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias, N, C, 3 * C);
   k.attention_forward(a.attention_out, a.att, a.qkv, B_, T_, C, NH_);
   // residual2 = x + proj(attention): project into residual2, then add x.
-  k.matmul_forward(a.residual2, a.attention_out, param(layer_name(l, "attn.proj.weight")),
-                   param(layer_name(l, "attn.proj.bias")), N, C, C);
+  k.matmul_forward(a.residual2, a.attention_out, w.attn_proj_weight, w.attn_proj_bias, N, C, C);
   k.accumulate(a.residual2, x, static_cast<std::size_t>(N) * C);
-  k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(layer_name(l, "ln2.weight")),
-                      param(layer_name(l, "ln2.bias")), N, C);
-  k.matmul_forward(a.fc, a.ln2, param(layer_name(l, "mlp.fc.weight")), param(layer_name(l, "mlp.fc.bias")), N, C,
-                   4 * C);
+  k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_weight, w.ln2_bias, N, C);
+  k.matmul_forward(a.fc, a.ln2, w.fc_weight, w.fc_bias, N, C, 4 * C);
   k.gelu_forward(a.gelu, a.fc, static_cast<std::size_t>(N) * 4 * C);
-  k.matmul_forward(a.out, a.gelu, param(layer_name(l, "mlp.proj.weight")), param(layer_name(l, "mlp.proj.bias")),
-                   N, 4 * C, C);
+  k.matmul_forward(a.out, a.gelu, w.mlp_proj_weight, w.mlp_proj_bias, N, 4 * C, C);
   k.accumulate(a.out, a.residual2, static_cast<std::size_t>(N) * C);
 }
 
 // On entry dresidual_ holds d(out); on exit d(x).
-void Stage::layer_backward(int l, const float* x, const LayerActivations& a) {
+void Stage::layer_backward(const LayerWeights& w, const LayerWeights& g, const float* x, const LayerActivations& a) {
   const int N = B_ * T_, C = C_;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   auto& k = backend_;
   // MLP branch: out = r2 + proj(gelu(fc(ln2(r2)))).
   k.fill_zero(dgelu_, 4 * NC);
-  k.matmul_backward(dgelu_, grad(layer_name(l, "mlp.proj.weight")), grad(layer_name(l, "mlp.proj.bias")), dresidual_,
-                    a.gelu, param(layer_name(l, "mlp.proj.weight")), N, 4 * C, C);
+  k.matmul_backward(dgelu_, g.mlp_proj_weight, g.mlp_proj_bias, dresidual_, a.gelu, w.mlp_proj_weight, N, 4 * C, C);
   k.fill_zero(dfc_, 4 * NC);
   k.gelu_backward(dfc_, a.fc, dgelu_, 4 * NC);
   k.fill_zero(dln_, NC);
-  k.matmul_backward(dln_, grad(layer_name(l, "mlp.fc.weight")), grad(layer_name(l, "mlp.fc.bias")), dfc_, a.ln2,
-                    param(layer_name(l, "mlp.fc.weight")), N, C, 4 * C);
-  k.layernorm_backward(dresidual_, grad(layer_name(l, "ln2.weight")), grad(layer_name(l, "ln2.bias")), dln_,
-                       a.residual2, param(layer_name(l, "ln2.weight")), a.ln2_mean, a.ln2_rstd, N, C);
+  k.matmul_backward(dln_, g.fc_weight, g.fc_bias, dfc_, a.ln2, w.fc_weight, N, C, 4 * C);
+  k.layernorm_backward(dresidual_, g.ln2_weight, g.ln2_bias, dln_, a.residual2, w.ln2_weight, a.ln2_mean, a.ln2_rstd,
+                       N, C);
   // Attention branch: r2 = x + proj(attn(qkv(ln1(x)))).
   k.fill_zero(dattention_out_, NC);
-  k.matmul_backward(dattention_out_, grad(layer_name(l, "attn.proj.weight")), grad(layer_name(l, "attn.proj.bias")),
-                    dresidual_, a.attention_out, param(layer_name(l, "attn.proj.weight")), N, C, C);
+  k.matmul_backward(dattention_out_, g.attn_proj_weight, g.attn_proj_bias, dresidual_, a.attention_out,
+                    w.attn_proj_weight, N, C, C);
   k.fill_zero(dqkv_, 3 * NC);
   k.attention_backward(dqkv_, datt_, dattention_out_, a.qkv, a.att, B_, T_, C, NH_);
   k.fill_zero(dln_, NC);
-  k.matmul_backward(dln_, grad(layer_name(l, "attn.qkv.weight")), grad(layer_name(l, "attn.qkv.bias")), dqkv_, a.ln1,
-                    param(layer_name(l, "attn.qkv.weight")), N, C, 3 * C);
-  k.layernorm_backward(dresidual_, grad(layer_name(l, "ln1.weight")), grad(layer_name(l, "ln1.bias")), dln_, x,
-                       param(layer_name(l, "ln1.weight")), a.ln1_mean, a.ln1_rstd, N, C);
+  k.matmul_backward(dln_, g.qkv_weight, g.qkv_bias, dqkv_, a.ln1, w.qkv_weight, N, C, 3 * C);
+  k.layernorm_backward(dresidual_, g.ln1_weight, g.ln1_bias, dln_, x, w.ln1_weight, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 double Stage::forward(int slot_index, const int* tokens, const float* input, const int* targets) {
@@ -215,7 +232,8 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
   const float* x;
   if (spec_.has_embedding) {
     backend_.upload_tokens(slot.tokens, tokens, N);
-    backend_.embedding_forward(slot.embedded, slot.tokens, param("wte"), param("wpe"), B_, T_, C);
+    backend_.embedding_forward(slot.embedded, slot.tokens, embedding_head_params_.wte, embedding_head_params_.wpe, B_,
+                               T_, C);
     x = slot.embedded;
   } else {
     // Keep our own copy: the sender may reuse its buffer.
@@ -224,12 +242,13 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
     x = slot.input;
   }
   for (std::size_t i = 0; i < slot.layers.size(); ++i) {
-    layer_forward(spec_.first_layer + static_cast<int>(i), x, slot.layers[i]);
+    layer_forward(layer_params_[i], x, slot.layers[i]);
     x = slot.layers[i].out;
   }
   if (!spec_.has_head) return 0.0;
-  backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, param("lnf.weight"), param("lnf.bias"), N, C);
-  backend_.matmul_forward(slot.logits, slot.lnf, param("wte"), nullptr, N, C, V_);
+  const EmbeddingHeadWeights& w = embedding_head_params_;
+  backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, w.lnf_weight, w.lnf_bias, N, C);
+  backend_.matmul_forward(slot.logits, slot.lnf, w.wte, nullptr, N, C, V_);
   backend_.upload_tokens(slot.targets, targets, N);
   backend_.crossentropy_forward(slot.losses, slot.logits, slot.targets, N, V_);
   std::vector<float> losses(N);
@@ -251,23 +270,24 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale) {
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   const float* last_input = slot.layers.empty() ? (spec_.has_embedding ? slot.embedded : slot.input)
                                                  : slot.layers.back().out;
+  const EmbeddingHeadWeights &w = embedding_head_params_, &g = embedding_head_grads_;
   if (spec_.has_head) {
     backend_.crossentropy_backward(dlogits_, slot.logits, slot.targets, loss_scale, N, V_);
     backend_.fill_zero(dln_, NC);
-    backend_.matmul_backward(dln_, grad("wte"), nullptr, dlogits_, slot.lnf, param("wte"), N, C, V_);
+    backend_.matmul_backward(dln_, g.wte, nullptr, dlogits_, slot.lnf, w.wte, N, C, V_);
     backend_.fill_zero(dresidual_, NC);
-    backend_.layernorm_backward(dresidual_, grad("lnf.weight"), grad("lnf.bias"), dln_, last_input,
-                                param("lnf.weight"), slot.lnf_mean, slot.lnf_rstd, N, C);
+    backend_.layernorm_backward(dresidual_, g.lnf_weight, g.lnf_bias, dln_, last_input, w.lnf_weight, slot.lnf_mean,
+                                slot.lnf_rstd, N, C);
   } else {
     backend_.fill_zero(dresidual_, NC);
     backend_.accumulate(dresidual_, doutput, NC);
   }
   for (int i = static_cast<int>(slot.layers.size()) - 1; i >= 0; --i) {
     const float* x = i > 0 ? slot.layers[i - 1].out : (spec_.has_embedding ? slot.embedded : slot.input);
-    layer_backward(spec_.first_layer + i, x, slot.layers[i]);
+    layer_backward(layer_params_[i], layer_grads_[i], x, slot.layers[i]);
   }
   if (spec_.has_embedding) {
-    backend_.embedding_backward(grad("wte"), grad("wpe"), dresidual_, slot.tokens, B_, T_, C);
+    backend_.embedding_backward(g.wte, g.wpe, dresidual_, slot.tokens, B_, T_, C);
   }
 }
 

@@ -32,4 +32,20 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
   return network;
 }
 
+Network subnetwork(const Network& network, const std::vector<int>& devices) {
+  Network sub;
+  const int k = static_cast<int>(devices.size());
+  sub.device_count = k;
+  sub.latency_s.reserve(static_cast<size_t>(k) * k);
+  sub.bandwidth_bytes_per_s.reserve(static_cast<size_t>(k) * k);
+  for (int u : devices) {
+    if (!network.site_of_device.empty()) sub.site_of_device.push_back(network.site_of_device[u]);
+    for (int v : devices) {
+      sub.latency_s.push_back(network.latency(u, v));
+      sub.bandwidth_bytes_per_s.push_back(network.bandwidth(u, v));
+    }
+  }
+  return sub;
+}
+
 }  // namespace geotrain::plan

@@ -3,6 +3,8 @@
 #include <numeric>
 #include <random>
 
+#include "geotrain/common/enum_names.hpp"
+
 namespace geotrain::plan {
 
 Assignment random_assignment(int n, std::uint64_t seed) {
@@ -43,23 +45,15 @@ PlacementResult make_placement(const CostModel& model, Placement placement, cons
   return out;
 }
 
-std::string to_string(Placement placement) {
-  switch (placement) {
-    case Placement::planned: return "planned";
-    case Placement::rank_order: return "rank-order";
-    case Placement::dtfm_rank_order: return "dtfm-rank-order";
-    case Placement::random: return "random";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<Placement> kPlacementNames[] = {{Placement::planned, "planned"},
+                                                   {Placement::rank_order, "rank-order"},
+                                                   {Placement::dtfm_rank_order, "dtfm-rank-order"},
+                                                   {Placement::random, "random"}};
+}  // namespace
 
-bool parse_placement(const std::string& text, Placement* out) {
-  if (text == "planned") *out = Placement::planned;
-  else if (text == "rank-order") *out = Placement::rank_order;
-  else if (text == "dtfm-rank-order") *out = Placement::dtfm_rank_order;
-  else if (text == "random") *out = Placement::random;
-  else return false;
-  return true;
-}
+std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }
+
+bool parse_placement(const std::string& text, Placement* out) { return parse_name_in(kPlacementNames, text, out); }
 
 }  // namespace geotrain::plan

@@ -8,6 +8,7 @@
 
 #include "geotrain/plan/bottleneck_matching.hpp"
 #include "geotrain/plan/open_path.hpp"
+#include "geotrain/common/enum_names.hpp"
 #include "search_internal.hpp"
 
 namespace geotrain::plan {
@@ -99,23 +100,15 @@ Assignment assignment_of(const std::vector<int>& labels, int groups, int group_s
   return assignment;
 }
 
-std::string to_string(LocalSearch mode) {
-  switch (mode) {
-    case LocalSearch::none: return "none";
-    case LocalSearch::paper: return "paper";
-    case LocalSearch::swap: return "swap";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<LocalSearch> kLocalSearchNames[] = {
+    {LocalSearch::none, "none"}, {LocalSearch::paper, "paper"}, {LocalSearch::swap, "swap"}};
+}  // namespace
+
+std::string to_string(LocalSearch mode) { return name_in(kLocalSearchNames, mode); }
 
 bool parse_local_search(const std::string& text, LocalSearch* mode) {
-  for (LocalSearch m : {LocalSearch::none, LocalSearch::paper, LocalSearch::swap}) {
-    if (text == to_string(m)) {
-      *mode = m;
-      return true;
-    }
-  }
-  return false;
+  return parse_name_in(kLocalSearchNames, text, mode);
 }
 
 SearchOptions SearchOptions::paper_configuration(std::uint64_t seed) {

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
+
+#include "geotrain/common/enum_names.hpp"
+#include "geotrain/plan/cost_model.hpp"
 
 namespace geotrain::plan {
 namespace {
@@ -12,19 +16,18 @@ int layers_of_stage(int layers, int stage, int stages) {
   return layers / stages + (stage < layers % stages ? 1 : 0);
 }
 
-void append_forward(std::vector<Step>& program, int stage, int stages, int flush, int i) {
-  if (stage > 0) program.push_back({StepKind::recv_activation, flush, i});
-  program.push_back({StepKind::forward, flush, i});
-  if (stage + 1 < stages) program.push_back({StepKind::send_activation, flush, i});
-}
-
-void append_backward(std::vector<Step>& program, int stage, int stages, int flush, int i) {
-  if (stage + 1 < stages) program.push_back({StepKind::recv_gradient, flush, i});
-  program.push_back({StepKind::backward, flush, i});
-  if (stage > 0) program.push_back({StepKind::send_gradient, flush, i});
-}
-
 constexpr double kUnknown = -1.0;
+
+// The cost model's DATAP (§2.2) of one group alone: a one-stage workload on
+// the group's own links, whose c_DP is this stage's gradient.
+double paper_datap_s(const Network& network, const std::vector<int>& members, double bytes) {
+  Workload group;
+  group.data_parallel = static_cast<int>(members.size());
+  group.c_dp_bytes = bytes;
+  Assignment in_order(members.size());
+  std::iota(in_order.begin(), in_order.end(), 0);
+  return CostModel(subnetwork(network, members), group).datap(in_order);
+}
 
 }  // namespace
 
@@ -106,52 +109,13 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   return w;
 }
 
-std::vector<Step> pipeline_program(Schedule schedule, int stage, int stages, int m, int flushes) {
-  std::vector<Step> program;
-  for (int f = 0; f < flushes; ++f) {
-    if (schedule == Schedule::gpipe) {
-      for (int i = 0; i < m; ++i) append_forward(program, stage, stages, f, i);
-      for (int i = 0; i < m; ++i) append_backward(program, stage, stages, f, i);
-    } else {
-      const int warmup = std::min(stages - 1 - stage, m);
-      for (int i = 0; i < warmup; ++i) append_forward(program, stage, stages, f, i);
-      for (int j = 0; j + warmup < m; ++j) {
-        append_forward(program, stage, stages, f, warmup + j);
-        append_backward(program, stage, stages, f, j);
-      }
-      for (int j = m - warmup; j < m; ++j) append_backward(program, stage, stages, f, j);
-    }
-  }
-  return program;
-}
-
-std::string to_string(const Step& step) {
-  static const char* names[] = {"F", "B", "recvA", "sendA", "recvG", "sendG"};
-  std::string text(names[static_cast<int>(step.kind)]);
-  text += std::to_string(step.micro_batch);
-  if (step.flush > 0) {
-    text += '@';
-    text += std::to_string(step.flush);
-  }
-  return text;
-}
-
 double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
   const int d = static_cast<int>(g.size());
   if (d <= 1) return 0.0;
   const double shard = bytes / d;
   switch (scheme) {
-    case DataParallelScheme::paper: {
-      double worst = 0;
-      for (int u : g) {
-        double row = 0;
-        for (int v : g) {
-          if (v != u) row += net.transfer_s(u, v, shard) + net.transfer_s(v, u, shard);
-        }
-        worst = std::max(worst, row);
-      }
-      return worst;
-    }
+    case DataParallelScheme::paper:
+      return paper_datap_s(net, g, bytes);
     case DataParallelScheme::ring: {
       double step = 0;
       for (int k = 0; k < d; ++k) step = std::max(step, net.transfer_s(g[k], g[(k + 1) % d], shard));
@@ -359,49 +323,24 @@ SimulationResult simulate(const Network& net, const Plan& plan, const Simulation
   return result;
 }
 
-std::string to_string(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+namespace {
+constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {{DataParallelScheme::paper, "paper"},
+                                                                     {DataParallelScheme::ring, "ring"},
+                                                                     {DataParallelScheme::central, "central"},
+                                                                     {DataParallelScheme::direct, "direct"}};
+constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
+    {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
+}  // namespace
 
-std::string to_string(DataParallelScheme s) {
-  switch (s) {
-    case DataParallelScheme::paper: return "paper";
-    case DataParallelScheme::ring: return "ring";
-    case DataParallelScheme::central: return "central";
-    case DataParallelScheme::direct: return "direct";
-  }
-  return "?";
-}
-
-std::string to_string(FlopsFormula f) {
-  switch (f) {
-    case FlopsFormula::paper: return "paper";
-    case FlopsFormula::megatron: return "megatron";
-    case FlopsFormula::executed: return "executed";
-  }
-  return "?";
-}
-
-bool parse_schedule(const std::string& text, Schedule* out) {
-  if (text == "gpipe") *out = Schedule::gpipe;
-  else if (text == "1f1b") *out = Schedule::one_f_one_b;
-  else return false;
-  return true;
-}
+std::string to_string(DataParallelScheme s) { return name_in(kDataParallelSchemeNames, s); }
+std::string to_string(FlopsFormula f) { return name_in(kFlopsFormulaNames, f); }
 
 bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {
-  if (text == "paper") *out = DataParallelScheme::paper;
-  else if (text == "ring") *out = DataParallelScheme::ring;
-  else if (text == "central") *out = DataParallelScheme::central;
-  else if (text == "direct") *out = DataParallelScheme::direct;
-  else return false;
-  return true;
+  return parse_name_in(kDataParallelSchemeNames, text, out);
 }
 
 bool parse_flops_formula(const std::string& text, FlopsFormula* out) {
-  if (text == "paper") *out = FlopsFormula::paper;
-  else if (text == "megatron") *out = FlopsFormula::megatron;
-  else if (text == "executed") *out = FlopsFormula::executed;
-  else return false;
-  return true;
+  return parse_name_in(kFlopsFormulaNames, text, out);
 }
 
 }  // namespace geotrain::plan

@@ -1,6 +1,5 @@
 #include "geotrain/runtime/pipeline.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -16,16 +15,10 @@ double seconds(Clock::time_point from, Clock::time_point to) {
 
 }  // namespace
 
-int activation_slots(plan::Schedule schedule, int micro_batches, int pipeline_stages) {
-  // 1F1B: at stage s, forward i + p comes after backward i (the warm-up is
-  // p - 1 - s forwards), so micro-batch i can reuse slot i mod p.
-  return schedule == plan::Schedule::gpipe ? micro_batches : std::min(micro_batches, pipeline_stages);
-}
-
 PipelineStep::PipelineStep(model::Stage& stage, kernels::Backend& backend, plan::Schedule schedule,
                            int stage_index, int pipeline_stages, int micro_batches)
     : stage_(stage), backend_(backend), stage_index_(stage_index), stages_(pipeline_stages),
-      micro_batches_(micro_batches), slots_(activation_slots(schedule, micro_batches, pipeline_stages)),
+      micro_batches_(micro_batches), slots_(plan::activation_slots(schedule, micro_batches, pipeline_stages)),
       program_(plan::pipeline_program(schedule, stage_index, pipeline_stages, micro_batches, 1)) {
   activation_count_ = static_cast<std::size_t>(stage.micro_batch()) * stage.config().sequence_length *
                       stage.config().hidden;

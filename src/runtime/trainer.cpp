@@ -162,7 +162,7 @@ class RankTrainer {
         B_(config_.micro_batch_sequences),
         T_(model_.sequence_length),
         m_(config_.gradient_accumulation),
-        stage_(model_, role.spec, with.backend, B_, activation_slots(config_.pipeline_schedule, m_, role.stages)),
+        stage_(model_, role.spec, with.backend, B_, plan::activation_slots(config_.pipeline_schedule, m_, role.stages)),
         optimizer_(with.backend, initialized(stage_, config_.seed), optimizer_settings(config_)),
         pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_),
         talk_(role.reports && !config_.quiet),

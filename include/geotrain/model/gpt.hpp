@@ -81,13 +81,24 @@ class Stage {
   std::size_t activation_floats_per_slot() const;
 
  private:
-  struct LayerWeights;
+  // Pointers to one layer's tensors inside params_ (or, the same layout,
+  // grads_), resolved once from the parameter layout so that forward and
+  // backward never look a tensor up by name.
+  struct LayerWeights {
+    float *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
+    float *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
+  };
+  // The tensors outside the layers; null where the stage does not hold them.
+  struct EmbeddingHeadWeights {
+    float *wte = nullptr, *wpe = nullptr, *lnf_weight = nullptr, *lnf_bias = nullptr;
+  };
   struct LayerActivations;
   struct SlotActivations;
-  float* param(const std::string& name) const;
-  float* grad(const std::string& name) const;
-  void layer_forward(int layer, const float* input, LayerActivations& a);
-  void layer_backward(int layer, const float* input, const LayerActivations& a);
+  float* tensor_in(float* buffer, const std::string& name) const;
+  LayerWeights layer_weights_in(float* buffer, int layer) const;
+  EmbeddingHeadWeights embedding_head_weights_in(float* buffer) const;
+  void layer_forward(const LayerWeights& w, const float* input, LayerActivations& a);
+  void layer_backward(const LayerWeights& w, const LayerWeights& g, const float* input, const LayerActivations& a);
 
   ModelShape config_;
   StageSpec spec_;
@@ -97,6 +108,8 @@ class Stage {
   std::size_t parameter_count_ = 0;
   float* params_ = nullptr;
   float* grads_ = nullptr;
+  std::vector<LayerWeights> layer_params_, layer_grads_;  // index: layer - first_layer
+  EmbeddingHeadWeights embedding_head_params_, embedding_head_grads_;
   std::vector<SlotActivations*> slots_;
   // backward scratch, shared by all slots
   float* dresidual_ = nullptr;

@@ -35,6 +35,9 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
                            const std::vector<double>& site_latency_s,
                            const std::vector<double>& site_bandwidth_bytes_per_s);
 
+// The links among `devices` alone, renumbered 0..k-1 in the order given.
+Network subnetwork(const Network& network, const std::vector<int>& devices);
+
 constexpr double kBytesPerGbit = 1e9 / 8.0;  // 1 Gbit/s = 1.25e8 bytes/s
 
 }  // namespace geotrain::plan

@@ -3,8 +3,8 @@
 // planner's cost model. Pure C++ (standard library only), deterministic.
 //
 // The pipeline phase is an explicit list-scheduling simulation: every device
-// runs a fixed program of forward / backward / send / receive steps (GPipe or
-// 1F1B, printable with `pipeline_program`), each step starts when its inputs
+// runs the program of its stage (pipeline_schedule.hpp: GPipe or 1F1B, the
+// same program the runtime executes), each step starts when its inputs
 // have arrived and its device (and, for a send, its link) is free. Fill,
 // drain and the overlap of communication with compute come out of that
 // simulation; nothing is a closed formula. The data-parallel gradient
@@ -16,15 +16,11 @@
 #include <vector>
 
 #include "geotrain/plan/network.hpp"
+#include "geotrain/plan/pipeline_schedule.hpp"
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/plan/workload.hpp"
 
 namespace geotrain::plan {
-
-enum class Schedule {
-  gpipe,        // all forwards of a flush, then all backwards
-  one_f_one_b,  // warm-up of D_pp - 1 - s forwards, then alternate, then cool-down
-};
 
 enum class DataParallelScheme {
   paper,    // the paper's DATAP (§2.2): each member swaps a 1/D shard with every other member
@@ -96,20 +92,6 @@ double iteration_flops(const SimulationConfig& config, FlopsFormula formula);
 // Parameters held by stage `stage` of `pipeline_stages` (layers as pipeline_work splits them).
 double stage_parameters(const ModelShape& model, int stage, int pipeline_stages);
 
-// One step of a device's program.
-enum class StepKind { forward, backward, recv_activation, send_activation, recv_gradient, send_gradient };
-struct Step {
-  StepKind kind;
-  int flush;        // gradient-accumulation step
-  int micro_batch;  // within the flush
-};
-// The program of the device at `stage`: micro-batches 0..m-1 of flush 0, then
-// flush 1, ... Receives come right before the compute that needs them,
-// sends right after the compute that produced them.
-std::vector<Step> pipeline_program(Schedule schedule, int stage, int pipeline_stages,
-                                   int micro_batches_per_flush, int flushes);
-std::string to_string(const Step& step);  // "F3", "B0", "recvA3", "sendG0"; flush > 0 adds "@1"
-
 // A timed step, for timelines (SimulationResult::trace).
 struct TraceEvent {
   int replica, stage;
@@ -150,10 +132,8 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
                         DataParallelScheme scheme);
 
-std::string to_string(Schedule schedule);
 std::string to_string(DataParallelScheme scheme);
 std::string to_string(FlopsFormula formula);
-bool parse_schedule(const std::string& text, Schedule* schedule);
 bool parse_dp_scheme(const std::string& text, DataParallelScheme* scheme);
 bool parse_flops_formula(const std::string& text, FlopsFormula* formula);
 

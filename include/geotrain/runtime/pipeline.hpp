@@ -1,14 +1,14 @@
 // Runs one training step of one pipeline stage: the program of
-// plan::pipeline_program (GPipe or 1F1B; the same program the simulator
-// times) executed on a model::Stage, with activations and their gradients
-// exchanged through a PipelineLinks implementation (MPI between ranks, or in
-// one process for tests).
+// plan::pipeline_program (plan/pipeline_schedule.hpp: GPipe or 1F1B; the
+// same program the simulator times) executed on a model::Stage, with
+// activations and their gradients exchanged through a PipelineLinks
+// implementation (MPI between ranks, or in one process for tests).
 #pragma once
 #include <cstddef>
 #include <vector>
 
 #include "geotrain/model/gpt.hpp"
-#include "geotrain/plan/simulator.hpp"
+#include "geotrain/plan/pipeline_schedule.hpp"
 #include "geotrain/runtime/timeline.hpp"
 
 namespace geotrain::runtime {
@@ -49,10 +49,6 @@ struct MicroBatch {
   const int* tokens;
   const int* targets;
 };
-
-// Activation slots a stage needs for `schedule` with m micro-batches per
-// step and p stages: GPipe keeps all m; 1F1B at most p in flight.
-int activation_slots(plan::Schedule schedule, int micro_batches, int pipeline_stages);
 
 class PipelineStep {
  public:
