@@ -7,8 +7,24 @@
 
 namespace geotrain::io::hdf5 {
 
-void h5_failed(const char* call, const char* file, int line, const std::string& context, bool reading) {
-  const std::string message = context + ": " + call + " failed (" + file + ":" + std::to_string(line) + ")";
+namespace {
+
+// The innermost message of HDF5's error stack: the most specific cause
+// ("file signature not found"), where the outer ones repeat the call.
+std::string hdf5_error_text() {
+  std::string text;
+  auto keep_last = [](unsigned, const H5E_error2_t* error, void* out) -> herr_t {
+    if (error->desc != nullptr && *error->desc != '\0') *static_cast<std::string*>(out) = error->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_last, &text);
+  return text.empty() ? "no HDF5 error message" : text;
+}
+
+}  // namespace
+
+void h5_failed(const CallSite& site, const std::string& context, bool reading) {
+  const std::string message = context + ": " + describe_failed_call(site, hdf5_error_text());
   if (reading) throw InputError(message);
   throw RunError(message);
 }

@@ -6,17 +6,27 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/common/check.hpp"
+
 namespace geotrain::io::hdf5 {
 
-// The HDF5 member of the checked-call family: a negative result becomes an
-// exception naming the call and its place; `reading` picks the kind (bad
-// input when reading, run-time failure when writing).
-[[noreturn]] void h5_failed(const char* call, const char* file, int line, const std::string& context, bool reading);
-#define GT_H5_CHECK(call, context, reading)                                                              \
-  ([&]() {                                                                                               \
-    auto gt_h5_result_ = (call);                                                                         \
-    if (gt_h5_result_ < 0) ::geotrain::io::hdf5::h5_failed(#call, __FILE__, __LINE__, (context), (reading)); \
-    return gt_h5_result_;                                                                                \
+// The HDF5 member of the checked-call family (common/check.hpp): a negative
+// result is described like the others, after `context` (the file and the
+// object), and the call's value is returned otherwise. Unlike the others it
+// is always thrown, never handed to the failure handler, because every
+// caller recovers: reading (`reading` true), a damaged or foreign file is
+// the user's input, InputError, exit code 2 with one line naming the file,
+// met alike on every rank before they agree to stop; writing, the writer
+// removes its temporary file and rank 0 hands its verdict to the other ranks
+// (RunError).
+[[noreturn]] void h5_failed(const CallSite& site, const std::string& context, bool reading);
+#define GT_H5_CHECK(call, context, reading)                                                                   \
+  ([&]() {                                                                                                    \
+    auto gt_h5_result_ = (call);                                                                              \
+    if (gt_h5_result_ < 0) {                                                                                  \
+      ::geotrain::io::hdf5::h5_failed({"HDF5", #call, __FILE__, __LINE__}, (context), (reading));             \
+    }                                                                                                         \
+    return gt_h5_result_;                                                                                     \
   }())
 
 // An HDF5 handle closed on scope exit.
@@ -26,8 +36,19 @@ class Handle {
   ~Handle() {
     if (id_ >= 0) close_(id_);
   }
+  Handle() : id_(-1), close_(nullptr) {}
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      if (id_ >= 0) close_(id_);
+      id_ = other.id_;
+      close_ = other.close_;
+      other.id_ = -1;
+    }
+    return *this;
+  }
   operator hid_t() const { return id_; }
   bool ok() const { return id_ >= 0; }
 

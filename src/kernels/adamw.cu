@@ -40,7 +40,7 @@ void adamw_update(const Context& ctx, float* params, const float* grads, float* 
   const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), step));
   adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(
       params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, correction1, correction2);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace geotrain::kernels::cuda

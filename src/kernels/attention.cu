@@ -140,7 +140,7 @@ void attention_forward(const Context& ctx, float* out, float* att, const float* 
   float* parts = w.attention.get<float>(4 * BTC, ctx.stream);  // q, k, v, y
   float* y = parts + 3 * BTC;
   split_heads_kernel<<<elementwise_blocks(3 * BTC), kElementwiseThreads, 0, ctx.stream>>>(parts, qkv, B, T, NH, HS);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 
   const void* qkv_operand = gemm_operand(ctx, parts, 3 * BTC, w.gemm_operand[0]);
   const std::size_t element = ctx.precision == MatmulPrecision::bf16 ? 2 : 4;
@@ -152,12 +152,12 @@ void attention_forward(const Context& ctx, float* out, float* att, const float* 
   gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, scale, k, HS, head_stride, q, HS, head_stride, 0.0f, att, T,
        static_cast<long long>(TT), batch);
   causal_softmax_kernel<<<ceil_div(rows, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(att, rows, T);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   const void* att_operand = gemm_operand(ctx, att, batch * TT, w.gemm_operand[1]);
   gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, v, HS, head_stride, att_operand, T,
        static_cast<long long>(TT), 0.0f, y, HS, head_stride, batch);
   merge_heads_kernel<<<elementwise_blocks(BTC), kElementwiseThreads, 0, ctx.stream>>>(out, y, B, T, NH, HS);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward(const Context& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
@@ -182,9 +182,9 @@ void attention_backward(const Context& ctx, float* dqkv, float* datt, const floa
   float* dk = dparts + BTC;
   float* dv = dparts + 2 * BTC;
   split_heads_kernel<<<elementwise_blocks(3 * BTC), kElementwiseThreads, 0, ctx.stream>>>(parts, qkv, B, T, NH, HS);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   split_gradient_kernel<<<elementwise_blocks(BTC), kElementwiseThreads, 0, ctx.stream>>>(dy, dout, B, T, NH, HS);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 
   const char* qkv_base = static_cast<const char*>(gemm_operand(ctx, parts, 3 * BTC, w.gemm_operand[0]));
   const void* q = qkv_base;
@@ -199,7 +199,7 @@ void attention_backward(const Context& ctx, float* dqkv, float* datt, const floa
        dv, HS, head_stride, batch);
   causal_softmax_backward_kernel<<<ceil_div(rows, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(datt, att, rows, T,
                                                                                                scale);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   // The bf16 copy of att is no longer needed: its scratch takes the one of datt.
   const void* datt_operand = gemm_operand(ctx, datt, batch * TT, w.gemm_operand[1]);
   gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, k, HS, head_stride, datt_operand, T, att_stride, 0.0f, dq, HS,
@@ -208,7 +208,7 @@ void attention_backward(const Context& ctx, float* dqkv, float* datt, const floa
        head_stride, batch);
   merge_gradients_kernel<<<elementwise_blocks(3 * BTC), kElementwiseThreads, 0, ctx.stream>>>(dqkv, dparts, B, T,
                                                                                               NH, HS);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace geotrain::kernels::cuda

@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 
+#include "geotrain/common/check.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #ifdef GEOTRAIN_HAVE_CUDA
@@ -34,6 +35,7 @@ std::unique_ptr<Backend> make_backend(DeviceRequest device) {
   // the chosen backend's description() tells the user which one runs.
   if (cuda_compiled()) {
     try {
+      const ThrowFailedCalls recoverable;
       return make_cuda_backend();
     } catch (const geotrain::RunError&) {
     }

@@ -11,6 +11,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_ops.cuh"
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::kernels::cuda {
 namespace {
@@ -77,17 +78,17 @@ void crossentropy_forward(const Context& ctx, float* losses, const float* logits
   if (N == 0) return;
   int* first_bad_row = ctx.work->flags.get<int>(1, ctx.stream);
   // Bytes 0x7f: 0x7f7f7f7f, larger than any row index.
-  GEOTRAIN_CUDA_CHECK(cudaMemsetAsync(first_bad_row, 0x7f, sizeof(int), ctx.stream));
+  GT_CUDA_CHECK(cudaMemsetAsync(first_bad_row, 0x7f, sizeof(int), ctx.stream));
   crossentropy_forward_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, first_bad_row, logits, targets, V);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   int bad_row = INT_MAX;
-  GEOTRAIN_CUDA_CHECK(cudaMemcpyAsync(&bad_row, first_bad_row, sizeof bad_row, cudaMemcpyDeviceToHost, ctx.stream));
-  GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  GT_CUDA_CHECK(cudaMemcpyAsync(&bad_row, first_bad_row, sizeof bad_row, cudaMemcpyDeviceToHost, ctx.stream));
+  GT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   if (bad_row < N) {
     int target = 0;
-    GEOTRAIN_CUDA_CHECK(
+    GT_CUDA_CHECK(
         cudaMemcpyAsync(&target, targets + bad_row, sizeof target, cudaMemcpyDeviceToHost, ctx.stream));
-    GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    GT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     throw RunError("crossentropy: target " + std::to_string(target) + " of row " + std::to_string(bad_row) +
                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
   }
@@ -97,7 +98,7 @@ void crossentropy_backward(const Context& ctx, float* dlogits, const float* logi
                            int N, int V) {
   if (N == 0) return;
   crossentropy_backward_kernel<<<N, kThreads, 0, ctx.stream>>>(dlogits, logits, targets, dloss, V);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace geotrain::kernels::cuda

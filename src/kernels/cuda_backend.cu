@@ -9,10 +9,10 @@
 // LOCAL_RANK that is set (device 0 otherwise), so that ranks sharing a node
 // spread over its GPUs; CUDA_VISIBLE_DEVICES narrows the choice as usual.
 //
-// Errors: every CUDA and cuBLAS call is checked (cuda_check.cuh) and throws
-// geotrain::RunError; without a usable GPU the constructor throws RunError
-// with the CUDA error string (cudaGetDeviceCount fails without a driver, or
-// reports 0 devices).
+// Errors: every CUDA and cuBLAS call is checked (common/cuda_check.hpp: a
+// RunError, or the job's abort under mpirun); without a usable GPU the
+// constructor throws RunError with the CUDA error string (cudaGetDeviceCount
+// fails without a driver, or reports 0 devices).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -24,8 +24,8 @@
 #include <string>
 
 #include "cuda_backend.hpp"
-#include "cuda_check.cuh"
 #include "cuda_ops.cuh"
+#include "geotrain/common/cuda_check.hpp"
 #include "geotrain/common/errors.hpp"
 
 namespace geotrain::kernels {
@@ -55,16 +55,16 @@ class CudaBackend final : public Backend {
       throw geotrain::RunError("device = cuda: no usable GPU (" + reason + "); use device = auto or cpu");
     }
     device_ = local_rank() % count;
-    GEOTRAIN_CUDA_CHECK(cudaSetDevice(device_));
-    GEOTRAIN_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device_));
-    GEOTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    GT_CUDA_CHECK(cudaSetDevice(device_));
+    GT_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device_));
+    GT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     try {
-      GEOTRAIN_CUDA_CHECK(cublasCreate(&blas_));
-      GEOTRAIN_CUDA_CHECK(cublasSetStream(blas_, stream_));
+      GT_CUDA_CHECK(cublasCreate(&blas_));
+      GT_CUDA_CHECK(cublasSetStream(blas_, stream_));
       // Default math mode: with CUBLAS_COMPUTE_32F cuBLAS uses no TF32, so
       // fp32 GEMMs are plain SGEMMs; bf16 is asked for per call (matmul.cu).
-      GEOTRAIN_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-      GEOTRAIN_CUDA_CHECK(cublasGetVersion(blas_, &blas_version_));
+      GT_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+      GT_CUDA_CHECK(cublasGetVersion(blas_, &blas_version_));
     } catch (...) {
       destroy_handles();
       throw;
@@ -77,7 +77,7 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
-    if (stream_ != nullptr) GEOTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
+    if (stream_ != nullptr) GT_CUDA_WARN(cudaStreamSynchronize(stream_));
     work_.reset();  // frees the scratch buffers while the device is still set
     destroy_handles();
   }
@@ -107,8 +107,8 @@ class CudaBackend final : public Backend {
   void release(void* pointer) override {
     if (pointer == nullptr) return;
     // Kernels still queued may use the buffer: wait for them first.
-    GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    GEOTRAIN_CUDA_CHECK(cudaFree(pointer));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    GT_CUDA_CHECK(cudaFree(pointer));
   }
   void upload(float* device, const float* host, std::size_t count) override {
     copy_in(device, host, count * sizeof(float));
@@ -118,14 +118,14 @@ class CudaBackend final : public Backend {
   }
   void download(float* host, const float* device, std::size_t count) override {
     if (count == 0) return;
-    GEOTRAIN_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    GT_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void fill_zero(float* device, std::size_t count) override {
     if (count == 0) return;
-    GEOTRAIN_CUDA_CHECK(cudaMemsetAsync(device, 0, count * sizeof(float), stream_));
+    GT_CUDA_CHECK(cudaMemsetAsync(device, 0, count * sizeof(float), stream_));
   }
-  void synchronize() override { GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { GT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   // ---- ops
   void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
@@ -189,11 +189,11 @@ class CudaBackend final : public Backend {
     // Never 0 bytes: every allocation is a distinct pointer release() can free.
     const std::size_t size = bytes == 0 ? 256 : bytes;
     void* pointer = nullptr;
-    GEOTRAIN_CUDA_CHECK(cudaMalloc(&pointer, size));
+    GT_CUDA_CHECK(cudaMalloc(&pointer, size));
     const cudaError_t status = cudaMemsetAsync(pointer, 0, size, stream_);
     if (status != cudaSuccess) {
-      GEOTRAIN_CUDA_WARN(cudaFree(pointer));
-      GEOTRAIN_CUDA_CHECK(status);
+      GT_CUDA_WARN(cudaFree(pointer));
+      GT_CUDA_CHECK(status);
     }
     return pointer;
   }
@@ -205,28 +205,28 @@ class CudaBackend final : public Backend {
   void copy_in(void* device, const void* host, std::size_t bytes) {
     if (bytes == 0) return;
     if (staging_ == nullptr) {
-      GEOTRAIN_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
-      GEOTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
-      GEOTRAIN_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
+      GT_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
+      GT_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
+      GT_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
     }
     const auto* from = static_cast<const char*>(host);
     auto* to = static_cast<char*>(device);
     for (std::size_t done = 0; done < bytes; done += kStagingBytes) {
       const std::size_t chunk = std::min(kStagingBytes, bytes - done);
-      GEOTRAIN_CUDA_CHECK(cudaEventSynchronize(staging_done_));
+      GT_CUDA_CHECK(cudaEventSynchronize(staging_done_));
       std::memcpy(staging_, from + done, chunk);
-      GEOTRAIN_CUDA_CHECK(cudaMemcpyAsync(to + done, staging_, chunk, cudaMemcpyHostToDevice, stream_));
-      GEOTRAIN_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
+      GT_CUDA_CHECK(cudaMemcpyAsync(to + done, staging_, chunk, cudaMemcpyHostToDevice, stream_));
+      GT_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
     }
   }
 
   void destroy_handles() noexcept {
-    if (staging_done_ != nullptr) GEOTRAIN_CUDA_WARN(cudaEventDestroy(staging_done_));
-    if (staging_ != nullptr) GEOTRAIN_CUDA_WARN(cudaFreeHost(staging_));
+    if (staging_done_ != nullptr) GT_CUDA_WARN(cudaEventDestroy(staging_done_));
+    if (staging_ != nullptr) GT_CUDA_WARN(cudaFreeHost(staging_));
     staging_done_ = nullptr;
     staging_ = nullptr;
-    if (blas_ != nullptr) GEOTRAIN_CUDA_WARN(cublasDestroy(blas_));
-    if (stream_ != nullptr) GEOTRAIN_CUDA_WARN(cudaStreamDestroy(stream_));
+    if (blas_ != nullptr) GT_CUDA_WARN(cublasDestroy(blas_));
+    if (stream_ != nullptr) GT_CUDA_WARN(cudaStreamDestroy(stream_));
     blas_ = nullptr;
     stream_ = nullptr;
   }

@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "cuda_check.cuh"
+#include "geotrain/common/cuda_check.hpp"
 #include "geotrain/kernels/backend.hpp"
 
 namespace geotrain::kernels::cuda {
@@ -34,7 +34,7 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
-    if (data_ != nullptr) GEOTRAIN_CUDA_WARN(cudaFree(data_));
+    if (data_ != nullptr) GT_CUDA_WARN(cudaFree(data_));
   }
 
   // At least `bytes` bytes (256-byte aligned), valid until the next call that
@@ -43,13 +43,13 @@ class Scratch {
     if (bytes <= size_ && data_ != nullptr) return data_;
     constexpr std::size_t kGranule = std::size_t{1} << 20;
     const std::size_t wanted = std::max<std::size_t>((bytes + kGranule - 1) / kGranule * kGranule, kGranule);
-    GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (data_ != nullptr) {
-      GEOTRAIN_CUDA_CHECK(cudaFree(data_));
+      GT_CUDA_CHECK(cudaFree(data_));
       data_ = nullptr;
       size_ = 0;
     }
-    GEOTRAIN_CUDA_CHECK(cudaMalloc(&data_, wanted));
+    GT_CUDA_CHECK(cudaMalloc(&data_, wanted));
     size_ = wanted;
     return data_;
   }

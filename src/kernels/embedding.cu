@@ -67,7 +67,7 @@ void embedding_forward(const Context& ctx, float* out, const int* tokens, const 
   if (total == 0) return;
   embedding_forward_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, ctx.stream>>>(out, tokens, wte, wpe,
                                                                                               T, C, total);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
@@ -76,12 +76,12 @@ void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const floa
   if (N == 0 || C == 0) return;
   const std::size_t TC = static_cast<std::size_t>(T) * C;
   embedding_backward_wpe_kernel<<<elementwise_blocks(TC), kElementwiseThreads, 0, ctx.stream>>>(dwpe, dout, B, T, C);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 
   // Sort (token, position) pairs by token; radix sort is stable, so equal
   // tokens keep increasing positions.
   std::size_t sort_bytes = 0;
-  GEOTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int*>(nullptr),
+  GT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int*>(nullptr),
                                                       static_cast<int*>(nullptr), static_cast<const int*>(nullptr),
                                                       static_cast<int*>(nullptr), N, 0, 32, ctx.stream));
   const std::size_t ints = align_up(static_cast<std::size_t>(N) * sizeof(int));
@@ -92,12 +92,12 @@ void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const floa
   int* sorted_tokens = reinterpret_cast<int*>(base + align_up(sort_bytes) + 2 * ints);
 
   iota_kernel<<<elementwise_blocks(N), kElementwiseThreads, 0, ctx.stream>>>(positions, N);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
-  GEOTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, tokens, sorted_tokens, positions,
+  GT_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, tokens, sorted_tokens, positions,
                                                       sorted_positions, N, 0, 32, ctx.stream));
   const int threads = std::min(256, (C + kWarpSize - 1) / kWarpSize * kWarpSize);
   embedding_backward_wte_kernel<<<N, threads, 0, ctx.stream>>>(dwte, dout, sorted_tokens, sorted_positions, N, C);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace geotrain::kernels::cuda

@@ -43,13 +43,13 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 void gelu_forward(const Context& ctx, float* out, const float* inp, std::size_t n) {
   if (n == 0) return;
   gelu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(out, inp, n);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void gelu_backward(const Context& ctx, float* dinp, const float* inp, const float* dout, std::size_t n) {
   if (n == 0) return;
   gelu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(dinp, inp, dout, n);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace geotrain::kernels::cuda

@@ -126,7 +126,7 @@ void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd,
   if (N == 0 || C == 0) return;
   layernorm_forward_kernel<<<ceil_div(N, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(out, mean, rstd, inp, weight,
                                                                                       bias, N, C);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void layernorm_backward(const Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -134,7 +134,7 @@ void layernorm_backward(const Context& ctx, float* dinp, float* dweight, float* 
   if (N == 0 || C == 0) return;
   layernorm_backward_input_kernel<<<ceil_div(N, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 
   const int chunks = static_cast<int>(ceil_div(N, kRowsPerChunk));
   float* partial_weight = ctx.work->partials.get<float>(2 * static_cast<std::size_t>(chunks) * C, ctx.stream);
@@ -143,10 +143,10 @@ void layernorm_backward(const Context& ctx, float* dinp, float* dweight, float* 
   const dim3 grid(ceil_div(C, kColumnTile), std::min(chunks, kMaxGridY));
   layernorm_backward_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial_weight, partial_bias, dout, inp, mean,
                                                                      rstd, N, C, chunks);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, ctx.stream>>>(dweight, dbias, partial_weight,
                                                                              partial_bias, chunks, C);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace geotrain::kernels::cuda

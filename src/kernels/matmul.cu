@@ -75,7 +75,7 @@ const void* gemm_operand(const Context& ctx, const float* x, std::size_t count, 
   if (!is_bf16(ctx) || count == 0) return x;
   auto* copy = scratch.get<__nv_bfloat16>(count, ctx.stream);
   to_bf16_kernel<<<elementwise_blocks(count), kElementwiseThreads, 0, ctx.stream>>>(copy, x, count);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   return copy;
 }
 
@@ -85,10 +85,10 @@ void gemm(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, in
   if (m == 0 || n == 0 || batch == 0) return;
   const cudaDataType input_type = is_bf16(ctx) ? CUDA_R_16BF : CUDA_R_32F;
   if (batch == 1) {
-    GEOTRAIN_CUDA_CHECK(cublasGemmEx(ctx.blas, op_a, op_b, m, n, k, &alpha, A, input_type, lda, B, input_type, ldb,
+    GT_CUDA_CHECK(cublasGemmEx(ctx.blas, op_a, op_b, m, n, k, &alpha, A, input_type, lda, B, input_type, ldb,
                                      &beta, Cmat, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
-    GEOTRAIN_CUDA_CHECK(cublasGemmStridedBatchedEx(ctx.blas, op_a, op_b, m, n, k, &alpha, A, input_type, lda,
+    GT_CUDA_CHECK(cublasGemmStridedBatchedEx(ctx.blas, op_a, op_b, m, n, k, &alpha, A, input_type, lda,
                                                    stride_a, B, input_type, ldb, stride_b, &beta, Cmat, CUDA_R_32F,
                                                    ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
@@ -101,9 +101,9 @@ void column_sums_accumulate(const Context& ctx, float* out, const float* in, int
   const dim3 block(kColumnTile, kRowLanes);
   const dim3 grid(ceil_div(cols, kColumnTile), std::min(chunks, kMaxGridY));
   column_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial, in, rows, cols, chunks);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   column_finish_kernel<<<ceil_div(cols, 256), 256, 0, ctx.stream>>>(out, partial, chunks, cols);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void matmul_forward(const Context& ctx, float* out, const float* inp, const float* weight, const float* bias, int N,
@@ -111,7 +111,7 @@ void matmul_forward(const Context& ctx, float* out, const float* inp, const floa
   if (N == 0 || OC == 0) return;
   const std::size_t total = static_cast<std::size_t>(N) * OC;
   if (C == 0) {
-    GEOTRAIN_CUDA_CHECK(cudaMemsetAsync(out, 0, total * sizeof(float), ctx.stream));
+    GT_CUDA_CHECK(cudaMemsetAsync(out, 0, total * sizeof(float), ctx.stream));
   } else {
     Workspace& w = *ctx.work;
     const void* a = gemm_operand(ctx, weight, static_cast<std::size_t>(OC) * C, w.gemm_operand[0]);
@@ -120,7 +120,7 @@ void matmul_forward(const Context& ctx, float* out, const float* inp, const floa
   }
   if (bias != nullptr) {
     add_bias_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, ctx.stream>>>(out, bias, OC, total);
-    GEOTRAIN_CUDA_CHECK_LAUNCH();
+    GT_CUDA_CHECK_LAUNCH();
   }
 }
 

@@ -60,19 +60,19 @@ __global__ void sum_partials_kernel(double* result, const double* partial, unsig
 void residual_forward(const Context& ctx, float* out, const float* a, const float* b, std::size_t n) {
   if (n == 0) return;
   residual_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(out, a, b, n);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void accumulate(const Context& ctx, float* y, const float* x, std::size_t n) {
   if (n == 0) return;
   accumulate_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(y, x, n);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 void scale(const Context& ctx, float* x, float factor, std::size_t n) {
   if (n == 0) return;
   scale_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(x, factor, n);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
 }
 
 double sum_of_squares(const Context& ctx, const float* x, std::size_t n) {
@@ -82,12 +82,12 @@ double sum_of_squares(const Context& ctx, const float* x, std::size_t n) {
   double* partial = ctx.work->partials.get<double>(kReduceBlocks + 1, ctx.stream);
   double* result = partial + kReduceBlocks;
   sum_of_squares_partials_kernel<<<blocks, kReduceThreads, 0, ctx.stream>>>(partial, x, n);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   sum_partials_kernel<<<1, kReduceBlocks, 0, ctx.stream>>>(result, partial, blocks);
-  GEOTRAIN_CUDA_CHECK_LAUNCH();
+  GT_CUDA_CHECK_LAUNCH();
   double host = 0.0;
-  GEOTRAIN_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, ctx.stream));
-  GEOTRAIN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  GT_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, ctx.stream));
+  GT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   return host;
 }
 

@@ -1,24 +1,18 @@
 #include "geotrain/runtime/gradient_sync.hpp"
 
 #include <cmath>
-#include <vector>
+
+#include "geotrain/runtime/staged_buffer.hpp"
 
 namespace geotrain::runtime {
 
 namespace {
 
-// Sums `count` floats of device memory at `data` with `sum`, through host
-// memory unless the collectives take device memory.
+// Sums `count` floats of device memory at `data` in place with `sum`.
 template <typename Sum>
-void sum_buffer(kernels::Backend& backend, Collectives& collectives, float* data, std::size_t count, Sum sum) {
-  if (collectives.takes_device_memory()) {
-    sum(data, count);
-    return;
-  }
-  std::vector<float> host(count);
-  backend.download(host.data(), data, count);
-  sum(host.data(), count);
-  backend.upload(data, host.data(), count);
+void sum_buffer(StagedBuffer& staged, bool device_memory, float* data, std::size_t count, Sum sum) {
+  sum(staged.updatable(data, count, device_memory), count);
+  staged.written();
 }
 
 }  // namespace
@@ -31,12 +25,14 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
     exchange();
     if (timeline) timeline->record(io::EventKind::allreduce, start, Timeline::Clock::now(), -1, bytes);
   };
+  StagedBuffer staged(backend);
+  const bool device_memory = collectives.takes_device_memory();
   float* grads = stage.grads();
   const std::size_t count = stage.parameter_count();
   double value = job_sum ? *job_sum : 0.0;
   if (data_parallel > 1) {
     timed(static_cast<std::int64_t>(sizeof(float) * count), [&] {
-      sum_buffer(backend, collectives, grads, count, [&](float* d, std::size_t n) {
+      sum_buffer(staged, device_memory, grads, count, [&](float* d, std::size_t n) {
         collectives.sum_data_parallel_with_values(d, n, &value, job_sum ? 1 : 0);
       });
     });
@@ -51,21 +47,14 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
     return backend.sum_of_squares(grads, wte->offset) +
            backend.sum_of_squares(grads + wte->offset + wte->count, count - wte->offset - wte->count);
   };
-  std::vector<float> tied_host;  // the last stage's half while the tied sum is on its way (host collectives)
   const bool tied_in_flight = !counts_wte && collectives.splits_tied_embedding();
   if (tied_in_flight) {
     // The last stage finishes its backward long before the first: its half
     // goes now, and its part of the norm needs no wait.
-    float* half = grads + wte->offset;
-    if (!collectives.takes_device_memory()) {
-      tied_host.resize(wte->count);
-      backend.download(tied_host.data(), half, wte->count);
-      half = tied_host.data();
-    }
-    collectives.start_tied_embedding(half, wte->count);
+    collectives.start_tied_embedding(staged.updatable(grads + wte->offset, wte->count, device_memory), wte->count);
   } else if (split_embedding) {
     timed(wte_bytes, [&] {
-      sum_buffer(backend, collectives, grads + wte->offset, wte->count,
+      sum_buffer(staged, device_memory, grads + wte->offset, wte->count,
                  [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
     });
   }
@@ -76,7 +65,7 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
   if (tied_in_flight) {
     timed(wte_bytes, [&] {
       collectives.finish_tied_embedding();
-      if (!tied_host.empty()) backend.upload(grads + wte->offset, tied_host.data(), wte->count);
+      staged.written();
     });
   }
   if (job_sum) *job_sum = sums[1];

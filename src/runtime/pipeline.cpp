@@ -19,11 +19,11 @@ PipelineStep::PipelineStep(model::Stage& stage, kernels::Backend& backend, plan:
                            int stage_index, int pipeline_stages, int micro_batches)
     : stage_(stage), backend_(backend), stage_index_(stage_index), stages_(pipeline_stages),
       micro_batches_(micro_batches), slots_(plan::activation_slots(schedule, micro_batches, pipeline_stages)),
-      program_(plan::pipeline_program(schedule, stage_index, pipeline_stages, micro_batches, 1)) {
+      program_(plan::pipeline_program(schedule, stage_index, pipeline_stages, micro_batches, 1)),
+      staging_(backend) {
   activation_count_ = static_cast<std::size_t>(stage.micro_batch()) * stage.config().sequence_length *
                       stage.config().hidden;
   received_ = backend_.alloc(activation_count_);
-  host_buffer_.resize(activation_count_);
 }
 
 PipelineStep::~PipelineStep() { backend_.release(received_); }
@@ -36,8 +36,8 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   double loss = 0;
   times_ = {};
   auto mark = Clock::now();
-  // Links carry host memory: stage buffers go through host_buffer_ (on the
-  // CPU backend these copies are memcpy; a CUDA-aware transport can skip them).
+  // Links that take host memory get copies through staging_ (memcpy on the
+  // CPU backend), timed as pipeline time; device-memory links skip them.
   const bool timed = timeline_ != nullptr && timeline_->recording();
   const auto bytes = static_cast<std::int64_t>(activation_count_ * sizeof(float));
   for (const plan::Step& step : program_) {
@@ -94,17 +94,14 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
 }
 
 void PipelineStep::receive(PipelineLinks& links, int micro_batch, bool gradient) {
-  const bool direct = links.takes_device_memory();
-  float* target = direct ? received_ : host_buffer_.data();
+  float* target = staging_.writable(received_, activation_count_, links.takes_device_memory());
   if (gradient) links.receive_gradient(target, activation_count_, micro_batch);
   else links.receive_activation(target, activation_count_, micro_batch);
-  if (!direct) backend_.upload(received_, host_buffer_.data(), activation_count_);
+  staging_.written();
 }
 
 void PipelineStep::send(PipelineLinks& links, const float* data, int micro_batch, bool gradient) {
-  const bool direct = links.takes_device_memory();
-  if (!direct) backend_.download(host_buffer_.data(), data, activation_count_);
-  const float* source = direct ? data : host_buffer_.data();
+  const float* source = staging_.readable(data, activation_count_, links.takes_device_memory());
   if (gradient) links.send_gradient(source, activation_count_, micro_batch);
   else links.send_activation(source, activation_count_, micro_batch);
 }

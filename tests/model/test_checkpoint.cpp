@@ -8,6 +8,7 @@
 #include <random>
 
 #include "geotrain/io/checkpoint.hpp"
+#include "support/scratch_dir.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
@@ -17,13 +18,6 @@ namespace geotrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("geotrain-ckpt-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 io::Checkpoint sample_checkpoint(int steps = 7) {
   std::mt19937 rng(3);
@@ -57,7 +51,7 @@ void expect_rejected(const std::string& path, const std::string& fragment) {
 }
 
 TEST(Checkpoint, FileRoundTripIsExact) {
-  const fs::path dir = fresh_dir("roundtrip");
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-roundtrip");
   const io::Checkpoint c = sample_checkpoint();
   io::write_checkpoint_file((dir / "a.h5").string(), c);
   const io::Checkpoint back = io::read_checkpoint_file((dir / "a.h5").string());
@@ -94,7 +88,7 @@ TEST(Checkpoint, SerializedTensorsRoundTripAndTruncationIsRejected) {
 }
 
 TEST(Checkpoint, DirectoryKeepsTheNewestAndLatestNamesAWholeFile) {
-  const fs::path dir = fresh_dir("directory");
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-directory");
   for (int step : {10, 20, 30, 40}) io::save_checkpoint(dir.string(), sample_checkpoint(step), 2);
   EXPECT_FALSE(fs::exists(dir / "step_00000010.h5"));
   EXPECT_FALSE(fs::exists(dir / "step_00000020.h5"));
@@ -109,7 +103,7 @@ TEST(Checkpoint, DirectoryKeepsTheNewestAndLatestNamesAWholeFile) {
 }
 
 TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
-  const fs::path dir = fresh_dir("bad");
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-bad");
   const std::string good = (dir / "good.h5").string();
   io::write_checkpoint_file(good, sample_checkpoint());
 

@@ -28,7 +28,8 @@ TEST(Startup, ProbePlanBroadcastTopology) {
   const plan::Workload workload = plan::workload_from_model(model, 2, size / 2);
   plan::SearchOptions options;
   options.candidates = 50;
-  const plan::Plan p = runtime::plan_on_root_and_broadcast(MPI_COMM_WORLD, net, workload, options, 30);
+  const plan::Plan p = runtime::plan_on_root_and_broadcast(MPI_COMM_WORLD, net, workload, plan::Placement::planned,
+                                                                   options, 30);
   EXPECT_EQ(p.pipeline_stages, 2);
   EXPECT_EQ(p.data_parallel, size / 2);
   EXPECT_TRUE(runtime::ranks_agree(MPI_COMM_WORLD, p.hash(), 30, "test"));

@@ -5,15 +5,14 @@
 #include <fstream>
 
 #include "geotrain/io/config.hpp"
+#include "support/scratch_dir.hpp"
 #include "geotrain/common/errors.hpp"
 
 namespace geotrain::io {
 namespace {
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "geotrain-config-test";
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
+  const auto path = geotrain::testing::scratch_dir("config") / name;
   std::ofstream(path) << text;
   return path.string();
 }

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "geotrain/common/errors.hpp"
+#include "support/scratch_dir.hpp"
 #include "geotrain/io/model_file.hpp"
 
 namespace geotrain::io {
@@ -31,8 +32,7 @@ TEST(ModelFile, ShippedModelsLoad) {
 }
 
 TEST(ModelFile, BadFilesNameFileAndField) {
-  const auto dir = std::filesystem::temp_directory_path() / "geotrain-model-test";
-  std::filesystem::create_directories(dir);
+  const auto dir = geotrain::testing::scratch_dir("model-file");
   const std::string base = "[model]\nlayers = 2\nhidden = 8\nheads = 2\nsequence_length = 4\n";
   const std::pair<std::string, std::string> cases[] = {
       {base + "vocabulary = 0\n", "model.vocabulary: must be an integer >= 1"},

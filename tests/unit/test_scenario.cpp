@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "geotrain/common/errors.hpp"
+#include "support/scratch_dir.hpp"
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/workload.hpp"
@@ -480,10 +481,7 @@ TEST(ScenarioWrite, WritesFullMatrixFormWithZeroDiagonal) {
 class ScenarioErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("geotrain-scenario-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    dir_ = geotrain::testing::scratch_dir("scenario");
   }
   void TearDown() override {
     std::error_code ignored;

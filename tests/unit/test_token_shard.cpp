@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "geotrain/io/byte_tokenizer.hpp"
+#include "support/scratch_dir.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/token_shard.hpp"
 
@@ -25,15 +26,6 @@ std::string corpus_path(const std::string& name) {
   return std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/" + name;
 }
 
-// A fresh folder per test, so that tests running in parallel never share files.
-fs::path scratch_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::temp_directory_path() /
-                       (std::string("geotrain-token-shard-") + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 std::vector<unsigned char> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -122,7 +114,7 @@ TEST(TokenShard, ShippedCorpusReads) {
 // The C++ writer produces exactly the bytes of the Python script that made
 // the shipped files.
 TEST(TokenShard, WriterMatchesCorpusScriptBytes) {
-  const fs::path dir = scratch_dir();
+  const fs::path dir = geotrain::testing::scratch_dir("token-shard");
   for (const char* name : {"corpus_val.bin", "corpus_train.bin"}) {
     const std::string shipped = corpus_path(name);
     const auto tokens = read_token_shard(shipped, ByteTokenizer::kVocabSize);
@@ -135,7 +127,7 @@ TEST(TokenShard, WriterMatchesCorpusScriptBytes) {
 // --- the format -------------------------------------------------------------------
 
 TEST(TokenShard, HeaderLayoutIsLlmC) {
-  const fs::path dir = scratch_dir();
+  const fs::path dir = geotrain::testing::scratch_dir("token-shard");
   const std::string path = (dir / "layout.bin").string();
   const std::vector<std::uint16_t> tokens = {7, 0, 255, 256, 0xABCD, 65535};
   write_token_shard(path, tokens);
@@ -161,7 +153,7 @@ TEST(TokenShard, HeaderLayoutIsLlmC) {
 }
 
 TEST(TokenShard, WriteReadRoundTrip) {
-  const fs::path dir = scratch_dir();
+  const fs::path dir = geotrain::testing::scratch_dir("token-shard");
   const std::string path = (dir / "round.bin").string();
   std::vector<std::uint16_t> tokens(5000);
   std::uint32_t x = 12345;
@@ -179,7 +171,7 @@ TEST(TokenShard, WriteReadRoundTrip) {
 }
 
 TEST(TokenShard, BadFilesNameFileAndProblem) {
-  const fs::path dir = scratch_dir();
+  const fs::path dir = geotrain::testing::scratch_dir("token-shard");
   const std::vector<unsigned char> good = shard_bytes({1, 2, 3, 4, 5, 300, 6});
 
   auto with_int = [&](std::size_t index, std::int32_t value) {
@@ -439,7 +431,7 @@ TEST(TokenDataset, ValidationBatchesAreFixed) {
 }
 
 TEST(TokenDataset, SplitTakesValidationFromTheTail) {
-  const fs::path dir = scratch_dir();
+  const fs::path dir = geotrain::testing::scratch_dir("token-shard");
   const std::string path = (dir / "one.bin").string();
   write_token_shard(path, counting_tokens(1000));
   const TokenDataset data = TokenDataset::from_split(path, 1000, 0.1, 1);
@@ -456,7 +448,7 @@ TEST(TokenDataset, SplitTakesValidationFromTheTail) {
 }
 
 TEST(TokenDataset, TooLittleDataForABatchNamesTheFile) {
-  const fs::path dir = scratch_dir();
+  const fs::path dir = geotrain::testing::scratch_dir("token-shard");
   const std::string train = (dir / "train.bin").string();
   const std::string validation = (dir / "val.bin").string();
   write_token_shard(train, counting_tokens(65));     // 8 windows of 8+1

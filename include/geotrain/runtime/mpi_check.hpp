@@ -1,20 +1,26 @@
 // Checked MPI calls, deadlines and the abort path of the distributed runtime.
 //
-// Every MPI call goes through GT_MPI_CHECK: on failure it prints one line
-// naming host, rank, file:line, the call and MPI_Error_string, then aborts
-// every rank (MPI_Abort on MPI_COMM_WORLD). Communicators use
-// MPI_ERRORS_RETURN (set by MpiSession), so errors come back as codes and are
-// reported here instead of inside the library. Every network wait has a
-// deadline: wait_all_or_abort polls instead of blocking forever.
+// Every MPI call goes through GT_MPI_CHECK, the MPI member of the
+// checked-call family (common/check.hpp). MpiSession makes abort_all the
+// family's failure handler, so a failed MPI, CUDA or NCCL call on any rank
+// prints one line naming host, rank, file:line, the call and the library's
+// error string, then aborts every rank (MPI_Abort on MPI_COMM_WORLD).
+// Communicators use MPI_ERRORS_RETURN (set by MpiSession), so errors come
+// back as codes and are reported here instead of inside the library. Every
+// network wait has a deadline: wait_all_or_abort polls instead of blocking
+// forever.
 #pragma once
 #include <mpi.h>
 
 #include <span>
 #include <string>
 
+#include "geotrain/common/check.hpp"
+
 namespace geotrain::runtime {
 
-// MPI_Init + MPI_ERRORS_RETURN on MPI_COMM_WORLD; MPI_Finalize on destruction.
+// MPI_Init + MPI_ERRORS_RETURN on MPI_COMM_WORLD + abort_all as the failure
+// handler of checked calls; MPI_Finalize and the previous handler on destruction.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -26,21 +32,21 @@ class MpiSession {
 
  private:
   int rank_ = 0, size_ = 1;
+  CallFailureHandler previous_handler_ = nullptr;
 };
 
-// This process's rank in MPI_COMM_WORLD and its host name (processor name).
+// This process's rank in MPI_COMM_WORLD (-1 before MPI_Init).
 int world_rank();
-const std::string& host_name();
 
 // Prints "geotrain: rank R (host H): <message>; aborting" on stderr and calls
 // MPI_Abort(MPI_COMM_WORLD, 1). Never returns.
 [[noreturn]] void abort_all(const std::string& message);
 
-// The failure branch of GT_MPI_CHECK.
-[[noreturn]] void mpi_call_failed(int code, const char* call, const char* file, int line);
+// MPI_Error_string of `code`.
+std::string mpi_error_text(int code);
 
 inline void check_mpi(int code, const char* call, const char* file, int line) {
-  if (code != MPI_SUCCESS) mpi_call_failed(code, call, file, line);
+  if (code != MPI_SUCCESS) call_failed({"MPI", call, file, line}, mpi_error_text(code));
 }
 
 // Waits until every request completes or `deadline_s` seconds (steady

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/plan/search.hpp"
 
@@ -35,13 +36,14 @@ bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const st
 // aborts every rank with a message saying why.
 plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double deadline_s);
 
-// Collective: rank 0 runs the planner (plan::search_plan) on its probed
-// network and `workload` (e.g. plan::workload_from_model), then
-// broadcast_plan. Other ranks' `network_on_root` is ignored. A network or
-// workload the planner rejects aborts every rank with the reason.
+// Collective: rank 0 places the devices (plan::make_placement: the planner,
+// or a baseline) on its network and `workload` (e.g.
+// plan::workload_from_model), then broadcast_plan. Other ranks'
+// `network_on_root` is ignored. A network or workload the placement rejects
+// aborts every rank with the reason.
 plan::Plan plan_on_root_and_broadcast(MPI_Comm comm, const plan::Network& network_on_root,
-                                      const plan::Workload& workload, const plan::SearchOptions& options,
-                                      double deadline_s);
+                                      const plan::Workload& workload, plan::Placement placement,
+                                      const plan::SearchOptions& options, double deadline_s);
 
 // An owned communicator, freed on destruction.
 class Communicator {

@@ -1,6 +1,5 @@
-// The trainer's links and collectives over MPI, and the distributed `train`
-// job: network (probe or matrix) -> plan on rank 0 -> broadcast ->
-// communicators -> the training loop of trainer.hpp on every rank.
+// The trainer's links and collectives over MPI (the job that uses them:
+// distributed_job.hpp).
 #pragma once
 #include <mpi.h>
 
@@ -76,10 +75,5 @@ class MpiCollectives : public Collectives {
   ExchangeGroup data_parallel_, pipeline_, tied_;
   PendingPairSum tied_in_flight_;
 };
-
-// The whole job on MPI_COMM_WORLD (every rank calls it with the same config).
-// Errors every rank meets alike (config, model, data, matrix) surface as
-// InputError on all ranks; a rank that fails alone aborts the job.
-TrainResult train_distributed(const io::Config& config, const ModelShape& model, std::ostream& log);
 
 }  // namespace geotrain::runtime

@@ -9,6 +9,7 @@
 
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/plan/pipeline_schedule.hpp"
+#include "geotrain/runtime/staged_buffer.hpp"
 #include "geotrain/runtime/timeline.hpp"
 
 namespace geotrain::runtime {
@@ -84,11 +85,11 @@ class PipelineStep {
   std::vector<plan::Step> program_;
   std::size_t activation_count_;
   float* received_ = nullptr;          // device buffer for incoming activations / gradients
-  std::vector<float> host_buffer_;     // staging between device and host-memory links
+  StagedBuffer staging_;               // for links that take host memory
   StageTimes times_;
   Timeline* timeline_ = nullptr;
 
-  // received_ <- the link (staged through host_buffer_ unless the link takes device memory).
+  // received_ <- the link.
   void receive(PipelineLinks& links, int micro_batch, bool gradient);
   // data (device) -> the link.
   void send(PipelineLinks& links, const float* data, int micro_batch, bool gradient);

@@ -226,22 +226,13 @@ plan::Network job_network(const Setup& setup, int ranks, bool talk, std::ostream
 // The plan, made on rank 0 and checked everywhere.
 plan::Plan plan_job(const io::Config& config, const ModelShape& model, const plan::Network& network, int ranks,
                     bool talk, std::ostream& log) {
-  int rank = 0;
-  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   const int pp = config.pipeline_stages, dp = ranks / pp;
-  plan::Plan the_plan;
-  if (rank == 0) {
-    try {
-      plan::SearchOptions options;
-      options.seed = config.seed;
-      options.candidates = config.plan_candidates;
-      const plan::Workload workload = plan::workload_from_model(shape_of(model, config, dp), pp, dp);
-      the_plan = plan::make_placement(plan::CostModel(network, workload), config.placement, options).plan;
-    } catch (const std::exception& e) {
-      abort_all(std::string("planning failed: ") + e.what());
-    }
-  }
-  the_plan = broadcast_plan(MPI_COMM_WORLD, the_plan, config.network_deadline_s);
+  plan::SearchOptions options;
+  options.seed = config.seed;
+  options.candidates = config.plan_candidates;
+  const plan::Workload workload = plan::workload_from_model(shape_of(model, config, dp), pp, dp);
+  const plan::Plan the_plan = plan_on_root_and_broadcast(MPI_COMM_WORLD, network, workload, config.placement, options,
+                                                         config.network_deadline_s);
   if (talk) log << format_plan(the_plan, plan::to_string(config.placement), network) << std::flush;
   return the_plan;
 }

@@ -10,7 +10,7 @@
 
 namespace geotrain::runtime {
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+MpiSession::MpiSession(int* argc, char*** argv) : previous_handler_(set_call_failure_handler(abort_all)) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) GT_MPI_CHECK(MPI_Init(argc, argv));
@@ -23,6 +23,7 @@ MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+  set_call_failure_handler(previous_handler_);
 }
 
 int world_rank() {
@@ -30,16 +31,6 @@ int world_rank() {
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
-}
-
-const std::string& host_name() {
-  static const std::string name = [] {
-    char buffer[MPI_MAX_PROCESSOR_NAME] = {};
-    int length = 0;
-    if (MPI_Get_processor_name(buffer, &length) != MPI_SUCCESS) return std::string("?");
-    return std::string(buffer, static_cast<std::size_t>(length));
-  }();
-  return name;
 }
 
 void abort_all(const std::string& message) {
@@ -52,12 +43,11 @@ void abort_all(const std::string& message) {
   std::_Exit(1);  // MPI_Abort does not return; in case it does
 }
 
-void mpi_call_failed(int code, const char* call, const char* file, int line) {
+std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
-  abort_all(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-            (length > 0 ? std::string(text, static_cast<std::size_t>(length)) : "error " + std::to_string(code)));
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS || length <= 0) return "error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(length));
 }
 
 namespace {

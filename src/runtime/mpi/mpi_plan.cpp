@@ -90,16 +90,16 @@ plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double 
 }
 
 plan::Plan plan_on_root_and_broadcast(MPI_Comm comm, const plan::Network& network_on_root,
-                                      const plan::Workload& workload, const plan::SearchOptions& options,
-                                      double deadline_s) {
+                                      const plan::Workload& workload, plan::Placement placement,
+                                      const plan::SearchOptions& options, double deadline_s) {
   int rank = 0;
   GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   plan::Plan planned;
   if (rank == 0) {
     try {
-      planned = plan::search_plan(plan::CostModel(network_on_root, workload), options).plan;
+      planned = plan::make_placement(plan::CostModel(network_on_root, workload), placement, options).plan;
     } catch (const std::exception& e) {
-      abort_all(std::string("planning on rank 0 failed: ") + e.what());
+      abort_all(std::string("planning failed: ") + e.what());
     }
   }
   return broadcast_plan(comm, planned, deadline_s);

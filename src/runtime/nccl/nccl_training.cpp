@@ -11,29 +11,18 @@
 #include <utility>
 #include <vector>
 
+#include "geotrain/common/cuda_check.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 
 namespace geotrain::runtime {
 
 namespace {
 
-[[noreturn]] void nccl_call_failed(ncclResult_t code, const char* call, const char* file, int line) {
-  abort_all(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + ncclGetErrorString(code));
+// The NCCL member of the checked-call family (common/check.hpp).
+void check_nccl(ncclResult_t code, const char* call, const char* file, int line) {
+  if (code != ncclSuccess) call_failed({"NCCL", call, file, line}, ncclGetErrorString(code));
 }
-[[noreturn]] void cuda_call_failed(cudaError_t code, const char* call, const char* file, int line) {
-  abort_all(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + cudaGetErrorString(code));
-}
-
-#define GT_NCCL_CHECK(call)                                                       \
-  do {                                                                            \
-    const ncclResult_t gt_code_ = (call);                                         \
-    if (gt_code_ != ncclSuccess) nccl_call_failed(gt_code_, #call, __FILE__, __LINE__); \
-  } while (0)
-#define GT_CUDA_RT_CHECK(call)                                                    \
-  do {                                                                            \
-    const cudaError_t gt_code_ = (call);                                          \
-    if (gt_code_ != cudaSuccess) cuda_call_failed(gt_code_, #call, __FILE__, __LINE__); \
-  } while (0)
+#define GT_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
 // An owned NCCL communicator over the members of `group` (an MPI
 // communicator): its rank 0 makes the id, MPI broadcasts it.
@@ -77,7 +66,9 @@ void wait_event_or_abort(cudaEvent_t event, NcclComm& comm, double deadline_s, c
   for (;;) {
     const cudaError_t state = cudaEventQuery(event);
     if (state == cudaSuccess) return;
-    if (state != cudaErrorNotReady) cuda_call_failed(state, "cudaEventQuery", __FILE__, __LINE__);
+    if (state != cudaErrorNotReady) {
+      call_failed({"CUDA", "cudaEventQuery(event)", __FILE__, __LINE__}, cuda_error_text(state));
+    }
     if (clock::now() >= deadline) {
       comm.abort();
       abort_all("no answer within " + std::to_string(deadline_s) + " s while " + what);
@@ -99,8 +90,8 @@ class NcclLinks : public PipelineLinks {
   NcclLinks(const Topology& t, kernels::Backend& backend, double deadline_s)
       : compute_(static_cast<cudaStream_t>(backend.native_stream())), backend_(backend), t_(t),
         deadline_s_(deadline_s) {
-    GT_CUDA_RT_CHECK(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
-    GT_CUDA_RT_CHECK(cudaEventCreateWithFlags(&received_, cudaEventDisableTiming));
+    GT_CUDA_CHECK(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
+    GT_CUDA_CHECK(cudaEventCreateWithFlags(&received_, cudaEventDisableTiming));
     // Boundary b joins stage b and b + 1 of a replica; color = boundary
     // index over all replicas. Two rounds (even, odd boundaries) so each
     // rank is in at most one pair per split; two directions per boundary.
@@ -165,21 +156,21 @@ class NcclLinks : public PipelineLinks {
     float* copy = nullptr;
     if (!spare_.empty()) copy = spare_.back(), spare_.pop_back();
     else copy = backend_.alloc(n);
-    GT_CUDA_RT_CHECK(cudaMemcpyAsync(copy, data, n * sizeof(float), cudaMemcpyDeviceToDevice, compute_));
+    GT_CUDA_CHECK(cudaMemcpyAsync(copy, data, n * sizeof(float), cudaMemcpyDeviceToDevice, compute_));
     cudaEvent_t copied, done;
-    GT_CUDA_RT_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
-    GT_CUDA_RT_CHECK(cudaEventRecord(copied, compute_));
-    GT_CUDA_RT_CHECK(cudaStreamWaitEvent(send_stream_, copied, 0));
-    GT_CUDA_RT_CHECK(cudaEventDestroy(copied));
+    GT_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    GT_CUDA_CHECK(cudaEventRecord(copied, compute_));
+    GT_CUDA_CHECK(cudaStreamWaitEvent(send_stream_, copied, 0));
+    GT_CUDA_CHECK(cudaEventDestroy(copied));
     GT_NCCL_CHECK(ncclSend(copy, n, ncclFloat, 1 - rank_in(comm), comm.get(), send_stream_));
-    GT_CUDA_RT_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    GT_CUDA_RT_CHECK(cudaEventRecord(done, send_stream_));
+    GT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    GT_CUDA_CHECK(cudaEventRecord(done, send_stream_));
     pending_.push_back({copy, done, &comm, peer});
   }
 
   void receive(float* data, std::size_t n, NcclComm& comm, int peer, const char* what, int micro_batch) {
     GT_NCCL_CHECK(ncclRecv(data, n, ncclFloat, 1 - rank_in(comm), comm.get(), compute_));
-    GT_CUDA_RT_CHECK(cudaEventRecord(received_, compute_));
+    GT_CUDA_CHECK(cudaEventRecord(received_, compute_));
     wait_event_or_abort(received_, comm, deadline_s_,
                         std::string("waiting for ") + what + " of micro-batch " + std::to_string(micro_batch) +
                             " from rank " + std::to_string(peer));
@@ -207,7 +198,7 @@ class NcclCollectives : public Collectives {
   NcclCollectives(const Topology& t, kernels::Backend& backend, MpiCollectives& scalars, double deadline_s)
       : stream_(static_cast<cudaStream_t>(backend.native_stream())), t_(t), scalars_(scalars),
         deadline_s_(deadline_s) {
-    GT_CUDA_RT_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    GT_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     if (t.data_parallel > 1) data_parallel_ = NcclComm(t.dp_comm.get(), deadline_s, "the data-parallel group");
     if (t.tied_comm.get() != MPI_COMM_NULL) tied_ = NcclComm(t.tied_comm.get(), deadline_s, "the tied embedding");
   }
@@ -227,7 +218,7 @@ class NcclCollectives : public Collectives {
   void all_reduce(float* data, std::size_t n, NcclComm& comm, const std::string& what) {
     if (comm.get() == nullptr) abort_all(what + ": no NCCL communicator");
     GT_NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm.get(), stream_));
-    GT_CUDA_RT_CHECK(cudaEventRecord(done_, stream_));
+    GT_CUDA_CHECK(cudaEventRecord(done_, stream_));
     wait_event_or_abort(done_, comm, deadline_s_, what);
   }
 
