@@ -59,14 +59,9 @@ int on_packet(nfq_q_handle*, nfgenmsg*, nfq_data* data, void* context) {
   std::exit(1);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: geotrain-netdelay QUEUE:DELAY_MS [QUEUE:DELAY_MS ...]\n");
-    return 2;
-  }
-  std::vector<Queue> queues(static_cast<std::size_t>(argc - 1));
+// QUEUE:DELAY_MS arguments; false (after a message) on a bad one.
+bool parse_queues(int argc, char** argv, std::vector<Queue>* queues) {
+  queues->resize(static_cast<std::size_t>(argc - 1));
   for (int i = 1; i < argc; ++i) {
     unsigned number = 0;
     double delay_ms = 0;
@@ -75,21 +70,25 @@ int main(int argc, char** argv) {
         delay_ms > 60000) {
       std::fprintf(stderr, "geotrain-netdelay: argument %d: '%s' is not QUEUE:DELAY_MS (0-65535, 0-60000 ms)\n", i,
                    argv[i]);
-      return 2;
+      return false;
     }
-    Queue& q = queues[static_cast<std::size_t>(i - 1)];
+    Queue& q = (*queues)[static_cast<std::size_t>(i - 1)];
     q.number = static_cast<int>(number);
     q.delay = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(delay_ms));
   }
-  std::signal(SIGTERM, request_stop);
-  std::signal(SIGINT, request_stop);
+  return true;
+}
+
+void ask_for_real_time_priority() {
   sched_param priority{};
   priority.sched_priority = 50;
   if (sched_setscheduler(0, SCHED_FIFO, &priority) != 0) {
     std::fprintf(stderr, "geotrain-netdelay: no real-time priority (%s); delays may stretch under load\n",
                  std::strerror(errno));
   }
+}
 
+nfq_handle* bind_queues(std::vector<Queue>& queues) {
   nfq_handle* handle = nfq_open();
   if (handle == nullptr) die("nfq_open failed (root? nfnetlink_queue in the kernel?)");
   nfq_unbind_pf(handle, AF_INET);
@@ -103,22 +102,60 @@ int main(int argc, char** argv) {
     nfq_set_queue_flags(q.handle, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);  // large segments stay whole
   }
   nfnl_rcvbufsiz(nfq_nfnlh(handle), 64u << 20);
+  return handle;
+}
+
+// Accepts every packet whose delay is over; returns the next due time
+// (Clock::time_point::max() when nothing is held).
+Clock::time_point release_due_packets(std::vector<Queue>& queues) {
+  Clock::time_point next = Clock::time_point::max();
+  const auto now = Clock::now();
+  for (Queue& q : queues) {
+    while (!q.held.empty() && q.held.front().due <= now) {
+      nfq_set_verdict(q.handle, q.held.front().id, NF_ACCEPT, 0, nullptr);
+      q.held.pop_front();
+    }
+    if (!q.held.empty() && q.held.front().due < next) next = q.held.front().due;
+  }
+  return next;
+}
+
+// Hands every waiting netlink message to on_packet.
+void take_new_packets(nfq_handle* handle, int fd, std::vector<char>& buffer) {
+  for (;;) {
+    const ssize_t n = recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      nfq_handle_packet(handle, buffer.data(), static_cast<int>(n));
+      continue;
+    }
+    if (n < 0 && errno == ENOBUFS) {
+      std::fprintf(stderr, "geotrain-netdelay: the kernel dropped queued packets (ENOBUFS)\n");
+      continue;
+    }
+    return;  // EAGAIN: drained
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Queue> queues;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: geotrain-netdelay QUEUE:DELAY_MS [QUEUE:DELAY_MS ...]\n");
+    return 2;
+  }
+  if (!parse_queues(argc, argv, &queues)) return 2;
+  std::signal(SIGTERM, request_stop);
+  std::signal(SIGINT, request_stop);
+  ask_for_real_time_priority();
+  nfq_handle* handle = bind_queues(queues);
   const int fd = nfq_fd(handle);
   std::printf("ready\n");
   std::fflush(stdout);
 
   std::vector<char> buffer(1 << 16);
   while (!stop_requested) {
-    // Release what is due; sleep until the next due packet or a new one.
-    Clock::time_point next = Clock::time_point::max();
-    const auto now = Clock::now();
-    for (Queue& q : queues) {
-      while (!q.held.empty() && q.held.front().due <= now) {
-        nfq_set_verdict(q.handle, q.held.front().id, NF_ACCEPT, 0, nullptr);
-        q.held.pop_front();
-      }
-      if (!q.held.empty() && q.held.front().due < next) next = q.held.front().due;
-    }
+    const Clock::time_point next = release_due_packets(queues);
     int timeout_ms = 100;
     if (next != Clock::time_point::max()) {
       const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(next - Clock::now()).count();
@@ -129,19 +166,7 @@ int main(int argc, char** argv) {
     pollfd p{fd, POLLIN, 0};
     const int ready = poll(&p, 1, timeout_ms);
     if (ready < 0 && errno != EINTR) die(std::string("poll: ") + std::strerror(errno));
-    if (ready <= 0) continue;
-    for (;;) {
-      const ssize_t n = recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
-      if (n > 0) {
-        nfq_handle_packet(handle, buffer.data(), static_cast<int>(n));
-        continue;
-      }
-      if (n < 0 && errno == ENOBUFS) {
-        std::fprintf(stderr, "geotrain-netdelay: the kernel dropped queued packets (ENOBUFS)\n");
-        continue;
-      }
-      break;  // EAGAIN: drained
-    }
+    if (ready > 0) take_new_packets(handle, fd, buffer);
   }
   for (Queue& q : queues) nfq_destroy_queue(q.handle);
   nfq_close(handle);

@@ -54,36 +54,44 @@ void require_one_value(hid_t attribute, const std::string& field) {
   if (H5Sget_simple_extent_npoints(space) != 1) throw InputError(field + ": must be a single value");
 }
 
+// Opens the single-valued attribute `name` of `object` whose type is of class
+// `type_class`; *type receives its stored type.
+Handle open_scalar_attribute(hid_t object, const char* name, H5T_class_t type_class, const std::string& path,
+                             Handle* type) {
+  const std::string field = path + ": attribute " + name;
+  if (H5Aexists(object, name) <= 0) throw InputError(field + ": missing (not a geotrain checkpoint?)");
+  Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), field, true), H5Aclose);
+  require_one_value(attribute, field);
+  *type = Handle(GT_H5_CHECK(H5Aget_type(attribute), field, true), H5Tclose);
+  if (H5Tget_class(*type) != type_class) {
+    throw InputError(field + (type_class == H5T_INTEGER ? ": must be an integer" : ": must be a string"));
+  }
+  return attribute;
+}
+
 std::int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
-  const std::string field = std::string("attribute ") + name;
-  if (H5Aexists(object, name) <= 0) throw InputError(path + ": " + field + ": missing (not a geotrain checkpoint?)");
-  Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), path + ": " + field, true), H5Aclose);
-  require_one_value(attribute, path + ": " + field);
-  Handle type(GT_H5_CHECK(H5Aget_type(attribute), path + ": " + field, true), H5Tclose);
-  if (H5Tget_class(type) != H5T_INTEGER) throw InputError(path + ": " + field + ": must be an integer");
+  Handle type;
+  const Handle attribute = open_scalar_attribute(object, name, H5T_INTEGER, path, &type);
   std::int64_t value = 0;
-  GT_H5_CHECK(H5Aread(attribute, H5T_NATIVE_INT64, &value), path + ": " + field, true);
+  GT_H5_CHECK(H5Aread(attribute, H5T_NATIVE_INT64, &value), path + ": attribute " + name, true);
   return value;
 }
 
 std::string read_string_attribute(hid_t object, const char* name, const std::string& path) {
-  const std::string field = std::string("attribute ") + name;
-  if (H5Aexists(object, name) <= 0) throw InputError(path + ": " + field + ": missing (not a geotrain checkpoint?)");
-  Handle attribute(GT_H5_CHECK(H5Aopen(object, name, H5P_DEFAULT), path + ": " + field, true), H5Aclose);
-  require_one_value(attribute, path + ": " + field);
-  Handle type(GT_H5_CHECK(H5Aget_type(attribute), path + ": " + field, true), H5Tclose);
-  if (H5Tget_class(type) != H5T_STRING) throw InputError(path + ": " + field + ": must be a string");
+  const std::string field = path + ": attribute " + name;
+  Handle type;
+  const Handle attribute = open_scalar_attribute(object, name, H5T_STRING, path, &type);
   if (H5Tis_variable_str(type) > 0) {
     Handle memory(utf8_string_type(), H5Tclose);
     char* text = nullptr;
-    GT_H5_CHECK(H5Aread(attribute, memory, &text), path + ": " + field, true);
+    GT_H5_CHECK(H5Aread(attribute, memory, &text), field, true);
     std::string value = text ? text : "";
     H5free_memory(text);
     return value;
   }
   const std::size_t size = H5Tget_size(type);
   std::string value(size, '\0');
-  GT_H5_CHECK(H5Aread(attribute, type, value.data()), path + ": " + field, true);
+  GT_H5_CHECK(H5Aread(attribute, type, value.data()), field, true);
   return value.substr(0, value.find('\0'));
 }
 

@@ -16,7 +16,6 @@ int layers_of_stage(int layers, int stage, int stages) {
   return layers / stages + (stage < layers % stages ? 1 : 0);
 }
 
-constexpr double kUnknown = -1.0;
 
 // The cost model's DATAP (§2.2) of one group alone: a one-stage workload on
 // the group's own links, whose c_DP is this stage's gradient.
@@ -150,15 +149,19 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
   return 0;
 }
 
-SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWork& w, bool record_trace) {
-  const int p = plan.pipeline_stages, d = plan.data_parallel, m = w.micro_batches_per_flush;
+namespace {
+
+void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w) {
+  const int p = plan.pipeline_stages, d = plan.data_parallel;
   if (p < 1 || d < 1 || static_cast<int>(plan.stages.size()) != p) throw std::invalid_argument("simulate: bad plan shape");
   if (static_cast<int>(w.forward_s.size()) != p || static_cast<int>(w.backward_s.size()) != p ||
       static_cast<int>(w.gradient_bytes.size()) != p) {
     throw std::invalid_argument("simulate: work has " + std::to_string(w.forward_s.size()) + " stages, plan has " +
                                 std::to_string(p));
   }
-  if (m < 1 || w.flushes < 1) throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
+  if (w.micro_batches_per_flush < 1 || w.flushes < 1) {
+    throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
+  }
   std::vector<char> used(net.device_count, 0);
   for (const auto& stage : plan.stages) {
     if (static_cast<int>(stage.size()) != d) throw std::invalid_argument("simulate: bad plan shape");
@@ -169,145 +172,213 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
       used[dev] = 1;
     }
   }
+}
 
+bool is_transfer(StepKind k) { return k != StepKind::forward && k != StepKind::backward; }
+
+// One replica's pipeline, played step by step: each device's clock and
+// program counter, each directed link's next free time, every message's post
+// and arrival times. Replicas use disjoint devices and links, so each runs alone.
+class ReplicaRun {
+ public:
+  ReplicaRun(const Network& net, const Plan& plan, const PipelineWork& w,
+             const std::vector<std::vector<Step>>& programs, int replica, std::vector<TraceEvent>* trace)
+      : net_(net), plan_(plan), w_(w), programs_(programs), replica_(replica), trace_(trace),
+        stages_(plan.pipeline_stages), slots_(static_cast<size_t>(w.micro_batches_per_flush) * w.flushes),
+        clock_(stages_, 0.0), busy_(stages_, 0.0), sending_(stages_, 0.0), pc_(stages_, 0), posted_(stages_, 0),
+        messages_(2 * static_cast<size_t>(std::max(stages_ - 1, 1)) * slots_),
+        link_free_(2 * static_cast<size_t>(std::max(stages_ - 1, 1)), 0.0) {}
+
+  // Plays every stage's program to its end.
+  void run() {
+    size_t remaining = 0;
+    for (const auto& program : programs_) remaining += program.size();
+    while (remaining > 0) {
+      bool progress = false;
+      for (int s = 0; s < stages_; ++s) progress |= advance_stage(s, &remaining);
+      if (!progress) throw std::logic_error("simulate: pipeline program deadlocked");
+    }
+  }
+
+  // When stage s finished (with overlap: its last backward, whose gradient may
+  // still be on the wire to s-1 on another link; without: after that send).
+  double finish_s(int s) const { return clock_[s]; }
+  double compute_s(int s) const { return busy_[s]; }
+  double sending_s(int s) const { return sending_[s]; }
+
+ private:
+  struct Message {
+    static constexpr double kUnknown = -1.0;
+    double sender_post = kUnknown, receiver_post = kUnknown, arrival = kUnknown;
+  };
+  struct Route {
+    int sender, receiver, link;
+  };
+
+  // Runs stage s until it must wait; returns whether it moved.
+  bool advance_stage(int s, size_t* remaining) {
+    const auto& program = programs_[s];
+    bool progress = false;
+    while (pc_[s] < program.size()) {
+      const Step& step = program[pc_[s]];
+      size_t advance = 1;
+      if (!is_transfer(step.kind)) {
+        compute(s, step);
+      } else if (w_.overlap_communication) {
+        if (!overlapped_transfer(s, step)) break;
+      } else {
+        bool posted_now = false;
+        const bool done = blocking_batch(s, &advance, &posted_now);
+        progress |= posted_now;
+        if (!done) break;
+      }
+      pc_[s] += advance;
+      *remaining -= advance;
+      progress = true;
+    }
+    return progress;
+  }
+
+  void compute(int s, const Step& step) {
+    const double duration = step.kind == StepKind::forward ? w_.forward_s[s] : w_.backward_s[s];
+    if (trace_) trace_->push_back({replica_, s, step, clock_[s], clock_[s] + duration});
+    clock_[s] += duration;
+    busy_[s] += duration;
+  }
+
+  // Sends go out on the communication stream; receives are posted early, so
+  // only their arrival matters. Returns false while a receive waits.
+  bool overlapped_transfer(int s, const Step& step) {
+    Route route;
+    Message& msg = message_of(s, step, &route);
+    if (route.sender == s) {
+      msg.sender_post = clock_[s];
+      start_if_ready(msg, route, step);
+      return true;
+    }
+    if (msg.arrival == Message::kUnknown) return false;
+    clock_[s] = std::max(clock_[s], msg.arrival);
+    return true;
+  }
+
+  // Blocking p2p as Megatron-LM does it: consecutive sends and receives form
+  // one batch, posted together; each message starts when both ends have
+  // posted it; the device waits for the whole batch. Returns whether the
+  // batch completed (*advance: its length); *posted_now: this call posted it.
+  bool blocking_batch(int s, size_t* advance, bool* posted_now) {
+    const auto& program = programs_[s];
+    size_t end = pc_[s];
+    while (end < program.size() && is_transfer(program[end].kind)) ++end;
+    *advance = end - pc_[s];
+    bool complete = true;
+    double done_at = clock_[s];
+    for (size_t i = pc_[s]; i < end; ++i) {
+      Route route;
+      Message& msg = message_of(s, program[i], &route);
+      if (!posted_[s]) (route.sender == s ? msg.sender_post : msg.receiver_post) = clock_[s];
+      start_if_ready(msg, route, program[i]);
+      if (msg.arrival == Message::kUnknown) complete = false;
+      else done_at = std::max(done_at, msg.arrival);
+    }
+    if (!posted_[s]) {
+      posted_[s] = 1;
+      *posted_now = true;
+    }
+    if (!complete) return false;
+    posted_[s] = 0;
+    clock_[s] = done_at;
+    return true;
+  }
+
+  // The message a send/recv step of stage s refers to, and its route.
+  Message& message_of(int s, const Step& step, Route* route) {
+    const size_t slot = static_cast<size_t>(step.flush) * w_.micro_batches_per_flush + step.micro_batch;
+    const bool forward = step.kind == StepKind::send_activation || step.kind == StepKind::recv_activation;
+    const bool sends = step.kind == StepKind::send_activation || step.kind == StepKind::send_gradient;
+    const int boundary = forward ? (sends ? s : s - 1) : (sends ? s - 1 : s);
+    route->sender = forward ? boundary : boundary + 1;
+    route->receiver = forward ? boundary + 1 : boundary;
+    route->link = 2 * boundary + (forward ? 0 : 1);
+    return messages_[static_cast<size_t>(route->link) * slots_ + slot];
+  }
+
+  // Starts a message once it may start: the sender has posted it and, for
+  // blocking (rendezvous) p2p, the receiver too; a link sends one message at
+  // a time (messages on a link are posted in order).
+  void start_if_ready(Message& msg, const Route& route, const Step& step) {
+    if (msg.arrival != Message::kUnknown || msg.sender_post == Message::kUnknown) return;
+    double start = msg.sender_post;
+    if (!w_.overlap_communication) {
+      if (msg.receiver_post == Message::kUnknown) return;
+      start = std::max(start, msg.receiver_post);
+    }
+    const int u = plan_.stages[route.sender][replica_], v = plan_.stages[route.receiver][replica_];
+    const double serialise = w_.activation_bytes / net_.bandwidth(u, v);
+    start = std::max(start, link_free_[route.link]);
+    link_free_[route.link] = start + serialise;  // the link is busy while the bytes go out
+    msg.arrival = start + serialise + net_.latency(u, v);
+    sending_[route.sender] += serialise + net_.latency(u, v);
+    if (trace_) {
+      Step sent = step;
+      sent.kind = step.kind == StepKind::recv_activation ? StepKind::send_activation
+                  : step.kind == StepKind::recv_gradient ? StepKind::send_gradient : step.kind;
+      trace_->push_back({replica_, route.sender, sent, start, msg.arrival});
+    }
+  }
+
+  const Network& net_;
+  const Plan& plan_;
+  const PipelineWork& w_;
+  const std::vector<std::vector<Step>>& programs_;
+  const int replica_;
+  std::vector<TraceEvent>* trace_;
+  const int stages_;
+  const size_t slots_;
+  std::vector<double> clock_, busy_, sending_;
+  std::vector<size_t> pc_;
+  std::vector<char> posted_;  // blocking mode: the stage's current batch is posted
+  std::vector<Message> messages_;  // (link, slot); link = 2 * boundary + direction
+  std::vector<double> link_free_;
+};
+
+// Each stage group exchanges its gradient once its last backward is done
+// in every replica; the iteration ends with the slowest group.
+void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
+  result->iteration_s = result->pipeline_phase_s;
+  for (int s = 0; s < plan.pipeline_stages; ++s) {
+    const double exchange = datap_exchange_s(net, plan.stages[s], w.gradient_bytes[s], w.dp_scheme);
+    result->stage_datap_s.push_back(exchange);
+    result->datap_comm_s = std::max(result->datap_comm_s, exchange);
+    result->iteration_s = std::max(result->iteration_s, result->stage_last_backward_s[s] + exchange);
+  }
+}
+
+}  // namespace
+
+SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWork& w, bool record_trace) {
+  check_plan_fits(net, plan, w);
+  const int p = plan.pipeline_stages, d = plan.data_parallel, m = w.micro_batches_per_flush;
   std::vector<std::vector<Step>> programs;
   for (int s = 0; s < p; ++s) programs.push_back(pipeline_program(w.schedule, s, p, m, w.flushes));
-  const size_t slots = static_cast<size_t>(m) * w.flushes;
 
   SimulationResult result;
   result.micro_batches = m * w.flushes;
   result.micro_batches_per_flush = m;
   result.flushes = w.flushes;
-  std::vector<double> group_ready(p, 0.0);
+  result.stage_last_backward_s.assign(p, 0.0);
   double total_compute = 0;
-
   for (int r = 0; r < d; ++r) {
-    // State of replica r: each device's clock and program counter, each
-    // directed link's next free time, every message's post and arrival times.
-    std::vector<double> clock(p, 0.0), busy(p, 0.0), sending(p, 0.0);
-    std::vector<size_t> pc(p, 0);
-    std::vector<char> posted(p, 0);  // blocking mode: the current batch is posted
-    // Message (direction, boundary b between stages b and b+1, slot).
-    struct Message {
-      double sender_post = kUnknown, receiver_post = kUnknown, arrival = kUnknown;
-    };
-    std::vector<Message> messages(2 * static_cast<size_t>(std::max(p - 1, 1)) * slots);
-    std::vector<double> link_free(2 * static_cast<size_t>(std::max(p - 1, 1)), 0.0);
-    size_t remaining = 0;
-    for (const auto& prog : programs) remaining += prog.size();
-
-    auto is_comm = [](StepKind k) { return k != StepKind::forward && k != StepKind::backward; };
-    // The message a send/recv step of stage s refers to, and the sender's stage.
-    auto message_of = [&](int s, const Step& step, int* sender, int* receiver, int* link) -> Message& {
-      const size_t slot = static_cast<size_t>(step.flush) * m + step.micro_batch;
-      const bool forward = step.kind == StepKind::send_activation || step.kind == StepKind::recv_activation;
-      const bool sends = step.kind == StepKind::send_activation || step.kind == StepKind::send_gradient;
-      const int boundary = forward ? (sends ? s : s - 1) : (sends ? s - 1 : s);
-      *sender = forward ? boundary : boundary + 1;
-      *receiver = forward ? boundary + 1 : boundary;
-      *link = 2 * boundary + (forward ? 0 : 1);
-      return messages[(static_cast<size_t>(*link)) * slots + slot];
-    };
-    // Starts a message once it may start: the sender has posted it and, for
-    // blocking (rendezvous) p2p, the receiver too; the link sends one message
-    // at a time (messages on a link are posted in order).
-    auto resolve = [&](Message& msg, int sender, int receiver, int link, const Step& step) {
-      if (msg.arrival != kUnknown || msg.sender_post == kUnknown) return;
-      double start = msg.sender_post;
-      if (!w.overlap_communication) {
-        if (msg.receiver_post == kUnknown) return;
-        start = std::max(start, msg.receiver_post);
-      }
-      const int u = plan.stages[sender][r], v = plan.stages[receiver][r];
-      const double serialise = w.activation_bytes / net.bandwidth(u, v);
-      start = std::max(start, link_free[link]);
-      link_free[link] = start + serialise;  // the link is busy while the bytes go out
-      msg.arrival = start + serialise + net.latency(u, v);
-      sending[sender] += serialise + net.latency(u, v);
-      if (record_trace) {
-        Step sent = step;
-        sent.kind = step.kind == StepKind::recv_activation ? StepKind::send_activation
-                    : step.kind == StepKind::recv_gradient ? StepKind::send_gradient : step.kind;
-        result.trace.push_back({r, sender, sent, start, msg.arrival});
-      }
-    };
-
-    while (remaining > 0) {
-      bool progress = false;
-      for (int s = 0; s < p; ++s) {
-        const auto& prog = programs[s];
-        while (pc[s] < prog.size()) {
-          const Step& step = prog[pc[s]];
-          size_t advance = 1;
-          if (step.kind == StepKind::forward || step.kind == StepKind::backward) {
-            const double duration = step.kind == StepKind::forward ? w.forward_s[s] : w.backward_s[s];
-            if (record_trace) result.trace.push_back({r, s, step, clock[s], clock[s] + duration});
-            clock[s] += duration;
-            busy[s] += duration;
-          } else if (w.overlap_communication) {
-            // Sends go out on the communication stream; receives are posted
-            // early, so only their arrival matters.
-            int sender, receiver, link;
-            Message& msg = message_of(s, step, &sender, &receiver, &link);
-            if (sender == s) {
-              msg.sender_post = clock[s];
-              resolve(msg, sender, receiver, link, step);
-            } else if (msg.arrival == kUnknown) {
-              break;
-            } else {
-              clock[s] = std::max(clock[s], msg.arrival);
-            }
-          } else {
-            // Blocking p2p as Megatron-LM does it: consecutive sends and
-            // receives form one batch, posted together; each message starts
-            // when both ends have posted it; the device waits for the batch.
-            size_t end = pc[s];
-            while (end < prog.size() && is_comm(prog[end].kind)) ++end;
-            advance = end - pc[s];
-            bool complete = true;
-            double done_at = clock[s];
-            for (size_t i = pc[s]; i < end; ++i) {
-              int sender, receiver, link;
-              Message& msg = message_of(s, prog[i], &sender, &receiver, &link);
-              if (!posted[s]) (sender == s ? msg.sender_post : msg.receiver_post) = clock[s];
-              resolve(msg, sender, receiver, link, prog[i]);
-              if (msg.arrival == kUnknown) complete = false;
-              else done_at = std::max(done_at, msg.arrival);
-            }
-            if (!posted[s]) {
-              posted[s] = 1;
-              progress = true;
-            }
-            if (!complete) break;
-            posted[s] = 0;
-            clock[s] = done_at;
-          }
-          pc[s] += advance;
-          remaining -= advance;
-          progress = true;
-        }
-      }
-      if (!progress) throw std::logic_error("simulate: pipeline program deadlocked");
-    }
+    ReplicaRun replica(net, plan, w, programs, r, record_trace ? &result.trace : nullptr);
+    replica.run();
     for (int s = 0; s < p; ++s) {
-      // With overlap the clock stops at the last backward (its gradient may
-      // still be on the wire to s-1, on another link); without, after the send.
-      group_ready[s] = std::max(group_ready[s], clock[s]);
-      result.pipeline_phase_s = std::max(result.pipeline_phase_s, clock[s]);
-      result.compute_s = std::max(result.compute_s, busy[s]);
-      result.pipeline_comm_s = std::max(result.pipeline_comm_s, sending[s]);
-      total_compute += busy[s];
+      result.stage_last_backward_s[s] = std::max(result.stage_last_backward_s[s], replica.finish_s(s));
+      result.pipeline_phase_s = std::max(result.pipeline_phase_s, replica.finish_s(s));
+      result.compute_s = std::max(result.compute_s, replica.compute_s(s));
+      result.pipeline_comm_s = std::max(result.pipeline_comm_s, replica.sending_s(s));
+      total_compute += replica.compute_s(s);
     }
   }
-
-  result.stage_last_backward_s = group_ready;
-  result.iteration_s = result.pipeline_phase_s;
-  for (int s = 0; s < p; ++s) {
-    const double exchange = datap_exchange_s(net, plan.stages[s], w.gradient_bytes[s], w.dp_scheme);
-    result.stage_datap_s.push_back(exchange);
-    result.datap_comm_s = std::max(result.datap_comm_s, exchange);
-    result.iteration_s = std::max(result.iteration_s, group_ready[s] + exchange);
-  }
+  add_datap_exchanges(net, plan, w, &result);
   result.bubble_fraction =
       result.pipeline_phase_s > 0 ? 1.0 - total_compute / (static_cast<double>(p) * d * result.pipeline_phase_s) : 0.0;
   return result;
