@@ -34,20 +34,30 @@ namespace {
 constexpr int kRowThreads = 256;
 constexpr int kRowsPerBlock = kRowThreads / kWarpSize;
 
+// Where element i of a [B, NH, T, HS] tensor sits.
+struct HeadPosition {
+  std::size_t b, h, t, d;
+};
+
+__device__ inline HeadPosition head_position(std::size_t i, int T, int NH, int HS) {
+  HeadPosition at;
+  at.d = i % HS;
+  i /= HS;
+  at.t = i % T;
+  i /= T;
+  at.h = i % NH;
+  at.b = i / NH;
+  return at;
+}
+
 // qkv[B,T,3,NH,HS] -> parts[3][B,NH,T,HS] (q, then k, then v).
 __global__ void split_heads_kernel(float* parts, const float* qkv, int B, int T, int NH, int HS) {
   const std::size_t C = static_cast<std::size_t>(NH) * HS;
   const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
   for (std::size_t i = global_index(); i < 3 * BTC; i += global_stride()) {
     const std::size_t part = i / BTC;
-    std::size_t rest = i % BTC;
-    const std::size_t d = rest % HS;
-    rest /= HS;
-    const std::size_t t = rest % T;
-    rest /= T;
-    const std::size_t h = rest % NH;
-    const std::size_t b = rest / NH;
-    parts[i] = qkv[(b * T + t) * 3 * C + part * C + h * HS + d];
+    const HeadPosition at = head_position(i % BTC, T, NH, HS);
+    parts[i] = qkv[(at.b * T + at.t) * 3 * C + part * C + at.h * HS + at.d];
   }
 }
 
@@ -68,14 +78,8 @@ __global__ void split_gradient_kernel(float* dy, const float* dout, int B, int T
   const std::size_t C = static_cast<std::size_t>(NH) * HS;
   const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
   for (std::size_t i = global_index(); i < BTC; i += global_stride()) {
-    std::size_t rest = i;
-    const std::size_t d = rest % HS;
-    rest /= HS;
-    const std::size_t t = rest % T;
-    rest /= T;
-    const std::size_t h = rest % NH;
-    const std::size_t b = rest / NH;
-    dy[i] = dout[(b * T + t) * C + h * HS + d];
+    const HeadPosition at = head_position(i, T, NH, HS);
+    dy[i] = dout[(at.b * T + at.t) * C + at.h * HS + at.d];
   }
 }
 
