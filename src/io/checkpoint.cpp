@@ -201,6 +201,7 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
   write_int_attribute(file, "model_sequence_length", c.model.sequence_length, context);
   write_string_attribute(file, "config", c.config_text, context);
   write_string_attribute(file, "plan", c.plan_text, context);
+  if (!c.tokenizer_text.empty()) write_string_attribute(file, "tokenizer", c.tokenizer_text, context);
   write_string_attribute(file, "writer", "geotrain 0.1.0", context);
   Handle params(GT_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
   Handle optimizer(GT_H5_CHECK(H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
@@ -248,6 +249,7 @@ Checkpoint read_checkpoint_file(const std::string& path) {
   c.model.sequence_length = static_cast<int>(read_int_attribute(file, "model_sequence_length", path));
   c.config_text = read_string_attribute(file, "config", path);
   c.plan_text = read_string_attribute(file, "plan", path);
+  if (H5Aexists(file, "tokenizer") > 0) c.tokenizer_text = read_string_attribute(file, "tokenizer", path);
   for (const char* group : {"params", "optimizer/m", "optimizer/v"}) {
     if (H5Lexists(file, "optimizer", H5P_DEFAULT) <= 0 && std::string(group) != "params") {
       throw InputError(path + ": /optimizer: missing");

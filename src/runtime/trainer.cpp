@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/io/tokenizer.hpp"
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
@@ -167,7 +168,8 @@ class RankTrainer {
         pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_),
         talk_(role.reports && !config_.quiet),
         inputs_(m_),
-        targets_(m_) {
+        targets_(m_),
+        tokenizer_text_(inputs.tokenizer_text) {
     with.backend.set_matmul_precision(config_.matmul_precision);
     data_.set_replica(role.replica, role.replicas);
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
@@ -330,6 +332,7 @@ class RankTrainer {
     metadata.model = model_;
     metadata.config_text = io::describe(config_);
     metadata.plan_text = role_.plan_text;
+    metadata.tokenizer_text = tokenizer_text_;
     std::vector<io::CheckpointTensor> tensors;
     if (role_.replica == 0) {
       tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head);
@@ -367,6 +370,7 @@ class RankTrainer {
   StepBreakdown own_;  // this rank, summed over the timed steps
   bool resumed_ = false;
   std::string resume_notes_;
+  const std::string tokenizer_text_;
   Clock::time_point run_start_;
 };
 
@@ -387,6 +391,7 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
   inputs.model = model;
   const io::Config& c = inputs.config;
   inputs.data.emplace(io::TokenDataset::from_shards(c.data_train, c.data_validation, model.vocabulary, c.seed));
+  inputs.tokenizer_text = io::tokenizer_text_for_shard(c.data_train);
   if (c.checkpoint_resume.empty()) return inputs;
   inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
   if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: a fresh start

@@ -41,6 +41,7 @@ struct Checkpoint {
   ModelShape model;
   std::string config_text;
   std::string plan_text;
+  std::string tokenizer_text;  // the training data's tokenizer file; "" = the byte tokenizer
   std::vector<CheckpointTensor> tensors;
   const CheckpointTensor* find(const std::string& name) const;
 };

@@ -55,6 +55,7 @@ struct RunInputs {
   io::Config config;
   ModelShape model;
   std::optional<io::TokenDataset> data;
+  std::string tokenizer_text;  // the training shard's tokenizer file ("" = byte), kept in checkpoints
   std::optional<io::Checkpoint> resume;
   std::string resume_path;
 };
