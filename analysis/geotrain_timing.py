@@ -7,8 +7,13 @@ and the numbers every report derives from them.
 """
 from dataclasses import dataclass, field
 
-import h5py
-import numpy as np
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from requires import require  # noqa: E402
+
+h5py, np = require("h5py", "numpy")
 
 # Groups of event kinds in the report's columns.
 COMPUTE = ("forward", "backward")
@@ -105,6 +110,11 @@ def summarize(run):
             row[f"{name}_per_step_s"] = float(duration[chosen & steady].sum()) / steady_steps
             tracked += row[f"{name}_s"]
         row["untracked_s"] = row["wall_s"] - tracked
+        # Compute utilisation as the trainer defines it: forward + backward
+        # over the rank's step time, the warm-up step left out.
+        walls = run.steps["wall_time"][rank] if rank < len(run.steps["wall_time"]) else []
+        steady_wall = float(np.mean(walls[1:] if len(walls) > 1 else walls)) if len(walls) else 0.0
+        row["compute_utilisation"] = row["compute_per_step_s"] / steady_wall if steady_wall > 0 else 0.0
         row["bytes_sent"] = int(e["bytes"][mine & run.kind_mask(("send",))].sum())
         rows.append(row)
     stages = []
@@ -120,7 +130,11 @@ def summarize(run):
     tokens_per_s = float(run.attrs["tokens_per_step"]) / measured if measured > 0 else 0.0
     peak = float(run.attrs.get("device_peak_flops_per_s", 0.0))
     mfu = (float(run.attrs["model_flops_per_token"]) * tokens_per_s / (run.ranks * peak)) if peak > 0 else None
+    utilisation = [(r["compute_utilisation"], r["rank"]) for r in rows if "compute_utilisation" in r]
+    lowest = min(utilisation) if utilisation else (0.0, 0)
     return {"ranks": rows, "stages": stages, "recorded_steps": int(len(recorded_steps)),
+            "compute_utilisation_mean": float(np.mean([u for u, _ in utilisation])) if utilisation else 0.0,
+            "compute_utilisation_min": lowest[0], "compute_utilisation_min_rank": lowest[1],
             "measured_iteration_s": measured, "predicted_iteration_s": predicted,
             "prediction_error": (predicted - measured) / measured if measured > 0 and predicted > 0 else None,
             "predicted_bubble_fraction": float(run.plan.get("predicted_bubble_fraction", 0.0)),

@@ -12,11 +12,13 @@ parameters carry geotrain's names (h.3.attn.qkv.weight, ...).
 import argparse
 import json
 import math
+import os
+import sys
 
-import h5py
-import numpy as np
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from requires import require  # noqa: E402
+
+h5py, np, torch, F = require("h5py", "numpy", "torch", "torch.nn.functional")
 
 
 class GPT(torch.nn.Module):

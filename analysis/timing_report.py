@@ -15,9 +15,10 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from requires import require  # noqa: E402
+
+np = require("numpy")
 import geotrain_timing as gt  # noqa: E402
 
 COLOURS = {"forward": "#4c72b0", "backward": "#55a868", "send": "#dd8452", "recv": "#c44e52", "idle": "#dddddd",
@@ -36,14 +37,15 @@ def print_table(run, summary):
           f"{a['placement']}; network {run.network_source}; {summary['recorded_steps']} steps recorded")
     print(f"device: {a['device']}")
     print("\nper rank, ms per step (warm-up step left out); totals in s over the recorded steps")
-    print(" rank stage replica  compute    comm.     idle   optim.    other |   wall s  untracked")
+    print(" rank stage replica  compute    comm.     idle   optim.    other |   wall s  untracked  util.")
     for r in summary["ranks"]:
         if "wall_s" not in r:
             print(f"{r['rank']:5d} {r['stage']:5d} {r['replica']:7d}  (no events)")
             continue
         print(f"{r['rank']:5d} {r['stage']:5d} {r['replica']:7d} {ms(r['compute_per_step_s'])} "
               f"{ms(r['communication_per_step_s'])} {ms(r['idle_per_step_s'])} {ms(r['optimizer_per_step_s'])} "
-              f"{ms(r['other_per_step_s'])} | {r['wall_s']:8.3f} {100 * r['untracked_s'] / r['wall_s']:9.2f}%")
+              f"{ms(r['other_per_step_s'])} | {r['wall_s']:8.3f} {100 * r['untracked_s'] / r['wall_s']:9.2f}% "
+              f"{100 * r['compute_utilisation']:5.1f}%")
     print("\nper stage (mean of its ranks), ms per step")
     print("stage ranks          compute    comm.     idle   optim.    other")
     for s in summary["stages"]:
@@ -56,7 +58,9 @@ def print_table(run, summary):
     if summary["prediction_error"] is not None:
         print(f" ({100 * summary['prediction_error']:+.1f}%)", end="")
     print(f"; predicted bubble {100 * summary['predicted_bubble_fraction']:.1f}%")
-    print(f"throughput: {summary['tokens_per_s']:.0f} tokens/s, MFU {mfu}")
+    print(f"throughput: {summary['tokens_per_s']:.0f} tokens/s, MFU {mfu}; compute utilisation "
+          f"{100 * summary['compute_utilisation_mean']:.1f}% (mean over ranks; lowest "
+          f"{100 * summary['compute_utilisation_min']:.1f}%, rank {summary['compute_utilisation_min_rank']})")
 
 
 def default_step(run):
@@ -114,6 +118,7 @@ def plot_network(run, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
     order = rank_order(run)
     index = {r: i for i, r in enumerate(order)}
     labels = [f"{r}\n{run.sites[r]}" if run.sites[r] else str(r) for r in order]
@@ -125,14 +130,18 @@ def plot_network(run, path):
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
     for ax, data, title, unit in ((axes[0], latency, "latency", "us" if small else "ms"),
                                   (axes[1], bandwidth, "bandwidth", "Gbit/s")):
-        shown = np.where(np.isfinite(data), data, np.nan)
-        image = ax.imshow(shown, cmap="viridis" if title == "bandwidth" else "magma_r")
+        shown = np.where(np.isfinite(data) & (data > 0), data, np.nan)
+        # Log colours: on a linear scale 1, 2 and 10 Gbit/s (or 1 and 50 ms) look alike.
+        values = shown[np.isfinite(shown)]
+        norm = LogNorm(vmin=values.min(), vmax=values.max()) if values.size and values.min() < values.max() else None
+        image = ax.imshow(shown, cmap="viridis" if title == "bandwidth" else "magma_r", norm=norm)
         fig.colorbar(image, ax=ax, label=unit, shrink=0.8)
         ax.set_title(f"{title} ({os.path.basename(run.network_source)})")
         ax.set_xticks(range(len(order)))
         ax.set_yticks(range(len(order)))
-        ax.set_xticklabels(labels, fontsize=7)
-        ax.set_yticklabels(labels, fontsize=7)
+        size = 7 if len(order) <= 8 else max(4, int(56 / len(order)))  # legible, not overlapping, at 12+ ranks
+        ax.set_xticklabels(labels, fontsize=size, rotation=90 if len(order) > 8 else 0)
+        ax.set_yticklabels(labels, fontsize=size)
         # Data-parallel groups: one block per stage.
         dp = int(run.attrs["data_parallel"])
         for stage in range(int(run.attrs["pipeline_stages"])):
@@ -170,6 +179,10 @@ def main():
     if args.plots:
         os.makedirs(args.plots, exist_ok=True)
         step = args.step if args.step is not None else default_step(run)
+        recorded = np.unique(run.events["step"])
+        if step not in recorded:
+            parser.error(f"--step {step}: {args.timing_file} has no events of that step (recorded: "
+                         f"{', '.join(map(str, recorded.tolist())) or 'none'}; timing.max_event_steps limits them)")
         plot_timeline(run, step, os.path.join(args.plots, "timeline.png"))
         plot_network(run, os.path.join(args.plots, "network.png"))
         if not args.json:

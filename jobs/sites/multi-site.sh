@@ -8,6 +8,9 @@
 #        --net 10.8.0.0/16 --ports 40000-40200 [--agent "ssh -p 2222"] [--prefix /opt/openmpi] \
 #        [--ranks N] [--map-by node|slot] [--dry-run] [-- geotrain train CONFIG --key=value ...]
 #
+# The merged hostfile is kept as runs/multi-site-<time>.hosts (the dry run
+# prints the command that uses it; run that command later as it stands).
+#
 # A site hostfile is Open MPI's: one "host slots=N" line per host (N ranks,
 # usually its GPUs). Every host needs the same geotrain path (or --binary),
 # the same Open MPI version, ssh without a password from the launching host,
@@ -18,11 +21,11 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 sites=() net="" ports="" agent="ssh" prefix="" ranks="" map_by="node" dry_run=0
 binary="$repo/build/release/geotrain"
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-fail() { echo "multi-site.sh: $*" >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+fail() { [[ -n ${merged:-} ]] && rm -f "$merged"; echo "multi-site.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --site) [[ $# -ge 2 ]] || usage; sites+=("$2"); shift 2 ;;
+    --site) [[ $# -ge 2 ]] || usage 2 >&2; sites+=("$2"); shift 2 ;;
     --net) net=${2:?}; shift 2 ;;
     --ports) ports=${2:?}; shift 2 ;;
     --agent) agent=${2:?}; shift 2 ;;
@@ -32,7 +35,7 @@ while [[ $# -gt 0 ]]; do
     --binary) binary=${2:?}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; break ;;
-    -h|--help) usage ;;
+    -h|--help) usage 0 ;;
     *) fail "unknown option '$1' (--help)" ;;
   esac
 done
@@ -46,8 +49,9 @@ if [[ -n $ports ]]; then
   ((port_min >= 1024 && port_count >= 2)) || fail "--ports: at least 2 ports above 1023, got '$ports'"
 fi
 
-merged=$(mktemp "${TMPDIR:-/tmp}/geotrain-hosts.XXXXXX")
-[[ $dry_run == 1 ]] && trap 'rm -f "$merged"' EXIT
+mkdir -p "$repo/runs"
+merged=$repo/runs/multi-site-$(date +%Y%m%d-%H%M%S)-$$.hosts
+: >"$merged"
 slots_total=0
 for entry in "${sites[@]}"; do
   name=${entry%%:*} file=${entry#*:}
@@ -64,6 +68,8 @@ for entry in "${sites[@]}"; do
 done
 ((slots_total > 0)) || fail "the hostfiles list no hosts"
 ranks=${ranks:-$slots_total}
+[[ $ranks =~ ^[1-9][0-9]*$ ]] || fail "--ranks: a positive integer, got '$ranks'"
+((ranks <= slots_total)) || fail "--ranks $ranks: more than the $slots_total slots the hostfiles list (add slots=N to the hosts)"
 [[ $# -gt 0 ]] || set -- "$binary" train "$repo/inputs/quickstart.toml"
 
 # Messages up to 16 MiB (activations, a small stage's gradient) go eagerly:

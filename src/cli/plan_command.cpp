@@ -5,6 +5,7 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/plan/search.hpp"
+#include "launch_files.hpp"
 #include "plan_report.hpp"
 
 namespace geotrain::cli {
@@ -30,6 +31,12 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
       ->check(CLI::Range(1, 1024));
   plan->add_flag("--json", o.json, "print one JSON object instead of the table");
   plan->add_flag("--no-baselines", o.skip_baselines, "skip the baselines (faster on large networks)");
+  plan->add_option("--out", o.json_out, "also write the plan as JSON to this file");
+  const char* from_hosts = " from the scenario's network.sites (the host of each rank, as geotrain probe writes them)";
+  plan->add_option("--rankfile", o.rankfile, std::string("write an Open MPI rankfile (rank r on device r's host)") + from_hosts);
+  plan->add_option("--hostfile", o.hostfile, std::string("write an Open MPI hostfile (host slots=N)") + from_hosts);
+  plan->add_option("--slurm-hostfile", o.slurm_hostfile,
+                   std::string("write one host per rank, for SLURM_HOSTFILE=FILE srun --distribution=arbitrary") + from_hosts);
 }
 
 int run_plan_command(const PlanCommandOptions& o) {
@@ -72,6 +79,8 @@ int run_plan_command(const PlanCommandOptions& o) {
     report.baselines.computed = true;
   }
   std::cout << (o.json ? render_plan_json(report) : render_plan_table(report));
+  if (!o.json_out.empty()) write_text_file(o.json_out, render_plan_json(report), "--out");
+  write_launch_files(scenario.network, o.scenario, {o.rankfile, o.hostfile, o.slurm_hostfile});
   return 0;
 }
 

@@ -137,7 +137,7 @@ std::string render_table(const Resolved& r) {
       << "  pipeline phase   " << fmt("%12.4f", res.pipeline_phase_s) << "   start to the last backward (slowest replica)\n"
       << "  compute          " << fmt("%12.4f", res.compute_s) << "   busiest device, forward + backward\n"
       << "  pipeline sends   " << fmt("%12.4f", res.pipeline_comm_s)
-      << "   busiest device, activations + gradients (alpha + bytes/beta each)\n"
+      << "   busiest device's links busy sending activations + gradients (bytes/beta)\n"
       << "  DP exchange      " << fmt("%12.4f", res.datap_comm_s) << "   slowest stage group\n"
       << "  bubble           " << fmt("%11.1f%%", 100 * res.bubble_fraction)
       << "   share of the pipeline phase without compute\n"

@@ -6,6 +6,7 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/timing_file.hpp"
+#include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/timing_record.hpp"
 #include "geotrain/runtime/trainer.hpp"
 #ifdef GEOTRAIN_HAVE_MPI_TRAINING
@@ -39,17 +40,18 @@ int run_train_command(const TrainCommandOptions& o) {
   const io::Config& config = inputs.config;
   const std::string timing_path = io::expand_run_name(config.timing_file);
   const runtime::TrainResult result = runtime::train_single_rank(inputs, std::cout);
+  std::ostream& text = runtime::text_stream(config, std::cout);
   if (!timing_path.empty()) {
     const runtime::JobDescription job = runtime::single_rank_job(result.device);
     const runtime::RankTiming own{result.events, result.step_seconds, result.stage_parameters};
     io::write_timing_file(timing_path, runtime::make_timing_run(config, inputs.model, job, result, {own}));
-    if (!config.quiet) std::cout << "timing: " << timing_path << "\n";
+    if (!config.quiet) text << "timing: " << timing_path << "\n";
   }
   if (result.stopped_by_signal) {
     std::cerr << runtime::stopped_summary(result);
     return kExitRunError;
   }
-  std::cout << final_summary(result);
+  text << final_summary(result);
   return 0;
 }
 

@@ -69,6 +69,7 @@ std::vector<Field> fields(Config& c) {
       {"train.log_every_steps", &c.log_every_steps},
       {"train.quiet", &c.quiet},
       {"train.log_json", &c.log_json},
+      {"train.metrics_file", &c.metrics_file},
       {"pipeline.stages", &c.pipeline_stages},
       {"pipeline.schedule", &c.pipeline_schedule},
       {"pipeline.layers_per_stage", &c.layers_per_stage},

@@ -85,6 +85,12 @@ void write_file(const std::string& path, const TimingRun& r) {
   write_doubles(steps, "loss", r.loss, "nats per token", context);
   write_doubles(steps, "learning_rate", r.learning_rate, "", context);
   write_doubles(steps, "grad_norm", r.grad_norm, "", context);
+  {
+    Handle validation(GT_H5_CHECK(H5Gcreate2(file, "validation", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false),
+                      H5Gclose);
+    write_ints(validation, "step", r.validation_step, "", context);
+    write_doubles(validation, "loss", r.validation_loss, "nats per token", context);
+  }
   if (r.wall_time_s.size() != static_cast<std::size_t>(r.ranks) * r.step.size()) {
     throw std::logic_error("write_timing_file: wall_time_s must hold ranks x steps values");
   }
@@ -154,17 +160,16 @@ std::string expand_run_name(const std::string& pattern) {
   const std::string key = "{job}";
   const std::size_t at = pattern.find(key);
   if (at == std::string::npos) return pattern;
-  std::string job;
-  if (const char* id = std::getenv("SLURM_JOB_ID"); id != nullptr && *id != '\0') {
-    job = id;
-  } else {
+  // One name per process: the timing and metrics files of a run share it.
+  static const std::string job = [] {
+    if (const char* id = std::getenv("SLURM_JOB_ID"); id != nullptr && *id != '\0') return std::string(id);
     const std::time_t now = std::time(nullptr);
     std::tm local{};
     localtime_r(&now, &local);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
-    job = std::string(stamp) + "-" + std::to_string(::getpid());
-  }
+    return std::string(stamp) + "-" + std::to_string(::getpid());
+  }();
   return pattern.substr(0, at) + job + pattern.substr(at + key.size());
 }
 

@@ -317,7 +317,9 @@ class ReplicaRun {
     start = std::max(start, link_free_[route.link]);
     link_free_[route.link] = start + serialise;  // the link is busy while the bytes go out
     msg.arrival = start + serialise + net_.latency(u, v);
-    sending_[route.sender] += serialise + net_.latency(u, v);
+    // Only the serialisation occupies the sender: the latencies of messages
+    // in flight overlap (summing them gave "sends" longer than the iteration).
+    sending_[route.sender] += serialise;
     if (trace_) {
       Step sent = step;
       sent.kind = step.kind == StepKind::recv_activation ? StepKind::send_activation

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "geotrain/plan/simulator.hpp"
+#include "geotrain/runtime/progress_log.hpp"
 
 namespace geotrain::runtime {
 namespace {
@@ -102,7 +103,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.first_step = reporting.first_step;
   run.tokens_per_step = reporting.tokens_per_step;
   run.model_flops_per_token = reporting.model_flops_per_token;
-  run.device_peak_flops_per_s = config.device_peak_tflops * 1e12;
+  run.device_peak_flops_per_s = peak_tflops(config, job.device) * 1e12;
   run.latency_s = job.network.latency_s;
   run.bandwidth_bytes_per_s = job.network.bandwidth_bytes_per_s;
   run.site_of_rank = job.network.site_of_device;
@@ -122,6 +123,8 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.loss = reporting.step_loss;
   run.learning_rate = reporting.step_learning_rate;
   run.grad_norm = reporting.step_grad_norm;
+  run.validation_step = reporting.validation_step;
+  run.validation_loss = reporting.validation_loss;
   for (const RankTiming& r : ranks) {
     std::vector<double> wall = r.step_seconds;
     wall.resize(steps, 0.0);

@@ -11,6 +11,7 @@
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
+#include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
@@ -40,14 +41,6 @@ std::string batch_change_note(std::int64_t checkpoint_batch, int micro_batch, in
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string format_duration(double seconds) {
-  char text[32];
-  const int s = static_cast<int>(seconds + 0.5);
-  if (s >= 3600) std::snprintf(text, sizeof text, "%dh%02dm", s / 3600, s / 60 % 60);
-  else std::snprintf(text, sizeof text, "%dm%02ds", s / 60, s % 60);
-  return text;
 }
 
 model::OptimizerSettings optimizer_settings(const io::Config& c) {
@@ -119,35 +112,36 @@ class NoLinks : public PipelineLinks {
   [[noreturn]] static void fail() { throw std::logic_error("a single-stage pipeline has no links"); }
 };
 
-// One step's figures for the progress line.
-struct StepReport {
-  int step;  // 0-based
-  double loss, lr, norm, step_s, tokens_per_step, flops, eta_s;
-};
-
-void print_progress(std::ostream& log, const io::Config& config, const StepReport& r) {
-  char line[320];
-  if (config.log_json) {
-    std::snprintf(line, sizeof line,
-                  "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
-                  "\"tokens_per_s\": %.1f, \"gflops\": %.3f}",
-                  r.step + 1, r.loss, r.lr, r.norm, 1e3 * r.step_s, r.tokens_per_step / r.step_s, r.flops / 1e9);
-  } else {
-    std::string mfu;
-    if (config.device_peak_tflops > 0) {
-      mfu = " | MFU " + std::to_string(static_cast<int>(100 * r.flops / (config.device_peak_tflops * 1e12) + 0.5)) + "%";
-    }
-    std::snprintf(line, sizeof line,
-                  "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOPS%s | ETA %s",
-                  r.step + 1, config.train_steps, r.loss, r.lr, r.norm, 1e3 * r.step_s, r.tokens_per_step / r.step_s,
-                  r.flops / 1e9, mfu.c_str(), format_duration(r.eta_s).c_str());
+// Mean and minimum over the job's ranks of compute time / step time.
+RunEnd run_end(const TrainResult& r) {
+  RunEnd e;
+  e.steps = r.first_step + static_cast<int>(r.step_loss.size());
+  e.initial_validation_loss = r.initial_validation_loss;
+  e.final_validation_loss = r.final_validation_loss;
+  e.tokens_per_s = r.tokens_per_second;
+  e.stopped = r.stopped_by_signal;
+  const auto& u = r.compute_utilisation;
+  if (!u.empty()) {
+    double sum = 0;
+    for (double value : u) sum += value;
+    const auto lowest = std::min_element(u.begin(), u.end());
+    e.utilisation_mean = sum / static_cast<double>(u.size());
+    e.utilisation_min = *lowest;
+    e.utilisation_min_rank = static_cast<int>(lowest - u.begin());
   }
-  log << line << "\n";
-  log.flush();
+  return e;
 }
 
+// The signal that asked this rank to stop (0: none).
 volatile std::sig_atomic_t termination_requested = 0;
-extern "C" void request_termination(int) { termination_requested = 1; }
+extern "C" void request_termination(int signal_number) {
+  // A second Ctrl-C means now: no checkpoint.
+  if (signal_number == SIGINT && termination_requested == SIGINT) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+  termination_requested = signal_number;
+}
 
 // The training loop of one rank, step by step: the stage it holds, its
 // optimizer and pipeline program, and what it has measured so far.
@@ -158,7 +152,7 @@ class RankTrainer {
         model_(inputs.model),
         role_(role),
         with_(with),
-        log_(log),
+        progress_(config_, log, role.reports, peak_tflops(config_, with.backend.description())),
         data_(*inputs.data),
         B_(config_.micro_batch_sequences),
         T_(model_.sequence_length),
@@ -166,7 +160,6 @@ class RankTrainer {
         stage_(model_, role.spec, with.backend, B_, plan::activation_slots(config_.pipeline_schedule, m_, role.stages)),
         optimizer_(with.backend, initialized(stage_, config_.seed), optimizer_settings(config_)),
         pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_),
-        talk_(role.reports && !config_.quiet),
         inputs_(m_),
         targets_(m_),
         tokenizer_text_(inputs.tokenizer_text) {
@@ -177,17 +170,18 @@ class RankTrainer {
     if (with.checkpoints) {
       termination_requested = 0;
       std::signal(SIGTERM, request_termination);  // Slurm's pre-emption notice: checkpoint, then stop
+      std::signal(SIGINT, request_termination);   // Ctrl-C: the same (twice: at once, no checkpoint)
     }
   }
 
   TrainResult run() {
     count_parameters();
     result_.initial_validation_loss = validation();
-    if (talk_) {
-      log_ << "validation " << (resumed_ ? "at the checkpoint" : "before training") << ": loss "
-           << result_.initial_validation_loss << "\n"
-           << resume_notes_;
-    }
+    result_.validation_step.push_back(result_.first_step);
+    result_.validation_loss.push_back(result_.initial_validation_loss);
+    progress_.text() << "validation " << (resumed_ ? "at the checkpoint" : "before training") << ": loss "
+                     << result_.initial_validation_loss << "\n"
+                     << resume_notes_;
     start_timeline();
     run_start_ = Clock::now();
     for (int step = result_.first_step; step < config_.train_steps; ++step) {
@@ -196,10 +190,12 @@ class RankTrainer {
       if (last || (config_.eval_every_steps > 0 && (step + 1) % config_.eval_every_steps == 0)) validate_at(step, last);
       if (with_.checkpoints && checkpoint_at(step, last)) {
         result_.stopped_by_signal = true;
+        result_.stop_signal_name = termination_requested == SIGINT ? "SIGINT" : "SIGTERM";
         break;
       }
     }
     summarize();
+    progress_.end(run_end(result_));
     return std::move(result_);
   }
 
@@ -227,8 +223,7 @@ class RankTrainer {
     const double own = static_cast<double>(stage_.parameter_count() - (second_copy ? wte->count : 0));
     const double parameters = sum_over_job(with_.collectives, own) / role_.replicas;
     result_.model_flops_per_token = flops_per_token(model_, parameters);
-    if (!talk_) return;
-    log_ << "geotrain train: model " << model_.name << " (" << static_cast<long long>(parameters) << " parameters, "
+    progress_.text() << "geotrain train: model " << model_.name << " (" << static_cast<long long>(parameters) << " parameters, "
          << model_.layers << " layers, hidden " << model_.hidden << "), " << with_.backend.description() << "\n"
          << "  " << config_.train_steps << " steps x " << role_.replicas << " replicas x " << m_ << " micro-batches x "
          << B_ << " sequences x " << T_ << " tokens; data " << config_.data_train << "\n";
@@ -293,10 +288,17 @@ class RankTrainer {
       own_.data_parallel_s += sync_s;
       own_.optimizer_s += optimizer_s;
     }
-    if (!talk_ || ((step + 1) % config_.log_every_steps != 0 && step + 1 != config_.train_steps)) return;
-    const double eta = remaining_seconds(seconds_since(run_start_), result_.first_step, step, config_.train_steps);
-    const double flops = result_.model_flops_per_token * result_.tokens_per_step / step_s;
-    print_progress(log_, config_, {step, loss, lr, norm, step_s, result_.tokens_per_step, flops, eta});
+    StepReport report;
+    report.step = step + 1;
+    report.loss = loss;
+    report.learning_rate = lr;
+    report.grad_norm = norm;
+    report.step_s = step_s;
+    report.tokens_per_step = result_.tokens_per_step;
+    report.model_flops_per_token = result_.model_flops_per_token;
+    report.compute_s = pipeline_.times().compute_s;
+    report.eta_s = remaining_seconds(seconds_since(run_start_), result_.first_step, step, config_.train_steps);
+    progress_.step(report);
   }
 
   void validate_at(int step, bool last) {
@@ -306,7 +308,9 @@ class RankTrainer {
     timeline_.pause(false);
     timeline_.record(io::EventKind::evaluate, start, Clock::now());
     if (last) result_.final_validation_loss = v;
-    if (talk_) log_ << "validation at step " << step + 1 << ": loss " << v << "\n";
+    result_.validation_step.push_back(step + 1);
+    result_.validation_loss.push_back(v);
+    progress_.validation(step + 1, v);
   }
 
   // Returns whether the job was asked to stop (SIGTERM): checkpointed, then out.
@@ -317,7 +321,7 @@ class RankTrainer {
     const bool stop = sum_over_job(with_.collectives, termination_requested ? 1.0 : 0.0) > 0 && !last;
     if (stop || last || (config_.checkpoint_every_steps > 0 && (step + 1) % config_.checkpoint_every_steps == 0)) {
       save(step + 1);
-      if (talk_) log_ << "checkpoint " << result_.last_checkpoint << "\n";
+      progress_.checkpoint(step + 1, result_.last_checkpoint);
     }
     timeline_.pause(false);
     timeline_.record(io::EventKind::checkpoint, start, Clock::now());
@@ -340,13 +344,20 @@ class RankTrainer {
     result_.last_checkpoint = with_.checkpoints->save(std::move(metadata), std::move(tensors));
   }
 
+  // The job's means and every rank's compute utilisation, in one exchange:
+  // each rank adds its figures, and its utilisation at its own index.
   void summarize() {
     const int done_steps = static_cast<int>(result_.step_loss.size());
     const int timed_steps = done_steps > 1 ? done_steps - 1 : 1;
-    const double ranks = static_cast<double>(role_.stages) * role_.replicas;
-    auto mean_per_step = [&](double own_total) { return sum_over_job(with_.collectives, own_total) / ranks / timed_steps; };
-    result_.breakdown = {mean_per_step(own_.step_s), mean_per_step(own_.compute_s), mean_per_step(own_.pipeline_s),
-                         mean_per_step(own_.data_parallel_s), mean_per_step(own_.optimizer_s)};
+    const int ranks = role_.stages * role_.replicas;
+    std::vector<double> sums = {own_.step_s, own_.compute_s, own_.pipeline_s, own_.data_parallel_s, own_.optimizer_s};
+    sums.resize(sums.size() + ranks, 0.0);
+    sums[5 + role_.rank] = own_.step_s > 0 ? own_.compute_s / own_.step_s : 0.0;
+    with_.collectives.sum_over_pipeline_values(sums.data(), static_cast<int>(sums.size()));
+    with_.collectives.sum_data_parallel_values(sums.data(), static_cast<int>(sums.size()));
+    auto mean_per_step = [&](int i) { return sums[i] / ranks / timed_steps; };
+    result_.breakdown = {mean_per_step(0), mean_per_step(1), mean_per_step(2), mean_per_step(3), mean_per_step(4)};
+    result_.compute_utilisation.assign(sums.begin() + 5, sums.end());
     result_.tokens_per_second = result_.breakdown.step_s > 0 ? result_.tokens_per_step / result_.breakdown.step_s : 0.0;
     result_.events = timeline_.take_events();
     result_.stage_parameters = static_cast<std::int64_t>(stage_.parameter_count());
@@ -357,13 +368,12 @@ class RankTrainer {
   const ModelShape& model_;
   const RankRole& role_;
   const RankConnections& with_;
-  std::ostream& log_;
+  ProgressLog progress_;
   io::TokenDataset& data_;
   const int B_, T_, m_;
   model::Stage stage_;
   model::AdamW optimizer_;
   PipelineStep pipeline_;
-  const bool talk_;
   std::vector<std::vector<int>> inputs_, targets_;
   Timeline timeline_;
   TrainResult result_;
@@ -416,14 +426,18 @@ TrainResult train(RunInputs& inputs, const RankRole& role, const RankConnections
 }
 
 std::string final_summary(const TrainResult& result) {
-  char line[160];
-  std::snprintf(line, sizeof line, "final validation loss %.6f (before training %.6f), %.0f tokens/s\n",
-                result.final_validation_loss, result.initial_validation_loss, result.tokens_per_second);
+  const RunEnd e = run_end(result);
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "final validation loss %.6f (before training %.6f), %.0f tokens/s, compute utilisation %.1f%% "
+                "(mean over ranks; lowest %.1f%%, rank %d)\n",
+                result.final_validation_loss, result.initial_validation_loss, result.tokens_per_second,
+                100 * e.utilisation_mean, 100 * e.utilisation_min, e.utilisation_min_rank);
   return line;
 }
 
 std::string stopped_summary(const TrainResult& result) {
-  return "geotrain: stopped by SIGTERM after step " +
+  return "geotrain: stopped by " + result.stop_signal_name + " after step " +
          std::to_string(result.first_step + static_cast<int>(result.step_loss.size())) + "; checkpoint " +
          result.last_checkpoint + "; run again with --checkpoint.resume=auto to continue\n";
 }

@@ -42,11 +42,11 @@ def check(condition, message):
     return condition
 
 
-def run(command):
+def run(command, with_stderr=False):
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+    return (done.stdout, done.stderr) if with_stderr else done.stdout
 
 
 def train(geotrain, config, path, mpirun, steps, ranks):
@@ -56,8 +56,8 @@ def train(geotrain, config, path, mpirun, steps, ranks):
             f"--train.micro_batch_sequences={SEQUENCES}", f"--model.file={MODEL_FILE}",
             f"--checkpoint.dir={path}.checkpoints", "--checkpoint.every_steps=5"]
     if ranks > 1:
-        return run([*mpirun, "-n", str(ranks), *args, f"--pipeline.stages={STAGES}"])
-    return run([*args, "--pipeline.stages=1"])
+        return run([*mpirun, "-n", str(ranks), *args, f"--pipeline.stages={STAGES}"], with_stderr=True)
+    return run([*args, "--pipeline.stages=1"], with_stderr=True)
 
 
 def check_events_against_plan(f):
@@ -121,16 +121,19 @@ def main():
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     job_file, alone_file = os.path.join(workdir, "job.h5"), os.path.join(workdir, "alone.h5")
-    stdout = train(geotrain, config, job_file, mpirun, STEPS, STAGES * REPLICAS)
+    # train.log_json: JSON lines on stdout, the text (the breakdown) on stderr.
+    stdout, stderr = train(geotrain, config, job_file, mpirun, STEPS, STAGES * REPLICAS)
     train(geotrain, config, alone_file, mpirun, 6, 1)
 
     dump = subprocess.run(["h5dump", "-H", job_file], capture_output=True, text=True)
     check(dump.returncode == 0 and 'DATASET "kind"' in dump.stdout and '"forward"' in dump.stdout
           and 'GROUP "plan"' in dump.stdout, "h5dump -H does not show /events/kind as an enum and /plan")
 
-    progress = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in stdout.splitlines()]  # with train.log_json, nothing else
+    progress = [r for r in records if r["event"] == "step"]
+    end = [r for r in records if r["event"] == "end"]
     breakdown = re.search(r"time per step \(mean over \d+ ranks\): ([\d.]+) ms = compute ([\d.]+) \+ pipeline ([\d.]+) "
-                          r"\+ data-parallel ([\d.]+) \+ optimizer ([\d.]+) ms", stdout)
+                          r"\+ gradient sync ([\d.]+) \+ optimizer ([\d.]+) ms", stderr)
     if not check(len(progress) == STEPS and breakdown, "progress lines or the closing breakdown missing"):
         sys.exit("FAILED:\n" + "\n".join(failures) + "\n" + stdout)
 
@@ -143,6 +146,10 @@ def main():
               "/steps/loss differs from the progress lines")
         check(np.allclose(1e3 * wall_time[0], [p["step_ms"] for p in progress], rtol=0, atol=2e-3),
               "/steps/wall_time of rank 0 differs from its progress lines")
+        # Validations: before training and at the end (eval_every_steps = 0).
+        check(list(f["validation"]["step"][()]) == [0, STEPS] and len(end) == 1
+              and abs(f["validation"]["loss"][-1] - end[0]["final_validation_loss"]) <= 1e-8 * end[0]["final_validation_loss"],
+              "/validation does not hold the run's validations")
 
     # Raw computations: coverage, and per-step compute and optimizer means.
     duration = e["end"] - e["start"]
@@ -173,6 +180,11 @@ def main():
         check(abs(row["untracked_s"]) <= COVERAGE * row["wall_s"], f"report: rank {rank} leaves {row['untracked_s']} s untracked")
     report_compute = np.mean([r["compute_per_step_s"] for r in report["ranks"]])
     check(abs(report_compute - compute) < 1e-9, f"report compute {report_compute} vs raw {compute}")
+    # Compute utilisation: the report's (from events) against the trainer's (its own clocks).
+    trainer_utilisation = end[0]["compute_utilisation_mean"]
+    check(0 < report["compute_utilisation_mean"] <= 1
+          and abs(report["compute_utilisation_mean"] - trainer_utilisation) <= 0.05,
+          f"compute utilisation: report {report['compute_utilisation_mean']:.3f}, trainer {trainer_utilisation:.3f}")
     # The job's period: when the last rank ends step 1, and the last step.
     first_done = max(wall_time[rank][0] for rank in range(ranks))
     last_done = max(sum(wall_time[rank]) for rank in range(ranks))
@@ -183,6 +195,10 @@ def main():
     check(abs(report["tokens_per_s"] * measured - tokens_per_step) < 1e-6 * tokens_per_step,
           f"report: {report['tokens_per_s']} tokens/s x {measured} s is not {tokens_per_step} tokens per step")
     text = run([sys.executable, os.path.join(ANALYSIS, "timing_report.py"), job_file])
+    bad_step = subprocess.run([sys.executable, os.path.join(ANALYSIS, "timing_report.py"), job_file, "--step", "99",
+                               "--plots", plots], capture_output=True, text=True)
+    check(bad_step.returncode == 2 and "--step 99" in bad_step.stderr and "Traceback" not in bad_step.stderr,
+          f"timing_report.py --step 99: exit {bad_step.returncode}, {bad_step.stderr[-300:]}")
     check("per stage" in text and "predicted" in text, "timing_report.py's table is missing its sections")
 
     compare = json.loads(run([sys.executable, os.path.join(ANALYSIS, "compare_runs.py"), job_file, alone_file,

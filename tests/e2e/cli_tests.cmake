@@ -123,3 +123,14 @@ if(TARGET geotrain_runtime)
   add_test(NAME cli.train.resume-limits
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_resume_limits.sh ${GT} ${EXPECT} ${PROJECT_SOURCE_DIR})
 endif()
+
+# plan --out / --rankfile / --hostfile / --slurm-hostfile from a probed matrix's host names.
+add_test(NAME cli.plan.launch-files
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_launch_files.sh ${GT} ${CMAKE_CURRENT_BINARY_DIR}/launch-files
+          ${SCN}/asymmetric-4.toml)
+
+# train.log_json (stdout: JSON lines only) and train.metrics_file, with the timing file's /validation.
+add_test(NAME cli.train.metrics
+  COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_metrics.py ${GT}
+          ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/metrics-test)
+set_tests_properties(cli.train.metrics PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)

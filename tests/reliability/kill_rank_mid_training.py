@@ -43,13 +43,13 @@ def main():
     losses = {}
 
     def note_loss(line):
-        if line.startswith('{"step": '):
-            record = json.loads(line)
+        record = json.loads(line) if line.startswith("{") else {}
+        if record.get("event") == "step":
             losses[record["step"]] = record["loss"]
+        return record.get("step") if record.get("event") == "step" else None
     try:
         for line in job.stdout:
-            note_loss(line)
-            if line.startswith('{"step": 5,'):
+            if note_loss(line) == 5:
                 break
         else:
             fail(f"training never reached step 5: {job.stderr.read()}")
@@ -81,13 +81,14 @@ def main():
     resumed = subprocess.run([*mpirun, "-n", "2", *common, f"--train.steps={step + 1}", "--pipeline.stages=2",
                               f"--train.gradient_accumulation={4 * replicas}"],
                              capture_output=True, text=True, timeout=300)
-    if resumed.returncode != 0 or f"after step {step}" not in resumed.stdout:
+    if resumed.returncode != 0 or f"after step {step}" not in resumed.stderr:
         fail(f"2 ranks did not resume from step {step}:\n{resumed.stdout}\n{resumed.stderr}")
-    if "network: probed 2 ranks" not in resumed.stdout or "plan (planned): 2 stages x 1 replicas" not in resumed.stdout:
-        fail(f"the resumed job did not probe and plan its 2 ranks:\n{resumed.stdout}")
-    if "note: the checkpoint's run took" in resumed.stdout:
-        fail(f"the resumed job reports another global batch:\n{resumed.stdout}")
-    first = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith('{"step": ')][0]
+    # train.log_json: the text (network, plan, notes) is on stderr.
+    if "network: probed 2 ranks" not in resumed.stderr or "plan (planned): 2 stages x 1 replicas" not in resumed.stderr:
+        fail(f"the resumed job did not probe and plan its 2 ranks:\n{resumed.stderr}")
+    if "note: the checkpoint's run took" in resumed.stderr:
+        fail(f"the resumed job reports another global batch:\n{resumed.stderr}")
+    first = [r for r in map(json.loads, resumed.stdout.splitlines()) if r["event"] == "step"][0]
     if first["step"] != step + 1:
         fail(f"the resumed job's first step is {first['step']}, expected {step + 1}")
     if step + 1 in losses:

@@ -5,7 +5,10 @@
 #     and the second run resumes from the checkpoint to the last step; the
 #     log, both timing files and the final checkpoint are checked;
 #  2. train.sbatch with the mpirun fallback, 4 tasks, a few steps;
-#  3. plan.sbatch on a paper scenario: its JSON plan is read back.
+#  3. plan.sbatch on a paper scenario: its JSON plan is read back;
+#  4. a job resubmitted under the same name (not a requeue) resumes from the
+#     first one's checkpoint, and the user's own --timing.file wins over the
+#     script's default.
 # Every wait is a bounded loop; the daemons are stopped on any exit.
 # usage: check_slurm_jobs.sh SCRATCH_DIR PYTHON (run from the repository root, as root)
 set -uo pipefail
@@ -45,10 +48,10 @@ wait_for() {  # JOB STATE SECONDS
 
 # 1. Pre-emption and requeue.
 steps=40
-job=$(sbatch --parsable --ntasks=4 --chdir="$work" "$repo/jobs/slurm/train.sbatch" inputs/quickstart.toml \
+job=$(sbatch --parsable --ntasks=4 --job-name=requeue --chdir="$work" "$repo/jobs/slurm/train.sbatch" inputs/quickstart.toml \
         --train.steps=$steps --train.log_every_steps=1 --train.eval_every_steps=0 --train.eval_batches=2 \
         --checkpoint.every_steps=1000) || fail "sbatch refused train.sbatch"
-out=$work/runs/geotrain-$job.out
+out=$work/runs/requeue-$job.out
 for _ in $(seq 240); do
   grep -q "^step     8/" "$out" 2>/dev/null && break
   [[ $(state "$job") == FAILED ]] && fail "job $job failed"
@@ -61,17 +64,17 @@ for _ in $(seq 240); do [[ $(restarts "$job") == 1 ]] && break; sleep 0.5; done
 wait_for "$job" COMPLETED 300
 stopped=$(sed -n 's/^geotrain: stopped by SIGTERM after step \([0-9]*\);.*/\1/p' "$out")
 [[ -n $stopped ]] || fail "no 'stopped by SIGTERM' line in $out"
-grep -q "resumed from runs/geotrain-$job/checkpoints/step_$(printf %08d "$stopped").h5 after step $stopped" "$out" \
+grep -q "resumed from runs/requeue/checkpoints/step_$(printf %08d "$stopped").h5 after step $stopped" "$out" \
   || fail "the requeued run did not resume from step $stopped"
 grep -q "^final validation loss" "$out" || fail "no final validation loss"
 [[ $(grep -c "^final validation loss" "$out") == 1 ]] || fail "a final validation loss printed by the stopped run"
-"$python" - "$work/runs/geotrain-$job" "$stopped" "$steps" <<'PY' || fail "job $job's HDF5 files"
+"$python" - "$work/runs/requeue" "$stopped" "$steps" "$job" <<'PY' || fail "job $job's HDF5 files"
 import sys, h5py
-run, stopped, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with h5py.File(f"{run}/timing-0.h5") as f:
+run, stopped, steps, job = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+with h5py.File(f"{run}/timing-{job}-0.h5") as f:
     assert int(f.attrs["ranks"]) == 4 and int(f.attrs["first_step"]) == 0, "timing-0.h5 attributes"
     assert list(f["steps/step"][()]) == list(range(1, stopped + 1)), "timing-0.h5 steps"
-with h5py.File(f"{run}/timing-1.h5") as f:
+with h5py.File(f"{run}/timing-{job}-1.h5") as f:
     assert int(f.attrs["first_step"]) == stopped, "timing-1.h5 first_step"
     assert list(f["steps/step"][()]) == list(range(stopped + 1, steps + 1)), "timing-1.h5 steps"
     assert f["steps/wall_time"].shape == (4, steps - stopped), "timing-1.h5 wall_time"
@@ -96,3 +99,18 @@ wait_for "$job" COMPLETED 120
 "$python" -c "import json,sys; p=json.load(open(sys.argv[1])); assert p" "$work/runs/geotrain-plan-$job.json" \
   || fail "runs/geotrain-plan-$job.json is not a JSON plan"
 echo "ok: plan.sbatch (job $job)"
+[[ $(grep -c "^Pipeline" "$work/runs/geotrain-plan-$job.out") == 1 ]] || fail "plan.sbatch did not search exactly once"
+
+# 4. Resubmission resumes; the user's settings win.
+short=(inputs/quickstart.toml --train.eval_batches=2 --optimizer.warmup_steps=1 --checkpoint.every_steps=2)
+first=$(sbatch --parsable --ntasks=2 --job-name=resubmit --chdir="$work" "$repo/jobs/slurm/train.sbatch" "${short[@]}" \
+          --train.steps=4 --timing.file=runs/mine.h5) || fail "sbatch (first submission)"
+wait_for "$first" COMPLETED 180
+[[ -f $work/runs/mine.h5 && ! -e $work/runs/resubmit/timing-$first-0.h5 ]] || fail "the user's --timing.file did not win"
+second=$(sbatch --parsable --ntasks=2 --job-name=resubmit --chdir="$work" "$repo/jobs/slurm/train.sbatch" "${short[@]}" \
+           --train.steps=6) || fail "sbatch (resubmission)"
+wait_for "$second" COMPLETED 180
+grep -q "resumed from runs/resubmit/checkpoints/step_00000004.h5 after step 4" "$work/runs/resubmit-$second.out" \
+  || fail "the resubmitted job $second did not resume from job $first's checkpoint"
+grep -q "^step     6/6" "$work/runs/resubmit-$second.out" || fail "the resubmitted job did not reach step 6"
+echo "ok: a resubmitted job resumes; the user's settings win (jobs $first, $second)"

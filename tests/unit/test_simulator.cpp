@@ -110,9 +110,10 @@ TEST(Simulator, HandExampleTwoStagesOneMicroBatch) {
   EXPECT_NEAR(r.stage_datap_s[1], 20.1, 20.1 * kRel);
   EXPECT_NEAR(r.datap_comm_s, 20.1, 20.1 * kRel);
   EXPECT_NEAR(r.iteration_s, 21.001, 21.001 * kRel);
-  // Busiest device computes 0.2 + 0.5 = 0.7 s; every device sends one 0.101 s message.
+  // Busiest device computes 0.2 + 0.5 = 0.7 s; every device sends one
+  // message whose bytes occupy its link 0.1 s (the 0.001 s latency does not).
   EXPECT_NEAR(r.compute_s, 0.7, 0.7 * kRel);
-  EXPECT_NEAR(r.pipeline_comm_s, 0.101, 0.101 * kRel);
+  EXPECT_NEAR(r.pipeline_comm_s, 0.1, 0.1 * kRel);
   // Bubble: 4 devices compute 2 x (0.4 + 0.7) = 2.2 s out of 4 x 1.302 = 5.208.
   EXPECT_NEAR(r.bubble_fraction, 1.0 - 2.2 / 5.208, 1e-12);
   EXPECT_EQ(r.micro_batches, 1);

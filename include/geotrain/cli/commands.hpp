@@ -22,6 +22,10 @@ struct PlanCommandOptions {
   int threads = 1;
   bool json = false;
   bool skip_baselines = false;
+  std::string json_out;        // also write the JSON plan here
+  std::string rankfile;        // Open MPI rankfile: rank r on the host of device r
+  std::string hostfile;        // Open MPI hostfile: each host with its device count
+  std::string slurm_hostfile;  // one host per rank, for SLURM_HOSTFILE + srun --distribution=arbitrary
 };
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& options);

@@ -34,7 +34,8 @@ struct Config {
   int eval_batches = 8;
   int log_every_steps = 1;
   bool quiet = false;
-  bool log_json = false;
+  bool log_json = false;        // stdout: JSON lines only (text to stderr)
+  std::string metrics_file = "runs/metrics-{job}.jsonl";  // "" = none; JSON lines, every step; {job} as timing.file
   // [pipeline]: under mpirun, ranks = stages * data-parallel replicas;
   // train.gradient_accumulation is then the micro-batches per step of each
   // replica (the pipeline's m).

@@ -15,6 +15,7 @@
 //                        peer are -1 where they do not apply
 //   /steps/{step, loss, learning_rate, grad_norm}   per step (loss: the global mean)
 //   /steps/wall_time     [ranks, steps]: each rank's time of each step, s
+//   /validation/{step, loss}   each validation of the run (step = steps trained before it)
 //   /network/{latency [N, N] s, bandwidth [N, N] bytes/s, site [N]}; attribute source
 //   /plan/{stage_of_rank [N], replica_of_rank [N], devices [stages, replicas]}; attributes
 //                        text, predicted_datap_s, predicted_pipeline_s (the cost model's
@@ -58,6 +59,8 @@ struct TimingRun {
   std::vector<std::int32_t> step;
   std::vector<double> loss, learning_rate, grad_norm;
   std::vector<double> wall_time_s;  // ranks x steps, row-major
+  std::vector<std::int32_t> validation_step;
+  std::vector<double> validation_loss;
   std::vector<TimingEvent> events;
 };
 
@@ -66,7 +69,8 @@ struct TimingRun {
 void write_timing_file(const std::string& path, const TimingRun& run);
 
 // "{job}" in `pattern` becomes the Slurm job id (SLURM_JOB_ID) or, outside
-// Slurm, the local start time and process id ("20261203-081500-4242").
+// Slurm, the local start time and process id ("20261203-081500-4242"),
+// the same for every call in one process.
 std::string expand_run_name(const std::string& pattern);
 
 // Events to bytes and back (for gathering them to the writing rank). Throws

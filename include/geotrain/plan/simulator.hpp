@@ -103,7 +103,7 @@ struct SimulationResult {
   double iteration_s = 0;       // start to the end of the last gradient exchange
   double pipeline_phase_s = 0;  // start to the end of the last backward (slowest replica)
   double compute_s = 0;         // busiest device: forward + backward time per iteration
-  double pipeline_comm_s = 0;   // busiest device: its sends (alpha + bytes/beta each) per iteration
+  double pipeline_comm_s = 0;   // busiest device: time its links are busy sending (bytes/beta each) per iteration
   double datap_comm_s = 0;      // slowest stage group's gradient exchange
   double bubble_fraction = 0;   // 1 - (all devices' compute) / (devices * pipeline_phase_s)
   std::vector<double> stage_datap_s;         // exchange time of each stage group

@@ -43,6 +43,10 @@ class Collectives {
   }
   // Sum of a scalar over the data-parallel group (losses, timings).
   virtual double sum_data_parallel_value(double value) = 0;
+  // Several in one exchange; by default one by one.
+  virtual void sum_data_parallel_values(double* values, int count) {
+    for (int i = 0; i < count; ++i) values[i] = sum_data_parallel_value(values[i]);
+  }
   // True: the float sums take the backend's device memory (NCCL); false:
   // host memory (MPI), staged.
   virtual bool takes_device_memory() const { return false; }

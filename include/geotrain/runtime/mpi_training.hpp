@@ -68,6 +68,7 @@ class MpiCollectives : public Collectives {
   double sum_over_pipeline(double value) override;
   void sum_over_pipeline_values(double* values, int count) override;
   double sum_data_parallel_value(double value) override;
+  void sum_data_parallel_values(double* values, int count) override;
 
  private:
   const ExchangeGroup& tied_group() const;

@@ -26,7 +26,7 @@ struct StepBreakdown {
   double step_s = 0;
   double compute_s = 0;        // forward + backward
   double pipeline_s = 0;       // waiting for / sending activations and gradients (the bubble included)
-  double data_parallel_s = 0;  // gradient all-reduce, tied embedding, global norm
+  double data_parallel_s = 0;  // gradient sync: data-parallel all-reduce, tied embedding, global norm
   double optimizer_s = 0;
 };
 
@@ -34,14 +34,18 @@ struct TrainResult {
   std::vector<double> step_loss;      // mean training loss of each step (whole global batch)
   std::vector<double> step_learning_rate, step_grad_norm;
   std::vector<double> step_seconds;   // this rank's time of each step
+  std::vector<std::int32_t> validation_step;  // steps trained before each validation (the first: before training)
+  std::vector<double> validation_loss;
   double initial_validation_loss = 0;
   double final_validation_loss = 0;
   double tokens_per_second = 0;       // global tokens, over all steps after the first
   double model_flops_per_token = 0;
   double tokens_per_step = 0;         // global: every replica's micro-batches
   StepBreakdown breakdown;
+  std::vector<double> compute_utilisation;  // per rank of the job: forward + backward time / step time
   int first_step = 0;                 // steps already done by the checkpoint resumed from
-  bool stopped_by_signal = false;     // SIGTERM: checkpointed and stopped before the last step
+  bool stopped_by_signal = false;     // SIGTERM or SIGINT: checkpointed and stopped before the last step
+  std::string stop_signal_name = "SIGTERM";  // as this rank saw it (another rank's signal: SIGTERM)
   std::string last_checkpoint;        // path of the last checkpoint written ("" if none)
   std::vector<io::TimingEvent> events;  // this rank's, when timing.file is set
   std::int64_t stage_parameters = 0;    // this rank's (its stage's)

@@ -23,6 +23,7 @@
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
 #include "geotrain/runtime/mpi_training.hpp"
+#include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/timing_record.hpp"
 #ifdef GEOTRAIN_HAVE_NCCL
 #include "geotrain/runtime/nccl_training.hpp"
@@ -294,7 +295,7 @@ void report_job_end(const TrainResult& result, const io::Config& config, int ran
   const double ideal = static_cast<double>(pp - 1) / (m + pp - 1);
   char line[320];
   std::snprintf(line, sizeof line,
-                "time per step (mean over %d ranks): %.1f ms = compute %.1f + pipeline %.1f + data-parallel %.1f "
+                "time per step (mean over %d ranks): %.1f ms = compute %.1f + pipeline %.1f + gradient sync %.1f "
                 "+ optimizer %.1f ms\n"
                 "pipeline idle %.1f%% of the pipeline phase (bubble (p-1)/(m+p-1) = %.1f%% for p=%d, m=%d)\n",
                 ranks, 1e3 * b.step_s, 1e3 * b.compute_s, 1e3 * b.pipeline_s, 1e3 * b.data_parallel_s,
@@ -326,11 +327,12 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
   const io::Config& config = setup.inputs.config;
   const bool talk = root && !config.quiet;
+  std::ostream& text = text_stream(config, log);
 
-  const plan::Network network = job_network(setup, ranks, talk, log);  // 1. measured, or given
-  const plan::Plan the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, log);  // 2. on rank 0
+  const plan::Network network = job_network(setup, ranks, talk, text);  // 1. measured, or given
+  const plan::Plan the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, text);  // 2. on rank 0
   const Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s);  // 3. communicators
-  JobConnections connections(config, topology, talk, log);
+  JobConnections connections(config, topology, talk, text);
   RankRole role;
   role.stage = topology.stage, role.stages = the_plan.pipeline_stages;
   role.replica = topology.replica, role.replicas = the_plan.data_parallel;
@@ -353,9 +355,9 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
     job.plan = the_plan;
     job.plan_text = role.plan_text;
     if (!write_job_timing(timing_path, config, setup.inputs.model, job, result, deadline_s)) return kExitRunError;
-    if (talk) log << "timing: " << timing_path << "\n";
+    if (talk) text << "timing: " << timing_path << "\n";
   }
-  if (root) report_job_end(result, config, ranks, the_plan.pipeline_stages, log);
+  if (root) report_job_end(result, config, ranks, the_plan.pipeline_stages, text);
   return result.stopped_by_signal ? kExitRunError : 0;
 }
 

@@ -165,6 +165,10 @@ void MpiCollectives::sum_over_pipeline_values(double* values, int count) {
   exchange_sum(pipeline_, nullptr, 0, values, count);
 }
 
+void MpiCollectives::sum_data_parallel_values(double* values, int count) {
+  exchange_sum(data_parallel_, nullptr, 0, values, count);
+}
+
 double MpiCollectives::sum_data_parallel_value(double value) {
   exchange_sum(data_parallel_, nullptr, 0, &value, 1);
   return value;

@@ -213,6 +213,7 @@ class NcclCollectives : public Collectives {
   double sum_over_pipeline(double value) override { return scalars_.sum_over_pipeline(value); }
   void sum_over_pipeline_values(double* values, int count) override { scalars_.sum_over_pipeline_values(values, count); }
   double sum_data_parallel_value(double value) override { return scalars_.sum_data_parallel_value(value); }
+  void sum_data_parallel_values(double* values, int count) override { scalars_.sum_data_parallel_values(values, count); }
 
  private:
   void all_reduce(float* data, std::size_t n, NcclComm& comm, const std::string& what) {

@@ -9,6 +9,7 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
   sigterm       alone: SIGTERM mid-run -> exit 1 with "stopped by SIGTERM after
                 step N; checkpoint ..."; `--checkpoint.resume=auto` finishes;
                 identical bit for bit.
+  sigint        alone: Ctrl-C (SIGINT) mid-run does the same as SIGTERM.
   cross-layout  mpirun 2 stages x 2 replicas, shuffled plan, checkpoint at step
                 10; resumed on 4 stages x 2 replicas (8 ranks): losses and
                 parameters within 1e-5 of the golden run.
@@ -72,15 +73,21 @@ class Runner:
         return losses_of(done.stdout), final_validation(done.stdout)
 
 
+def records(stdout, event):
+    """The JSON lines of one kind (with train.log_json stdout holds nothing else)."""
+    found = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    return [r for r in found if r["event"] == event]
+
+
 def losses_of(stdout):
-    return {json.loads(l)["step"]: json.loads(l)["loss"] for l in stdout.splitlines() if l.startswith("{")}
+    return {r["step"]: r["loss"] for r in records(stdout, "step")}
 
 
 def final_validation(stdout):
-    found = re.search(r"final validation loss (\S+)", stdout)
-    if not found:
-        fail("no final validation loss in:\n" + stdout)
-    return float(found.group(1))
+    end = records(stdout, "end")
+    if len(end) != 1:
+        fail("no end record in:\n" + stdout)
+    return end[0]["final_validation_loss"]
 
 
 def checkpoint(directory, step):
@@ -135,16 +142,17 @@ def compare_losses(losses, golden, first, tolerance):
     print(f"losses of steps {first}..{STEPS} match the golden run")
 
 
-def sigterm_after(command, step, pick_target):
-    """Starts `command`, sends SIGTERM to pick_target(process) once step `step` is
-    printed, returns (exit code, stdout, stderr)."""
+def sigterm_after(command, step, pick_target, sent=signal.SIGTERM):
+    """Starts `command`, sends `sent` (SIGTERM) to pick_target(process) once step
+    `step` is printed, returns (exit code, stdout, stderr)."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = []
     deadline = time.monotonic() + 300
     for line in process.stdout:
         out.append(line)
-        if line.startswith("{") and json.loads(line)["step"] == step:
-            os.kill(pick_target(process), signal.SIGTERM)
+        record = json.loads(line)
+        if record["event"] == "step" and record["step"] == step:
+            os.kill(pick_target(process), sent)
             break
         if time.monotonic() > deadline:
             process.kill()
@@ -171,19 +179,19 @@ def rank_processes(mpirun_pid):
     return sorted(found)
 
 
-def check_stopped(code, stderr, directory):
+def check_stopped(code, stderr, directory, name="SIGTERM"):
     if code != 1:
-        fail(f"exit {code} after SIGTERM (expected 1)\n{stderr}")
-    found = re.search(r"^geotrain: stopped by SIGTERM after step (\d+); checkpoint (\S+);", stderr, re.M)
+        fail(f"exit {code} after {name} (expected 1)\n{stderr}")
+    found = re.search(rf"^geotrain: stopped by {name} after step (\d+); checkpoint (\S+);", stderr, re.M)
     if not found:
-        fail("no 'stopped by SIGTERM' line:\n" + stderr)
+        fail(f"no 'stopped by {name}' line:\n" + stderr)
     step, path = int(found.group(1)), found.group(2)
     if not (0 < step < STEPS) or path != checkpoint(directory, step) or not os.path.exists(path):
         fail(f"stopped after step {step} with checkpoint {path}: not the step's file in {directory}")
     with open(os.path.join(directory, "latest")) as f:
         if os.path.basename(f.read().strip()) != os.path.basename(path):
             fail(f"{directory}/latest does not name {path}")
-    print(f"SIGTERM: stopped after step {step}, {path}")
+    print(f"{name}: stopped after step {step}, {path}")
     return step
 
 
@@ -201,9 +209,10 @@ def main():
         done = r.run(r.command("resumed", extra=[f"--checkpoint.resume={checkpoint(r.dir('golden'), HALF)}"]))
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, 0.0)
         compare_tensors(checkpoint(r.dir("resumed"), STEPS), golden_end, exact=True)
-    elif case == "sigterm":
-        code, _, err = sigterm_after(r.command("stopped"), 5, lambda p: p.pid)
-        step = check_stopped(code, err, r.dir("stopped"))
+    elif case in ("sigterm", "sigint"):
+        sent = signal.SIGINT if case == "sigint" else signal.SIGTERM
+        code, _, err = sigterm_after(r.command("stopped"), 5, lambda p: p.pid, sent)
+        step = check_stopped(code, err, r.dir("stopped"), sent.name)
         done = r.run(r.command("stopped", extra=["--checkpoint.resume=auto"]))
         compare_losses(losses_of(done.stdout), golden_losses, step + 1, 0.0)
         compare_tensors(checkpoint(r.dir("stopped"), STEPS), golden_end, exact=True)

@@ -26,12 +26,14 @@ def run(command):
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
-    losses = [json.loads(line)["loss"] for line in done.stdout.splitlines() if line.startswith("{")]
-    final = re.search(r"final validation loss (\S+)", done.stdout)
-    pipelines = re.findall(r"^  pipeline \d+: ranks (.*)$", done.stdout, re.M)
-    if len(losses) != STEPS or not final:
-        sys.exit(f"FAILED: expected {STEPS} step lines and a final validation loss from {' '.join(command)}\n{done.stdout}")
-    return losses, float(final.group(1)), pipelines
+    # train.log_json: stdout holds JSON lines only, the text (the plan) is on stderr.
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    losses = [r["loss"] for r in records if r["event"] == "step"]
+    final = [r["final_validation_loss"] for r in records if r["event"] == "end"]
+    pipelines = re.findall(r"^  pipeline \d+: ranks (.*)$", done.stderr, re.M)
+    if len(losses) != STEPS or len(final) != 1:
+        sys.exit(f"FAILED: expected {STEPS} step records and an end record from {' '.join(command)}\n{done.stdout}")
+    return losses, final[0], pipelines
 
 
 def relative(a, b):

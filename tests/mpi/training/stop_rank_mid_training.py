@@ -5,6 +5,7 @@ others exit within the deadline, non-zero, with a message naming it.
 
 usage: stop_rank_mid_training.py GEOTRAIN CONFIG RANKS STAGES SILENT_RANK DEADLINE_S -- MPIRUN...
 """
+import json
 import os
 import re
 import signal
@@ -40,7 +41,7 @@ def main():
     stopped = None
     try:
         for line in job.stdout:  # wait until training runs: the third step has been reported
-            if line.startswith('{"step": 3,'):
+            if line.startswith("{") and json.loads(line).get("step") == 3:
                 break
         else:
             sys.exit(f"FAILED: training never reached step 3: {job.stderr.read()}")
