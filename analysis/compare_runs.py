@@ -13,6 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from requires import pyplot, save_figure  # noqa: E402
 import geotrain_timing as gt  # noqa: E402
 
 
@@ -22,9 +23,7 @@ def label(run):
 
 
 def plot_losses(runs, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for run in runs:
         ax.plot(run.steps["step"], run.steps["loss"], label=label(run), linewidth=1.2)
@@ -32,15 +31,11 @@ def plot_losses(runs, path):
     ax.set_ylabel("training loss (nats per token)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_prediction(runs, rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 5))
     measured = [1e3 * r["measured_iteration_s"] for r in rows]
     predicted = [1e3 * r["predicted_iteration_s"] for r in rows]
@@ -55,9 +50,7 @@ def plot_prediction(runs, rows, path):
     ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("predicted iteration time (ms)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main():

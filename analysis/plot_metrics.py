@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from requires import require  # noqa: E402
+from requires import pyplot, require, save_figure  # noqa: E402
 
 
 def read_metrics(path):
@@ -54,9 +54,7 @@ def summary(label, runs):
 
 
 def plot(curves, path):
-    matplotlib = require("matplotlib")
-    matplotlib.use("Agg")
-    plt = require("matplotlib.pyplot")
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for index, (label, runs) in enumerate(curves):
         colour = f"C{index}"
@@ -71,9 +69,7 @@ def plot(curves, path):
     ax.set_ylabel("loss (nats per token)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main():

@@ -17,3 +17,16 @@ def require(*names):
                   file=sys.stderr)
             sys.exit(2)
     return modules if len(modules) > 1 else modules[0]
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files (no display needed)."""
+    matplotlib = require("matplotlib")
+    matplotlib.use("Agg")
+    return require("matplotlib.pyplot")
+
+
+def save_figure(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)

@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from requires import require  # noqa: E402
+from requires import pyplot, require, save_figure  # noqa: E402
 
 np = require("numpy")
 import geotrain_timing as gt  # noqa: E402
@@ -81,9 +81,7 @@ def rank_order(run):
 
 
 def plot_timeline(run, step, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     e = run.events
     names = {v: k for k, v in run.kinds.items()}
     chosen = e["step"] == step
@@ -109,15 +107,11 @@ def plot_timeline(run, step, path):
     present = sorted({names[int(k)] for k in e["kind"][chosen]}, key=list(COLOURS).index)
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in present], labels=present,
               loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(present), fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_network(run, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import LogNorm
     order = rank_order(run)
     index = {r: i for i, r in enumerate(order)}
@@ -155,9 +149,7 @@ def plot_network(run, path):
                 ax.plot([b], [a], marker="o", markersize=6, markerfacecolor="none", markeredgecolor="red")
     fig.suptitle("cyan: data-parallel groups (one per stage); red circles: pipeline links (row sends to column)",
                  fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main():
