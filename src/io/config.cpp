@@ -15,7 +15,7 @@ namespace geotrain::io {
 namespace {
 
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
-                            MatmulPrecision*, Transport*, plan::Schedule*, plan::Placement*>;
+                            MatmulPrecision*, Transport*, WireFormat*, plan::Schedule*, plan::Placement*>;
 
 // Every value of a closed choice, in declaration order: the choices are
 // enums numbered from 0 whose to_string says "?" past the last value.
@@ -79,6 +79,9 @@ std::vector<Field> fields(Config& c) {
       {"network.deadline_s", &c.network_deadline_s},
       {"network.probe_bytes", &c.probe_bytes},
       {"network.transport", &c.transport},
+      {"compression.gradients", &c.gradient_wire},
+      {"compression.group_size", &c.compression_group_size},
+      {"compression.topk_fraction", &c.compression_topk_fraction},
       {"checkpoint.dir", &c.checkpoint_dir},
       {"checkpoint.every_steps", &c.checkpoint_every_steps},
       {"checkpoint.keep", &c.checkpoint_keep},
@@ -227,6 +230,15 @@ void check(const Config& c) {
   positive("checkpoint.keep", c.checkpoint_keep);
   if (c.checkpoint_resume == "auto" && c.checkpoint_dir.empty()) {
     fail(where, "checkpoint.resume", "auto needs checkpoint.dir (where to look for the latest checkpoint)");
+  }
+  if (c.compression_group_size < 2 || c.compression_group_size > 65536) {
+    fail(where, "compression.group_size", "must be in [2, 65536], got " + std::to_string(c.compression_group_size));
+  }
+  if (!(c.compression_topk_fraction > 0) || c.compression_topk_fraction > 1) {
+    fail(where, "compression.topk_fraction", "must be in (0, 1], got " + std::to_string(c.compression_topk_fraction));
+  }
+  if (c.gradient_wire != WireFormat::fp32 && c.transport == Transport::nccl) {
+    fail(where, "compression.gradients", "needs network.transport = mpi (NCCL sums fp32 on the GPU)");
   }
   if (c.transport == Transport::nccl && c.device == DeviceRequest::cpu) {
     fail(where, "network.transport", "nccl needs device.kind = cuda or auto (NCCL moves GPU memory)");

@@ -159,7 +159,8 @@ void ProgressLog::end(const RunEnd& e) {
              ", \"tokens_per_s\": " + json_number(e.tokens_per_s, "%.1f") +
              ", \"compute_utilisation_mean\": " + json_number(e.utilisation_mean, "%.4f") +
              ", \"compute_utilisation_min\": " + json_number(e.utilisation_min, "%.4f") +
-             ", \"compute_utilisation_min_rank\": " + std::to_string(e.utilisation_min_rank) + "}",
+             ", \"compute_utilisation_min_rank\": " + std::to_string(e.utilisation_min_rank) +
+             ", \"replicas_identical\": " + (e.replicas_identical ? "true" : "false") + "}",
          true);
 }
 

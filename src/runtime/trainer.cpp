@@ -120,6 +120,7 @@ RunEnd run_end(const TrainResult& r) {
   e.final_validation_loss = r.final_validation_loss;
   e.tokens_per_s = r.tokens_per_second;
   e.stopped = r.stopped_by_signal;
+  e.replicas_identical = r.replicas_identical;
   const auto& u = r.compute_utilisation;
   if (!u.empty()) {
     double sum = 0;
@@ -200,6 +201,16 @@ class RankTrainer {
   }
 
  private:
+  // FNV-1a of this rank's parameters (ranks of one stage must agree bit for bit).
+  std::uint64_t parameter_fingerprint() {
+    std::vector<float> host(stage_.parameter_count());
+    with_.backend.download(host.data(), stage_.params(), host.size());
+    std::uint64_t hash = 1469598103934665603ull;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
+    for (std::size_t i = 0; i < host.size() * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    return hash;
+  }
+
   // Parameters are drawn before the optimizer sees the stage.
   static model::Stage& initialized(model::Stage& stage, std::uint64_t seed) {
     stage.initialize(seed);
@@ -344,20 +355,38 @@ class RankTrainer {
     result_.last_checkpoint = with_.checkpoints->save(std::move(metadata), std::move(tensors));
   }
 
-  // The job's means and every rank's compute utilisation, in one exchange:
-  // each rank adds its figures, and its utilisation at its own index.
+  // The job's means, every rank's compute utilisation and a fingerprint of
+  // every rank's parameters, in one exchange: each rank adds its figures,
+  // and its own values at its own index.
   void summarize() {
     const int done_steps = static_cast<int>(result_.step_loss.size());
     const int timed_steps = done_steps > 1 ? done_steps - 1 : 1;
     const int ranks = role_.stages * role_.replicas;
+    constexpr int kMeans = 5, kFingerprintParts = 3;
     std::vector<double> sums = {own_.step_s, own_.compute_s, own_.pipeline_s, own_.data_parallel_s, own_.optimizer_s};
-    sums.resize(sums.size() + ranks, 0.0);
-    sums[5 + role_.rank] = own_.step_s > 0 ? own_.compute_s / own_.step_s : 0.0;
+    sums.resize(kMeans + static_cast<std::size_t>(ranks) * (1 + kFingerprintParts), 0.0);
+    sums[kMeans + role_.rank] = own_.step_s > 0 ? own_.compute_s / own_.step_s : 0.0;
+    const std::uint64_t fingerprint = parameter_fingerprint();
+    const int position = role_.stage * role_.replicas + role_.replica;  // fingerprints by (stage, replica)
+    for (int part = 0; part < kFingerprintParts; ++part) {  // 21 bits each: exact in a double's sum
+      sums[kMeans + ranks * (1 + part) + position] = static_cast<double>((fingerprint >> (21 * part)) & 0x1FFFFF);
+    }
     with_.collectives.sum_over_pipeline_values(sums.data(), static_cast<int>(sums.size()));
     with_.collectives.sum_data_parallel_values(sums.data(), static_cast<int>(sums.size()));
     auto mean_per_step = [&](int i) { return sums[i] / ranks / timed_steps; };
     result_.breakdown = {mean_per_step(0), mean_per_step(1), mean_per_step(2), mean_per_step(3), mean_per_step(4)};
-    result_.compute_utilisation.assign(sums.begin() + 5, sums.end());
+    result_.compute_utilisation.assign(sums.begin() + kMeans, sums.begin() + kMeans + ranks);
+    result_.replicas_identical = true;
+    for (int part = 0; part < kFingerprintParts; ++part) {
+      const double* of = sums.data() + kMeans + ranks * (1 + part);
+      for (int at = 0; at < ranks; ++at) {
+        if (of[at] != of[at - at % role_.replicas]) result_.replicas_identical = false;  // vs replica 0
+      }
+    }
+    if (!result_.replicas_identical) {
+      throw RunError("replicas diverged: the ranks of one stage hold different parameters after step " +
+                     std::to_string(result_.first_step + done_steps) + " (a data-parallel exchange is not exact)");
+    }
     result_.tokens_per_second = result_.breakdown.step_s > 0 ? result_.tokens_per_step / result_.breakdown.step_s : 0.0;
     result_.events = timeline_.take_events();
     result_.stage_parameters = static_cast<std::int64_t>(stage_.parameter_count());

@@ -6,13 +6,9 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "geotrain/common/enum_names.hpp"
 
 namespace geotrain::runtime {
 namespace {
-
-constexpr EnumName<WireFormat> kWireFormatNames[] = {
-    {WireFormat::fp32, "fp32"}, {WireFormat::int8, "int8"}, {WireFormat::int4, "int4"}, {WireFormat::topk, "topk"}};
 
 int largest_code(WireFormat format) { return format == WireFormat::int8 ? 127 : 7; }
 
@@ -105,11 +101,6 @@ void decode_topk(const WireCodec& c, const std::uint8_t* in, std::size_t n, floa
 }
 
 }  // namespace
-
-std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }
-bool parse_wire_format(const std::string& text, WireFormat* format) {
-  return parse_name_in(kWireFormatNames, text, format);
-}
 
 std::size_t WireCodec::topk_count(std::size_t count) const {
   if (count == 0) return 0;

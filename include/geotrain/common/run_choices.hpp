@@ -15,6 +15,9 @@ enum class Transport { automatic, mpi, nccl };      // network.transport: auto =
 // fp32; bf16 rounds the GEMM operands (CUDA: bf16 tensor cores with fp32
 // accumulation; CPU: emulated by rounding, for parity tests only).
 enum class MatmulPrecision { fp32, bf16 };
+// How a tensor goes over a slow link (runtime/wire_codec.hpp): as is, or
+// quantised to 8 / 4 bits per value, or its largest values only.
+enum class WireFormat { fp32, int8, int4, topk };
 
 // Names as config files and messages spell them; "?" for no value.
 inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
@@ -24,6 +27,10 @@ inline constexpr EnumName<Transport> kTransportNames[] = {
 inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPrecision::fp32, "fp32"},
                                                                        {MatmulPrecision::bf16, "bf16"}};
 
+inline constexpr EnumName<WireFormat> kWireFormatNames[] = {
+    {WireFormat::fp32, "fp32"}, {WireFormat::int8, "int8"}, {WireFormat::int4, "int4"}, {WireFormat::topk, "topk"}};
+
+inline std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }
 inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }
 inline std::string to_string(Transport transport) { return name_in(kTransportNames, transport); }
 inline std::string to_string(MatmulPrecision precision) { return name_in(kMatmulPrecisionNames, precision); }

@@ -21,6 +21,11 @@ struct Config {
   // [device]
   DeviceRequest device = DeviceRequest::automatic;         // auto | cpu | cuda
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;  // fp32 | bf16
+  // [compression]: what the data-parallel gradient exchange puts on the wire
+  // (runtime/wire_codec.hpp; lossy formats with error feedback).
+  WireFormat gradient_wire = WireFormat::fp32;  // fp32 | int8 | int4 | topk
+  int compression_group_size = 64;              // int8 / int4: values per fp32 scale
+  double compression_topk_fraction = 0.01;      // topk: share of the values sent
   double device_peak_tflops = 0;           // for MFU; 0: the backend's default
   // [data]
   std::string data_train = "inputs/data/corpus_train.bin";  // paths in a file: relative to the file

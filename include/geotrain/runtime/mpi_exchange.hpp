@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/runtime/wire_codec.hpp"
+
 namespace geotrain::runtime {
 
 struct ExchangeGroup {
@@ -28,6 +30,22 @@ struct ExchangeGroup {
 // latencies, 2n(p-1)/p bytes out of each member, spread over its links).
 void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values = nullptr,
                   int value_count = 0);
+
+// exchange_sum's lossy twin for data-parallel gradients: what goes on the
+// wire is encoded (WireCodec), with error feedback on both passes. Two
+// members swap their encoded buffers and both add the two decoded tensors.
+// More: each member encodes the shard every other member owns (error
+// feedback `shards`, one per shard), the owner adds the decoded
+// contributions in rank order, encodes the sum (error feedback `owned`) and
+// sends it to all; every member, the owner included, keeps the decoded sum.
+// Either way every member ends with the same bits, so replicas stay identical.
+// The doubles go exact.
+struct EncodedSumState {
+  std::vector<ErrorFeedback> shards;  // one per member's shard (two members: one, the whole tensor)
+  std::vector<ErrorFeedback> owned;   // at most one: this member's summed shard
+};
+void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
+                          std::size_t count, double* values = nullptr, int value_count = 0);
 
 // The two-member sum in halves: start() sends a copy of this member's floats
 // and posts the receive; finish() waits and adds the other's into `data`,

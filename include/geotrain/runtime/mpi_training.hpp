@@ -58,7 +58,9 @@ class MpiPipelineLinks : public PipelineLinks {
 // each wait with the deadline and the group's ranks named.
 class MpiCollectives : public Collectives {
  public:
-  MpiCollectives(const Topology& topology, double deadline_s);
+  // `gradient_codec`: how sum_data_parallel* put gradients on the wire
+  // (fp32: exactly; lossy formats keep their error feedback here).
+  MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec = {});
   void sum_data_parallel(float* host_data, std::size_t count) override;
   void sum_data_parallel_with_values(float* host_data, std::size_t count, double* values, int value_count) override;
   void sum_tied_embedding(float* host_data, std::size_t count) override;
@@ -74,6 +76,8 @@ class MpiCollectives : public Collectives {
   const ExchangeGroup& tied_group() const;
   const Topology& topology_;
   ExchangeGroup data_parallel_, pipeline_, tied_;
+  WireCodec gradient_codec_;
+  EncodedSumState gradient_state_;
   PendingPairSum tied_in_flight_;
 };
 

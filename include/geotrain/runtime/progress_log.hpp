@@ -42,6 +42,7 @@ struct RunEnd {
   double utilisation_mean = 0, utilisation_min = 0;
   int utilisation_min_rank = 0;
   bool stopped = false;
+  bool replicas_identical = true;
 };
 
 class ProgressLog {

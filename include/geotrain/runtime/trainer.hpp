@@ -43,6 +43,7 @@ struct TrainResult {
   double tokens_per_step = 0;         // global: every replica's micro-batches
   StepBreakdown breakdown;
   std::vector<double> compute_utilisation;  // per rank of the job: forward + backward time / step time
+  bool replicas_identical = true;           // every stage's replicas ended with the same parameter bits
   int first_step = 0;                 // steps already done by the checkpoint resumed from
   bool stopped_by_signal = false;     // SIGTERM or SIGINT: checkpointed and stopped before the last step
   std::string stop_signal_name = "SIGTERM";  // as this rank saw it (another rank's signal: SIGTERM)

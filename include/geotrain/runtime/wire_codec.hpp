@@ -15,12 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/common/run_choices.hpp"
+
 namespace geotrain::runtime {
-
-enum class WireFormat { fp32, int8, int4, topk };
-
-std::string to_string(WireFormat format);
-bool parse_wire_format(const std::string& text, WireFormat* format);
 
 struct WireCodec {
   WireFormat format = WireFormat::fp32;

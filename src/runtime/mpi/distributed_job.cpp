@@ -238,12 +238,16 @@ plan::Plan plan_job(const io::Config& config, const ModelShape& model, const pla
   return the_plan;
 }
 
+WireCodec gradient_codec(const io::Config& config) {
+  return {config.gradient_wire, config.compression_group_size, config.compression_topk_fraction};
+}
+
 // The rank's backend, pipeline links and collectives: NCCL on GPUs where
 // built (unless network.transport = mpi), else MPI.
 class JobConnections {
  public:
   JobConnections(const io::Config& config, const Topology& topology, bool talk, std::ostream& log)
-      : mpi_collectives_(topology, config.network_deadline_s) {
+      : mpi_collectives_(topology, config.network_deadline_s, gradient_codec(config)) {
     const double deadline_s = config.network_deadline_s;
     try {
       backend_ = kernels::make_backend(config.device);
@@ -252,7 +256,8 @@ class JobConnections {
     }
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
 #ifdef GEOTRAIN_HAVE_NCCL
-    if (on_gpu && config.transport != Transport::mpi) {
+    // Lossy gradient formats are encoded on the host: MPI carries them.
+    if (on_gpu && config.transport != Transport::mpi && config.gradient_wire == WireFormat::fp32) {
       links_ = make_nccl_links(topology, *backend_, deadline_s);
       nccl_collectives_ = make_nccl_collectives(topology, *backend_, mpi_collectives_, deadline_s);
     }

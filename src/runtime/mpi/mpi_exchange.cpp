@@ -10,7 +10,7 @@ namespace {
 
 // The group's communicators carry no other point-to-point traffic; one
 // exchange completes before the next starts, so fixed tags never mix.
-constexpr int kShardTag = 1, kValuesTag = 2, kGatherTag = 3, kPairTag = 4;
+constexpr int kShardTag = 1, kValuesTag = 2, kGatherTag = 3, kPairTag = 4, kEncodedTag = 5;
 
 int checked_count(std::size_t count, const std::string& what) {
   if (count > static_cast<std::size_t>(INT_MAX)) abort_all(what + ": over 2^31 elements in one message");
@@ -115,6 +115,86 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
                            group.comm, &requests.back()));
   }
   wait(group, requests);
+}
+
+namespace {
+
+// Posts the receive of `bytes` from `peer` and the send of `sent` to it.
+void post_bytes(const ExchangeGroup& group, int peer, const std::vector<std::uint8_t>& sent,
+                std::vector<std::uint8_t>& received, int tag, std::vector<MPI_Request>& requests) {
+  requests.emplace_back();
+  GT_MPI_CHECK(MPI_Irecv(received.data(), checked_count(received.size(), group.what), MPI_BYTE, peer, tag, group.comm,
+                         &requests.back()));
+  requests.emplace_back();
+  GT_MPI_CHECK(MPI_Isend(sent.data(), checked_count(sent.size(), group.what), MPI_BYTE, peer, tag, group.comm,
+                         &requests.back()));
+}
+
+void ensure_feedback(std::vector<ErrorFeedback>& feedback, std::size_t count, const WireCodec& codec) {
+  while (feedback.size() < count) feedback.emplace_back(codec);
+}
+
+}  // namespace
+
+void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
+                          std::size_t count, double* values, int value_count) {
+  int self = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &self));
+  GT_MPI_CHECK(MPI_Comm_size(group.comm, &size));
+  if (size == 1) return;
+  std::vector<MPI_Request> requests;
+  std::vector<double> received_values;
+  post_values(group, self, size, values, value_count, received_values, requests);
+  if (size == 2) {
+    ensure_feedback(state.shards, 1, codec);
+    std::vector<std::uint8_t> mine(codec.encoded_bytes(count)), theirs(mine.size());
+    std::vector<float> own(count), other(count);
+    state.shards[0].encode(data, count, mine.data(), own.data());
+    post_bytes(group, 1 - self, mine, theirs, kEncodedTag, requests);
+    wait(group, requests);
+    add_values(self, size, values, value_count, received_values);
+    codec.decode(theirs.data(), count, other.data());
+    for (std::size_t i = 0; i < count; ++i) data[i] = own[i] + other[i];  // a + b == b + a
+    return;
+  }
+  auto begin = [&](int shard) { return count * static_cast<std::size_t>(shard) / static_cast<std::size_t>(size); };
+  auto length = [&](int shard) { return begin(shard + 1) - begin(shard); };
+  ensure_feedback(state.shards, static_cast<std::size_t>(size), codec);
+  ensure_feedback(state.owned, 1, codec);
+  // Pass 1: every shard encoded for its owner; this member's own, decoded, joins its sum.
+  std::vector<std::vector<std::uint8_t>> sent(size), received(size);
+  std::vector<float> own_part(length(self)), scratch(count);
+  for (int peer = 0; peer < size; ++peer) {
+    sent[peer].resize(codec.encoded_bytes(length(peer)));
+    float* decoded = peer == self ? own_part.data() : scratch.data();
+    state.shards[peer].encode(data + begin(peer), length(peer), sent[peer].data(), decoded);
+    if (peer == self) continue;
+    received[peer].resize(codec.encoded_bytes(length(self)));
+    post_bytes(group, peer, sent[peer], received[peer], kEncodedTag, requests);
+  }
+  wait(group, requests);
+  add_values(self, size, values, value_count, received_values);
+  std::vector<float> total(length(self), 0.0f), part(length(self));
+  for (int member = 0; member < size; ++member) {  // rank order: the same sum wherever it is computed
+    if (member == self) {
+      for (std::size_t i = 0; i < total.size(); ++i) total[i] += own_part[i];
+      continue;
+    }
+    codec.decode(received[member].data(), length(self), part.data());
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += part[i];
+  }
+  // Pass 2: the owner's sum, encoded once; everyone keeps the decoded bytes.
+  std::vector<std::uint8_t> summed(codec.encoded_bytes(length(self)));
+  state.owned[0].encode(total.data(), total.size(), summed.data(), data + begin(self));
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == self) continue;
+    received[peer].resize(codec.encoded_bytes(length(peer)));
+    post_bytes(group, peer, summed, received[peer], kGatherTag, requests);
+  }
+  wait(group, requests);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != self) codec.decode(received[peer].data(), length(peer), data + begin(peer));
+  }
 }
 
 PendingPairSum::~PendingPairSum() {

@@ -124,7 +124,7 @@ ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double
 
 }  // namespace
 
-MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s)
+MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec)
     : topology_(topology),
       data_parallel_(exchange_group(topology.dp_comm.get(), topology.dp_ranks, deadline_s,
                                     "summing over the data-parallel group of stage " + std::to_string(topology.stage),
@@ -135,12 +135,19 @@ MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s)
       tied_(exchange_group(topology.tied_comm.get(),
                            {topology.pipeline_ranks.front(), topology.pipeline_ranks.back()}, deadline_s,
                            "joining the tied embedding of replica " + std::to_string(topology.replica),
-                           topology.rank)) {}
+                           topology.rank)),
+      gradient_codec_(gradient_codec) {}
 
-void MpiCollectives::sum_data_parallel(float* data, std::size_t count) { exchange_sum(data_parallel_, data, count); }
+void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
+  sum_data_parallel_with_values(data, count, nullptr, 0);
+}
 
 void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t count, double* values, int value_count) {
-  exchange_sum(data_parallel_, data, count, values, value_count);
+  if (gradient_codec_.format == WireFormat::fp32) {
+    exchange_sum(data_parallel_, data, count, values, value_count);
+  } else {
+    exchange_sum_encoded(data_parallel_, gradient_codec_, gradient_state_, data, count, values, value_count);
+  }
 }
 
 const ExchangeGroup& MpiCollectives::tied_group() const {
