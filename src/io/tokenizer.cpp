@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/io/bpe_tokenizer.hpp"
 #include "geotrain/io/byte_tokenizer.hpp"
 
 namespace geotrain::io {
@@ -38,7 +39,7 @@ std::string tokenizer_file_for_shard(const std::string& shard_path) {
 
 std::unique_ptr<Tokenizer> tokenizer_from_text(const std::string& file_text, const std::string& origin) {
   if (file_text.empty()) return make_byte_tokenizer();
-  throw InputError(origin + ": tokenizer files are not supported yet (only the byte tokenizer)");
+  return bpe_tokenizer_from_json(file_text, origin);
 }
 
 std::string tokenizer_text_for_shard(const std::string& shard_path) {
