@@ -1,9 +1,10 @@
 // Byte-level BPE tokenizer files: encodings against the Hugging Face
 // tokenizers library (golden file from tests/golden/make_tokenizer_golden.py),
-// and malformed files.
+// malformed files, and the tokenizer that travels with a shard.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,7 +14,10 @@
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/bpe_tokenizer.hpp"
+#include "geotrain/io/config.hpp"
+#include "geotrain/io/token_shard.hpp"
 #include "geotrain/io/tokenizer.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace geotrain::io {
 namespace {
@@ -178,6 +182,57 @@ TEST(BpeTokenizer, MalformedFilesNameTheField) {
   for (const std::string text : {"{", "[1, 2]", "not json"}) {
     EXPECT_THROW(tokenizer_from_text(text, "bad.json"), InputError) << text;
   }
+}
+
+// A folder with a shard and, optionally, a tokenizer file beside it.
+std::string shard_in(const std::filesystem::path& dir, const std::string& name, const std::string* tokenizer) {
+  std::filesystem::create_directories(dir);
+  const std::vector<std::uint16_t> tokens = {1, 2, 3, 4};
+  write_token_shard((dir / name).string(), tokens);
+  if (tokenizer != nullptr) write_text((dir / "tokenizer.json").string(), *tokenizer);
+  return (dir / name).string();
+}
+
+TEST(TokenizerForShard, TheFileBesideTheShard) {
+  const auto dir = geotrain::testing::scratch_dir("tokenizer");
+  const std::string shard = shard_in(dir / "bpe", "train.bin", &golden_tokenizer());
+  EXPECT_EQ(tokenizer_text_for_shard(shard), golden_tokenizer());
+  EXPECT_EQ(tokenizer_for_shard(shard)->vocabulary(), 1024);
+  EXPECT_EQ(tokenizer_for_shard(shard_in(dir / "byte", "train.bin", nullptr))->description(), "byte");
+  const std::string empty;
+  try {
+    tokenizer_text_for_shard(shard_in(dir / "empty", "train.bin", &empty));
+    FAIL() << "an empty tokenizer.json was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json: empty tokenizer file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenizerForTraining, ModelVocabularyAndValidationTokenizer) {
+  const auto dir = geotrain::testing::scratch_dir("tokenizer");
+  Config c;
+  c.source = "run.toml";
+  c.model_file = "tiny.toml";
+  c.data_train = shard_in(dir / "bpe", "train.bin", &golden_tokenizer());
+  c.data_validation = shard_in(dir / "bpe", "val.bin", &golden_tokenizer());
+  EXPECT_EQ(tokenizer_text_for_training(c, 1024), golden_tokenizer());
+  try {
+    tokenizer_text_for_training(c, 256);
+    FAIL() << "vocabulary 256 accepted for a 1024-id tokenizer";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("tiny.toml: model.vocabulary: is 256", 0), 0u) << message;
+    EXPECT_NE(message.find((dir / "bpe" / "tokenizer.json").string() + " has 1024 ids"), std::string::npos) << message;
+  }
+  c.data_validation = shard_in(dir / "byte", "val.bin", nullptr);
+  try {
+    tokenizer_text_for_training(c, 1024);
+    FAIL() << "validation shard with another tokenizer accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("run.toml: data.validation: ", 0), 0u) << e.what();
+  }
+  c.data_train = shard_in(dir / "byte", "train.bin", nullptr);
+  EXPECT_EQ(tokenizer_text_for_training(c, 64), "");  // byte shards: the shard reader checks ids
 }
 
 }  // namespace

@@ -42,4 +42,12 @@ std::string tokenizer_text_for_shard(const std::string& shard_path);
 // tokenizer_from_text of the shard's tokenizer file.
 std::unique_ptr<Tokenizer> tokenizer_for_shard(const std::string& shard_path);
 
+struct Config;
+
+// The training shard's tokenizer text, checked against the run: the
+// validation shard has the same tokenizer, and the model's vocabulary covers
+// the tokenizer's ids (shards hold ids up to the tokenizer's vocabulary).
+// Throws InputError naming data.validation or model.vocabulary.
+std::string tokenizer_text_for_training(const Config& config, int model_vocabulary);
+
 }  // namespace geotrain::io
