@@ -20,6 +20,11 @@ namespace {
 
 using nlohmann::json;
 
+// Largest token id accepted: above any real vocabulary (GPT-2 50257, the
+// largest in use about 256k), small enough that a file naming one id bounds
+// the per-id tables (32 MiB) instead of allocating what it claims.
+constexpr int kMaxId = (1 << 20) - 1;
+
 struct CodePointRange {
   char32_t first, last;
 };
@@ -321,7 +326,6 @@ void ByteLevelBpe::set_id_text(int id, const std::string& text, bool byte_level)
 }
 
 void ByteLevelBpe::read_vocab(const json& model) {
-  constexpr int kMaxId = (1 << 24) - 1;  // far above any real vocabulary; bounds the tables
   const json& vocab = member(model, "vocab", "model.vocab", json::value_t::object);
   std::unordered_map<int, std::string> owner;
   for (const auto& [token, value] : vocab.items()) {
@@ -390,11 +394,20 @@ void ByteLevelBpe::read_added_tokens(const json& file) {
     if (!token.is_object()) fail(field, "must be an object");
     const json& id = member(token, "id", field + ".id", json::value_t::number_integer);
     const std::string content = member(token, "content", field + ".content", json::value_t::string).get<std::string>();
-    if (id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= (1 << 24)) fail(field + ".id", "out of range");
+    if (id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > kMaxId) {
+      fail(field + ".id", "must be a token id 0.." + std::to_string(kMaxId) + ", got " + id.dump());
+    }
     if (content.empty()) fail(field + ".content", "must not be empty");
     for (const char* key : {"lstrip", "rstrip", "single_word"}) check_off(token, key, field + "." + key);
-    added_.push_back({content, id.get<int>()});
-    set_id_text(id.get<int>(), content, false);
+    // Sharing an id is fine for the same text (GPT-2 lists <|endoftext|> in
+    // both); for another text, decoding would not give back what was encoded.
+    const int t = id.get<int>();
+    if (t < vocabulary() && id_known_[t] && id_bytes_[t] != content) {
+      fail(field + ".id", std::to_string(t) + " is already the id of " + in_quotes(id_bytes_[t]) + ", not of " +
+                              in_quotes(content));
+    }
+    added_.push_back({content, t});
+    set_id_text(t, content, false);
   }
   std::stable_sort(added_.begin(), added_.end(),
                    [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });

@@ -165,6 +165,8 @@ TEST(BpeTokenizer, MalformedFilesNameTheField) {
       {"added lstrip", [](json& f) { f["added_tokens"][0]["lstrip"] = true; }, "added_tokens[0].lstrip: is true"},
       {"added content", [](json& f) { f["added_tokens"][0]["content"] = ""; }, "added_tokens[0].content: must not be empty"},
       {"added id", [](json& f) { f["added_tokens"][0].erase("id"); }, "added_tokens[0].id: missing"},
+      {"added id taken", [](json& f) { f["added_tokens"][0]["id"] = f["model"]["vocab"]["e"]; },
+       "added_tokens[0].id: 69 is already the id of 'e', not of '<|endoftext|>'"},
   };
   for (const BadCase& c : cases) {
     json file = json::parse(golden_tokenizer());
