@@ -167,6 +167,12 @@ std::array<char32_t, 256> byte_characters() {
 
 std::string in_quotes(const std::string& token) { return "'" + token + "'"; }
 
+// What a pipeline step is, for messages: its "type", else the JSON itself.
+std::string kind_of(const json& step) {
+  if (step.is_object() && step.contains("type") && step["type"].is_string()) return step["type"].get<std::string>();
+  return step.is_object() ? "an object without a \"type\"" : step.dump();
+}
+
 }  // namespace
 
 std::vector<std::string_view> gpt2_pre_tokenize(std::string_view text) {
@@ -280,12 +286,11 @@ ByteLevelBpe::ByteLevelBpe(const std::string& file_text, const std::string& orig
 
 void ByteLevelBpe::read_pipeline(const json& file) {
   if (const auto it = file.find("normalizer"); it != file.end() && !it->is_null()) {
-    fail("normalizer", "is " + it->value("type", std::string("?")) + "; only files without a normalizer are supported");
+    fail("normalizer", "is " + kind_of(*it) + "; only files without a normalizer are supported");
   }
   const json& pre = member(file, "pre_tokenizer", "pre_tokenizer", json::value_t::object);
-  if (pre.value("type", std::string()) != "ByteLevel") {
-    fail("pre_tokenizer.type", "is " + pre.value("type", std::string("missing")) +
-                                   "; only ByteLevel (GPT-2's pre-tokenization) is supported");
+  if (kind_of(pre) != "ByteLevel") {
+    fail("pre_tokenizer.type", "is " + kind_of(pre) + "; only ByteLevel (GPT-2's pre-tokenization) is supported");
   }
   for (auto [key, target] : {std::pair{"add_prefix_space", &add_prefix_space_}, std::pair{"use_regex", &use_regex_}}) {
     if (const auto it = pre.find(key); it != pre.end()) {
@@ -294,8 +299,8 @@ void ByteLevelBpe::read_pipeline(const json& file) {
     }
   }
   const json& decoder = member(file, "decoder", "decoder", json::value_t::object);
-  if (decoder.value("type", std::string()) != "ByteLevel") {
-    fail("decoder.type", "is " + decoder.value("type", std::string("missing")) + "; only ByteLevel is supported");
+  if (kind_of(decoder) != "ByteLevel") {
+    fail("decoder.type", "is " + kind_of(decoder) + "; only ByteLevel is supported");
   }
 }
 
