@@ -31,8 +31,10 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // tokenizer.json), "" where there is none (the byte tokenizer).
 std::string tokenizer_file_for_shard(const std::string& shard_path);
 
-// A tokenizer from the text of a tokenizer file ("" = the byte tokenizer);
-// `origin` names the file (or checkpoint) in error messages.
+// A tokenizer from the text of a tokenizer file: "" = the byte tokenizer,
+// otherwise a Hugging Face tokenizers JSON file of a byte-level BPE (GPT-2's
+// kind; io/bpe_tokenizer.hpp says what is read). `origin` names the file (or
+// checkpoint) in error messages.
 std::unique_ptr<Tokenizer> tokenizer_from_text(const std::string& file_text, const std::string& origin);
 
 // The text of the shard's tokenizer file ("" where there is none), checked
