@@ -429,8 +429,9 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
   inputs.config = std::move(config);
   inputs.model = model;
   const io::Config& c = inputs.config;
+  // Before the shards: a vocabulary too small for the tokenizer is named as such, not as a stray token id.
+  inputs.tokenizer_text = io::tokenizer_text_for_training(c, model.vocabulary);
   inputs.data.emplace(io::TokenDataset::from_shards(c.data_train, c.data_validation, model.vocabulary, c.seed));
-  inputs.tokenizer_text = io::tokenizer_text_for_shard(c.data_train);
   if (c.checkpoint_resume.empty()) return inputs;
   inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
   if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: a fresh start

@@ -31,8 +31,10 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // tokenizer.json), "" where there is none (the byte tokenizer).
 std::string tokenizer_file_for_shard(const std::string& shard_path);
 
-// A tokenizer from the text of a tokenizer file ("" = the byte tokenizer);
-// `origin` names the file (or checkpoint) in error messages.
+// A tokenizer from the text of a tokenizer file: "" = the byte tokenizer,
+// otherwise a Hugging Face tokenizers JSON file of a byte-level BPE (GPT-2's
+// kind; io/bpe_tokenizer.hpp says what is read). `origin` names the file (or
+// checkpoint) in error messages.
 std::unique_ptr<Tokenizer> tokenizer_from_text(const std::string& file_text, const std::string& origin);
 
 // The text of the shard's tokenizer file ("" where there is none), checked
@@ -41,5 +43,13 @@ std::string tokenizer_text_for_shard(const std::string& shard_path);
 
 // tokenizer_from_text of the shard's tokenizer file.
 std::unique_ptr<Tokenizer> tokenizer_for_shard(const std::string& shard_path);
+
+struct Config;
+
+// The training shard's tokenizer text, checked against the run: the
+// validation shard has the same tokenizer, and the model's vocabulary covers
+// the tokenizer's ids (shards hold ids up to the tokenizer's vocabulary).
+// Throws InputError naming data.validation or model.vocabulary.
+std::string tokenizer_text_for_training(const Config& config, int model_vocabulary);
 
 }  // namespace geotrain::io
