@@ -30,7 +30,7 @@ run_case() {  # name layers hidden heads seq vocab batch
   /usr/bin/time -f "%M" -o "$work/ours.rss" "$geotrain" train --model.file="$work/model.toml" \
     --train.steps="$steps" --train.micro_batch_sequences="$batch" --optimizer.warmup_steps=0 \
     --train.eval_batches=1 --train.eval_every_steps=0 --device.kind=cpu > "$work/ours.log"
-  local ours; ours=$(sed -n 's/.*, \([0-9]*\) tokens\/s$/\1/p' "$work/ours.log")
+  local ours; ours=$(sed -n 's/^final validation loss .*, \([0-9]*\) tokens\/s.*/\1/p' "$work/ours.log")
   /usr/bin/time -f "%M" -o "$work/torch.rss" "$python" bench/pytorch_gpt.py "$layers" "$hidden" "$heads" \
     "$seq" "$vocab" "$batch" "$steps" > "$work/torch.log"
   local theirs; theirs=$(sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' "$work/torch.log")

@@ -225,6 +225,11 @@ class RankTrainer {
     resume_notes_ = "resumed from " + path + " after step " + std::to_string(result_.first_step) + "\n" +
                     batch_change_note(checkpoint.global_batch_sequences, B_, m_, role_.replicas) +
                     schedule_change_note(checkpoint, config_);
+    if (config_.gradient_wire != WireFormat::fp32 && role_.replicas > 1) {
+      resume_notes_ += "note: checkpoints do not hold the gradients' error-feedback residuals yet: they restart at "
+                       "zero, so this resume is not bit-exact with an uninterrupted " + to_string(config_.gradient_wire) +
+                       " run\n";
+    }
   }
 
   // The tied embedding lives on the first and the last stage: counted once.
