@@ -165,5 +165,53 @@ TEST(Checkpoint, RestoreRefusesAnotherModel) {
   EXPECT_THROW(runtime::restore_tensors(stage, optimizer, *backend, same, "y.h5"), InputError);
 }
 
+// A converted model: /params only, marked weights_only; it starts a run
+// (restore_weights) but is refused where moments are needed.
+TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-weights-only");
+  auto backend = kernels::make_cpu_backend();
+  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+  model::Stage source(shape, model::StageSpec::whole(shape), *backend, 1, 1);
+  source.initialize(5);
+  model::AdamW source_optimizer(*backend, source, model::OptimizerSettings{});
+  io::Checkpoint c;
+  c.model = shape;
+  c.weights_only = true;
+  for (io::CheckpointTensor& t : runtime::collect_tensors(source, source_optimizer, *backend, false)) {
+    t.first_moment.clear(), t.second_moment.clear();
+    c.tensors.push_back(std::move(t));
+  }
+  const std::string path = (dir / "weights.h5").string();
+  io::write_checkpoint_file(path, c);
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_EQ(H5Lexists(file, "optimizer", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  const io::Checkpoint back = io::read_checkpoint_file(path);
+  EXPECT_TRUE(back.weights_only);
+  ASSERT_EQ(back.tensors.size(), c.tensors.size());
+  EXPECT_TRUE(back.tensors[0].first_moment.empty());
+
+  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
+  stage.initialize(9);
+  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  try {
+    runtime::restore_tensors(stage, optimizer, *backend, back, path);
+    FAIL() << "resumed a weights-only file";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": attribute weights_only: no optimizer state to resume (use "
+                                         "checkpoint.init_from)"),
+              std::string::npos)
+        << e.what();
+  }
+  runtime::restore_weights(stage, *backend, back, path);
+  std::vector<float> want(source.parameter_count()), got(stage.parameter_count());
+  backend->download(want.data(), source.params(), want.size());
+  backend->download(got.data(), stage.params(), got.size());
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace geotrain
