@@ -8,6 +8,7 @@
 #include <random>
 
 #include "geotrain/io/checkpoint.hpp"
+#include "geotrain/io/hf_gpt2.hpp"
 #include "support/scratch_dir.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
@@ -211,6 +212,19 @@ TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {
   backend->download(want.data(), source.params(), want.size());
   backend->download(got.data(), stage.params(), got.size());
   EXPECT_EQ(got, want);
+}
+
+// The converter's table of geotrain names (io, which cannot see the model
+// library) is the model's own parameter layout.
+TEST(Checkpoint, HuggingFaceNameTableIsTheModelsLayout) {
+  const ModelShape shape{.name = "t", .layers = 3, .hidden = 8, .heads = 2, .vocabulary = 11, .sequence_length = 5};
+  const auto layout = model::parameter_layout(shape, model::StageSpec::whole(shape));
+  const auto names = io::hf_gpt2_tensor_names(shape);
+  ASSERT_EQ(names.size(), layout.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(names[i].geotrain, layout[i].name);
+    EXPECT_EQ(names[i].shape, layout[i].shape) << layout[i].name;
+  }
 }
 
 }  // namespace
