@@ -57,6 +57,8 @@ json read_json_file(const std::string& path) {
     return value;
   } catch (const json::parse_error& e) {
     throw InputError(path + ": not valid JSON at byte " + std::to_string(e.byte));
+  } catch (const json::exception&) {  // e.g. a number beyond any range
+    throw InputError(path + ": not valid JSON (a number out of range)");
   }
 }
 
@@ -86,6 +88,9 @@ void check_architecture(const json& config, const std::string& path, int hidden)
                          " is not supported (GPT2LMHeadModel or GPT2Model are)");
       }
     }
+  }
+  if (config.contains("activation_function") && !config["activation_function"].is_string()) {
+    throw InputError(path + ": activation_function: must be a string");
   }
   const std::string gelu = config.value("activation_function", std::string("gelu_new"));
   if (std::find(std::begin(kTanhGelus), std::end(kTanhGelus), gelu) == std::end(kTanhGelus)) {

@@ -115,6 +115,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     header = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(path + ": header: not valid JSON at byte " + std::to_string(e.byte) + " (not a safetensors file?)");
+  } catch (const json::exception&) {  // e.g. a number beyond any range
+    throw InputError(path + ": header: not valid JSON (a number out of range; not a safetensors file?)");
   }
   if (!header.is_object()) throw InputError(path + ": header: must be a JSON object");
   data_start_ = 8 + header_bytes;
@@ -141,6 +143,7 @@ std::vector<float> SafetensorsReader::read_floats(const SafetensorsEntry& e) {
                      " is not supported (F32, F16 or BF16 are)");
   }
   std::vector<unsigned char> bytes(e.end - e.begin);
+  if (bytes.empty()) return {};  // a zero-sized tensor: nothing to read (and no buffer to copy from)
   in_.clear();
   in_.seekg(static_cast<std::streamoff>(data_start_ + e.begin));
   if (!in_.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()))) {
@@ -178,6 +181,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   out.write(reinterpret_cast<const char*>(length), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const SafetensorsTensor& t : tensors) {
+    if (t.values.empty()) continue;
     out.write(reinterpret_cast<const char*>(t.values.data()), static_cast<std::streamsize>(t.values.size() * sizeof(float)));
   }
   out.close();

@@ -138,6 +138,8 @@ TEST(HfGpt2Config, ShapeAndAcceptedVariants) {
 TEST(HfGpt2Config, ArchitecturesGeotrainLacksAreRefused) {
   const std::pair<const char*, const char*> cases[] = {
       {R"(, "n_positions": 64, "activation_function": "gelu")", "activation_function: 'gelu' is not implemented"},
+      {R"(, "n_positions": 64, "activation_function": 5)", "activation_function: must be a string"},
+      {R"(, "n_positions": 1e999)", "not valid JSON (a number out of range)"},
       {R"(, "n_positions": 64, "scale_attn_by_inverse_layer_idx": true)", "scale_attn_by_inverse_layer_idx: true"},
       {R"(, "n_positions": 64, "scale_attn_weights": false)", "scale_attn_weights: false"},
       {R"(, "n_positions": 64, "tie_word_embeddings": false)", "tie_word_embeddings: false"},
