@@ -13,8 +13,8 @@
 //
 // Invariants of an accepted file: format version 1, non-negative step and
 // sampler state, at least one tensor, unique names, rank 1..4, dimensions
-// >= 1, and value and both moments of exactly product(shape) floats; and it
-// writes back and reads again unchanged.
+// >= 1, and value and both moments of exactly product(shape) floats (no
+// moments when weights_only); and it writes back and reads again unchanged.
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -99,7 +99,7 @@ const std::vector<std::uint8_t>& base_file() {
 const char* const kAttributes[] = {"format_version",   "completed_steps", "global_batch_sequences", "sampler_seed",
                                    "sampler_epoch",    "sampler_position", "model_name",            "model_layers",
                                    "model_hidden",     "model_heads",     "model_vocabulary",       "model_sequence_length",
-                                   "config",           "plan",            "writer"};
+                                   "config",           "plan",            "writer",                 "weights_only"};
 const char* const kTensorGroups[] = {"params", "optimizer/m", "optimizer/v"};
 const char* const kGroupPaths[] = {"params", "optimizer", "optimizer/m", "optimizer/v"};
 const char* const kLinkTargets[] = {"/params/wte", "/params/lnf.bias", "/optimizer/m/wte", "/optimizer", "/params",
@@ -301,7 +301,7 @@ bool same_checkpoint(const Checkpoint& a, const Checkpoint& b) {
       a.model.name != b.model.name || a.model.layers != b.model.layers || a.model.hidden != b.model.hidden ||
       a.model.heads != b.model.heads || a.model.vocabulary != b.model.vocabulary ||
       a.model.sequence_length != b.model.sequence_length || a.config_text != b.config_text ||
-      a.plan_text != b.plan_text || a.tensors.size() != b.tensors.size()) {
+      a.plan_text != b.plan_text || a.weights_only != b.weights_only || a.tensors.size() != b.tensors.size()) {
     return false;
   }
   for (std::size_t i = 0; i < a.tensors.size(); ++i) {
@@ -328,8 +328,11 @@ void check_accepted(const Checkpoint& c) {
       FUZZ_CHECK(d >= 1, t.name + ": dimension " + std::to_string(d));
       overflow |= __builtin_mul_overflow(elements, static_cast<std::uint64_t>(d), &elements);
     }
-    for (const auto* values : {&t.value, &t.first_moment, &t.second_moment}) {
-      FUZZ_CHECK(!overflow && values->size() == elements, t.name + ": " + std::to_string(values->size()) + " floats");
+    FUZZ_CHECK(!overflow && t.value.size() == elements, t.name + ": " + std::to_string(t.value.size()) + " floats");
+    // A weights-only file (attribute weights_only = 1) has no moments.
+    for (const auto* values : {&t.first_moment, &t.second_moment}) {
+      const std::size_t want = c.weights_only ? 0 : elements;
+      FUZZ_CHECK(values->size() == want, t.name + ": " + std::to_string(values->size()) + " moment floats");
     }
   }
   const ScratchFile again(std::string_view{});

@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   geotrain::cli::add_plan_command(app, plan_options);
   geotrain::cli::SimulateCommandOptions simulate_options;
   geotrain::cli::add_simulate_command(app, simulate_options);
+  geotrain::cli::ConvertCommandOptions convert_options;
+  geotrain::cli::add_convert_command(app, convert_options);
 #ifdef GEOTRAIN_HAVE_MPI
   geotrain::cli::ProbeCommandOptions probe_options;
   geotrain::cli::add_probe_command(app, probe_options);
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("plan")) return geotrain::cli::run_plan_command(plan_options);
     if (app.got_subcommand("simulate")) return geotrain::cli::run_simulate_command(simulate_options);
+    if (app.got_subcommand("convert")) return geotrain::cli::run_convert_command(convert_options);
 #ifdef GEOTRAIN_HAVE_MPI
     if (app.got_subcommand("probe")) return geotrain::cli::run_probe_command(probe_options);
 #endif

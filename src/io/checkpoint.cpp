@@ -145,6 +145,20 @@ std::vector<float> read_dataset(hid_t group, const std::string& name, const std:
   return data;
 }
 
+// /params of a weights-only file into `c`.
+Checkpoint read_weights(hid_t file, const std::string& path, Checkpoint c) {
+  if (H5Lexists(file, "params", H5P_DEFAULT) <= 0) throw InputError(path + ": /params: missing");
+  Handle params(GT_H5_CHECK(H5Gopen2(file, "params", H5P_DEFAULT), path + ": /params", true), H5Gclose);
+  for (const std::string& name : member_names(params, path + ": /params")) {
+    CheckpointTensor t;
+    t.name = name;
+    t.value = read_dataset(params, name, path + ": /params/" + name, t.shape, {});
+    c.tensors.push_back(std::move(t));
+  }
+  if (c.tensors.empty()) throw InputError(path + ": /params: empty");
+  return c;
+}
+
 // ---- serialisation helpers
 
 template <typename T>
@@ -202,8 +216,19 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
   write_string_attribute(file, "config", c.config_text, context);
   write_string_attribute(file, "plan", c.plan_text, context);
   if (!c.tokenizer_text.empty()) write_string_attribute(file, "tokenizer", c.tokenizer_text, context);
+  if (c.weights_only) write_int_attribute(file, "weights_only", 1, context);
   write_string_attribute(file, "writer", "geotrain 0.1.0", context);
   Handle params(GT_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+  if (c.weights_only) {
+    for (const CheckpointTensor& t : c.tensors) {
+      if (t.value.size() != element_count(t.shape)) {
+        throw std::invalid_argument("write_checkpoint_file: tensor " + t.name + " has the wrong size");
+      }
+      write_dataset(params, t.name, t.shape, t.value, context + ": /params/" + t.name);
+    }
+    GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), context, false);
+    return;
+  }
   Handle optimizer(GT_H5_CHECK(H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
   Handle m(GT_H5_CHECK(H5Gcreate2(optimizer, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
   Handle v(GT_H5_CHECK(H5Gcreate2(optimizer, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
@@ -250,6 +275,12 @@ Checkpoint read_checkpoint_file(const std::string& path) {
   c.config_text = read_string_attribute(file, "config", path);
   c.plan_text = read_string_attribute(file, "plan", path);
   if (H5Aexists(file, "tokenizer") > 0) c.tokenizer_text = read_string_attribute(file, "tokenizer", path);
+  if (H5Aexists(file, "weights_only") > 0) {
+    const std::int64_t weights_only = read_int_attribute(file, "weights_only", path);
+    if (weights_only != 0 && weights_only != 1) throw InputError(path + ": attribute weights_only: must be 0 or 1");
+    c.weights_only = weights_only == 1;
+  }
+  if (c.weights_only) return read_weights(file, path, std::move(c));
   for (const char* group : {"params", "optimizer/m", "optimizer/v"}) {
     if (H5Lexists(file, "optimizer", H5P_DEFAULT) <= 0 && std::string(group) != "params") {
       throw InputError(path + ": /optimizer: missing");

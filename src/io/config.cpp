@@ -86,6 +86,7 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint.every_steps", &c.checkpoint_every_steps},
       {"checkpoint.keep", &c.checkpoint_keep},
       {"checkpoint.resume", &c.checkpoint_resume},
+      {"checkpoint.init_from", &c.checkpoint_init_from},
       {"timing.file", &c.timing_file},
       {"timing.max_event_steps", &c.timing_max_event_steps},
       {"optimizer.learning_rate", &c.learning_rate},
@@ -239,6 +240,10 @@ void check(const Config& c) {
   }
   if (c.gradient_wire != WireFormat::fp32 && c.transport == Transport::nccl) {
     fail(where, "compression.gradients", "needs network.transport = mpi (NCCL sums fp32 on the GPU)");
+  }
+  if (!c.checkpoint_init_from.empty() && !c.checkpoint_resume.empty() && c.checkpoint_resume != "auto") {
+    fail(where, "checkpoint.init_from", "cannot be combined with checkpoint.resume = \"" + c.checkpoint_resume +
+         "\" (init_from starts a new run from weights; resume continues one)");
   }
   if (c.transport == Transport::nccl && c.device == DeviceRequest::cpu) {
     fail(where, "network.transport", "nccl needs device.kind = cuda or auto (NCCL moves GPU memory)");

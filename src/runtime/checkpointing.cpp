@@ -44,12 +44,22 @@ void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& w
   }
 }
 
-void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
-                     const io::Checkpoint& checkpoint, const std::string& path) {
+void restore_weights(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
+                     const std::string& path) {
   check_checkpoint_fits(checkpoint, stage.config(), path);
   for (const model::ParameterView& view : stage.parameters()) {
+    backend.upload(stage.params() + view.offset, checkpoint.find(view.name)->value.data(), view.count);
+  }
+}
+
+void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
+                     const io::Checkpoint& checkpoint, const std::string& path) {
+  if (checkpoint.weights_only) {
+    throw InputError(path + ": attribute weights_only: no optimizer state to resume (use checkpoint.init_from)");
+  }
+  restore_weights(stage, backend, checkpoint, path);
+  for (const model::ParameterView& view : stage.parameters()) {
     const io::CheckpointTensor* t = checkpoint.find(view.name);
-    backend.upload(stage.params() + view.offset, t->value.data(), view.count);
     backend.upload(optimizer.first_moment() + view.offset, t->first_moment.data(), view.count);
     backend.upload(optimizer.second_moment() + view.offset, t->second_moment.data(), view.count);
   }

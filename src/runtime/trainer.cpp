@@ -168,6 +168,7 @@ class RankTrainer {
     data_.set_replica(role.replica, role.replicas);
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
+    if (inputs.init) start_from(inputs);
     if (with.checkpoints) {
       termination_requested = 0;
       std::signal(SIGTERM, request_termination);  // Slurm's pre-emption notice: checkpoint, then stop
@@ -230,6 +231,18 @@ class RankTrainer {
                        "zero, so this resume is not bit-exact with an uninterrupted " + to_string(config_.gradient_wire) +
                        " run\n";
     }
+    if (!config_.checkpoint_init_from.empty()) {
+      resume_notes_ += "note: checkpoint.init_from (" + config_.checkpoint_init_from +
+                       ") not used: this run continues from its own checkpoint\n";
+    }
+  }
+
+  // Weights only: the optimizer's moments stay zero, the step and the data
+  // sampler at their start. The file's copy is freed once on the device.
+  void start_from(RunInputs& inputs) {
+    restore_weights(stage_, with_.backend, *inputs.init, inputs.init_path);
+    inputs.init.reset();
+    resume_notes_ = "initialised from " + inputs.init_path + " (weights only: step 0, fresh optimizer)\n";
   }
 
   // The tied embedding lives on the first and the last stage: counted once.
@@ -437,10 +450,19 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
   // Before the shards: a vocabulary too small for the tokenizer is named as such, not as a stray token id.
   inputs.tokenizer_text = io::tokenizer_text_for_training(c, model.vocabulary);
   inputs.data.emplace(io::TokenDataset::from_shards(c.data_train, c.data_validation, model.vocabulary, c.seed));
-  if (c.checkpoint_resume.empty()) return inputs;
-  inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
-  if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: a fresh start
+  if (!c.checkpoint_resume.empty()) inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
+  if (inputs.resume_path.empty()) {  // no resume, or auto and nothing written yet: a fresh start
+    if (!c.checkpoint_init_from.empty()) {
+      inputs.init_path = c.checkpoint_init_from;
+      check_checkpoint_fits(inputs.init.emplace(io::read_checkpoint_file(inputs.init_path)), model, inputs.init_path);
+    }
+    return inputs;
+  }
   const io::Checkpoint& resume = inputs.resume.emplace(io::read_checkpoint_file(inputs.resume_path));
+  if (resume.weights_only) {
+    throw InputError(inputs.resume_path + ": attribute weights_only: the file holds weights only (no optimizer "
+                     "state, e.g. from geotrain convert): start from it with checkpoint.init_from, not checkpoint.resume");
+  }
   check_checkpoint_fits(resume, model, inputs.resume_path);
   if (resume.completed_steps >= c.train_steps) {
     throw InputError(c.origin_of("train.steps") + ": train.steps: is " + std::to_string(c.train_steps) + " but " +

@@ -124,6 +124,18 @@ if(TARGET geotrain_runtime)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_resume_limits.sh ${GT} ${EXPECT} ${PROJECT_SOURCE_DIR})
 endif()
 
+# geotrain convert (Hugging Face GPT-2 <-> checkpoint) and checkpoint.init_from
+# against an independent PyTorch GPT-2 (e2e/hf_gpt2_reference.py); the mpi
+# case is registered with the other mpirun tests (tests/CMakeLists.txt).
+if(TARGET geotrain_runtime)
+  foreach(case loss round-trip fine-tune bad-inputs)
+    add_test(NAME cli.convert.${case}
+             COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_hf_convert.py ${case} ${GT}
+                     ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/convert-tests/${case})
+    set_tests_properties(cli.convert.${case} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+  endforeach()
+endif()
+
 # plan --out / --rankfile / --hostfile / --slurm-hostfile from a probed matrix's host names.
 add_test(NAME cli.plan.launch-files
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_launch_files.sh ${GT} ${CMAKE_CURRENT_BINARY_DIR}/launch-files

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "geotrain/io/checkpoint.hpp"
+#include "geotrain/io/hf_gpt2.hpp"
 #include "support/scratch_dir.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
@@ -163,6 +164,67 @@ TEST(Checkpoint, RestoreRefusesAnotherModel) {
     if (t.name != "lnf.bias") same.tensors.push_back(t);
   }
   EXPECT_THROW(runtime::restore_tensors(stage, optimizer, *backend, same, "y.h5"), InputError);
+}
+
+// A converted model: /params only, marked weights_only; it starts a run
+// (restore_weights) but is refused where moments are needed.
+TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-weights-only");
+  auto backend = kernels::make_cpu_backend();
+  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+  model::Stage source(shape, model::StageSpec::whole(shape), *backend, 1, 1);
+  source.initialize(5);
+  model::AdamW source_optimizer(*backend, source, model::OptimizerSettings{});
+  io::Checkpoint c;
+  c.model = shape;
+  c.weights_only = true;
+  for (io::CheckpointTensor& t : runtime::collect_tensors(source, source_optimizer, *backend, false)) {
+    t.first_moment.clear(), t.second_moment.clear();
+    c.tensors.push_back(std::move(t));
+  }
+  const std::string path = (dir / "weights.h5").string();
+  io::write_checkpoint_file(path, c);
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_EQ(H5Lexists(file, "optimizer", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  const io::Checkpoint back = io::read_checkpoint_file(path);
+  EXPECT_TRUE(back.weights_only);
+  ASSERT_EQ(back.tensors.size(), c.tensors.size());
+  EXPECT_TRUE(back.tensors[0].first_moment.empty());
+
+  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
+  stage.initialize(9);
+  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  try {
+    runtime::restore_tensors(stage, optimizer, *backend, back, path);
+    FAIL() << "resumed a weights-only file";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": attribute weights_only: no optimizer state to resume (use "
+                                         "checkpoint.init_from)"),
+              std::string::npos)
+        << e.what();
+  }
+  runtime::restore_weights(stage, *backend, back, path);
+  std::vector<float> want(source.parameter_count()), got(stage.parameter_count());
+  backend->download(want.data(), source.params(), want.size());
+  backend->download(got.data(), stage.params(), got.size());
+  EXPECT_EQ(got, want);
+}
+
+// The converter's table of geotrain names (io, which cannot see the model
+// library) is the model's own parameter layout.
+TEST(Checkpoint, HuggingFaceNameTableIsTheModelsLayout) {
+  const ModelShape shape{.name = "t", .layers = 3, .hidden = 8, .heads = 2, .vocabulary = 11, .sequence_length = 5};
+  const auto layout = model::parameter_layout(shape, model::StageSpec::whole(shape));
+  const auto names = io::hf_gpt2_tensor_names(shape);
+  ASSERT_EQ(names.size(), layout.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(names[i].geotrain, layout[i].name);
+    EXPECT_EQ(names[i].shape, layout[i].shape) << layout[i].name;
+  }
 }
 
 }  // namespace

@@ -92,6 +92,17 @@ TEST(Config, AValueFromTheCommandLineIsBlamedOnTheCommandLine) {
   EXPECT_EQ(from_file.find("command line"), std::string::npos) << from_file;
 }
 
+// init_from starts a new run; an explicit resume continues another: not
+// both. resume = auto may find nothing yet, so it combines (requeued jobs).
+TEST(Config, InitFromExcludesAnExplicitResume) {
+  const std::string message = error_of(
+      [] { default_config({"--checkpoint.init_from=gpt2.h5", "--checkpoint.resume=runs/step_00000010.h5"}); });
+  EXPECT_EQ(message.rfind("command line: checkpoint.init_from: cannot be combined with checkpoint.resume", 0), 0u)
+      << message;
+  const Config c = default_config({"--checkpoint.init_from=gpt2.h5", "--checkpoint.resume=auto", "--checkpoint.dir=ck"});
+  EXPECT_EQ(c.checkpoint_init_from, "gpt2.h5");
+}
+
 TEST(Config, TypedChoicesAreParsedOnce) {
   const Config c = default_config({"--pipeline.schedule=gpipe", "--pipeline.placement=rank-order",
                                    "--network.transport=mpi", "--device.kind=cpu", "--device.matmul_precision=bf16"});

@@ -68,6 +68,18 @@ struct TrainCommandOptions {
 void add_train_command(CLI::App& app, TrainCommandOptions& options);
 int run_train_command(const TrainCommandOptions& options);
 
+// geotrain convert: a Hugging Face GPT-2 folder to a weights-only
+// checkpoint (--from-hf), or a checkpoint to such a folder (--to-hf).
+struct ConvertCommandOptions {
+  std::string from_hf;      // folder with config.json + model.safetensors
+  std::string to_hf;        // checkpoint file
+  std::string out;          // checkpoint file (from-hf) or folder (to-hf)
+  int sequence_length = 0;  // from-hf: positions kept; 0 = n_positions
+};
+
+void add_convert_command(CLI::App& app, ConvertCommandOptions& options);
+int run_convert_command(const ConvertCommandOptions& options);
+
 // geotrain probe (built with MPI only; see GEOTRAIN_HAVE_MPI). Initialises
 // MPI itself: run it under mpirun.
 struct ProbeCommandOptions {

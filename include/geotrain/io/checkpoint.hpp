@@ -13,6 +13,11 @@
 // Names are global (independent of the pipeline cut), so a checkpoint
 // written by one layout loads into any other.
 //
+// Weights only (a converted model, `geotrain convert --from-hf`): attribute
+// weights_only = 1, no /optimizer group, completed_steps and the sampler
+// state 0. Such a file starts a run (checkpoint.init_from) but cannot be
+// resumed; without the attribute, /optimizer is required as before.
+//
 // One writer per job (rank 0 after gathering the stages): one file is what
 // h5py, PyTorch and users open, and one atomic rename makes it appear whole.
 #pragma once
@@ -30,7 +35,7 @@ inline constexpr int kCheckpointFormatVersion = 1;
 struct CheckpointTensor {
   std::string name;
   std::vector<int> shape;
-  std::vector<float> value, first_moment, second_moment;  // each product(shape) floats
+  std::vector<float> value, first_moment, second_moment;  // each product(shape) floats; moments empty: weights only
 };
 
 struct Checkpoint {
@@ -42,6 +47,7 @@ struct Checkpoint {
   std::string config_text;
   std::string plan_text;
   std::string tokenizer_text;  // the training data's tokenizer file; "" = the byte tokenizer
+  bool weights_only = false;   // no optimizer moments (see above)
   std::vector<CheckpointTensor> tensors;
   const CheckpointTensor* find(const std::string& name) const;
 };
@@ -51,7 +57,7 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint
 
 // Reads and checks a checkpoint: an HDF5 file, the format version, every
 // attribute, and for every /params tensor its two moments with the same
-// shape. Throws InputError "<path>: <field>: <what>".
+// shape (unless weights_only). Throws InputError "<path>: <field>: <what>".
 Checkpoint read_checkpoint_file(const std::string& path);
 
 // Tensors to bytes and back (for gathering stages to the writing rank).

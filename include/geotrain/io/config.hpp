@@ -58,6 +58,10 @@ struct Config {
   int checkpoint_every_steps = 0;          // 0: only at the end (and on SIGTERM)
   int checkpoint_keep = 3;                 // newest files kept
   std::string checkpoint_resume;           // "" | auto (the dir's latest, if any) | a checkpoint file
+  // A checkpoint whose weights start the run (fresh optimizer, step 0, data
+  // from the start): fine-tuning a converted model. With resume = auto a
+  // checkpoint already in checkpoint.dir wins (a requeued fine-tuning job).
+  std::string checkpoint_init_from;
   Transport transport = Transport::automatic;  // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
   // [timing]: the run's HDF5 timing file (io/timing_file.hpp)
   std::string timing_file = "runs/timing-{job}.h5";  // "" = none; {job}: Slurm job id or start time; relative to the working directory

@@ -26,9 +26,15 @@ void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& m
 
 // Loads every parameter of `stage` and its moments from `checkpoint` by
 // name; `path` names the file in errors. Throws InputError when the model
-// shape differs, a tensor is missing or has another shape.
+// shape differs, a tensor is missing or has another shape, or the file holds
+// weights only.
 void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
                      const io::Checkpoint& checkpoint, const std::string& path);
+
+// The parameters only (checkpoint.init_from): any checkpoint, with or
+// without moments. Same checks and errors as restore_tensors otherwise.
+void restore_weights(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
+                     const std::string& path);
 
 // Receives each rank's part of a checkpoint at a step boundary and makes
 // it durable. Collective: every rank calls save() with its own part

@@ -55,7 +55,7 @@ struct TrainResult {
 
 // What every rank reads and checks before it talks to the others (any
 // failure is bad input, exit 2): the config, the model with its overrides,
-// the token data, and the checkpoint to resume from, if any.
+// the token data, and the checkpoint to resume from or start from, if any.
 struct RunInputs {
   io::Config config;
   ModelShape model;
@@ -63,11 +63,14 @@ struct RunInputs {
   std::string tokenizer_text;  // the training shard's tokenizer file ("" = byte), kept in checkpoints
   std::optional<io::Checkpoint> resume;
   std::string resume_path;
+  std::optional<io::Checkpoint> init;  // checkpoint.init_from: weights only are used; never with `resume`
+  std::string init_path;
 };
 
-// Loads data and the resume checkpoint for `config` and `model`; checks the
-// checkpoint fits the model and leaves steps to train (InputError naming
-// train.steps otherwise).
+// Loads data and the resume (or init_from) checkpoint for `config` and
+// `model`; checks the checkpoint fits the model, that a resumed one has
+// optimizer state and leaves steps to train (InputError naming the field
+// otherwise).
 RunInputs prepare_run(io::Config config, const ModelShape& model);
 // The same from a config file ("" = defaults) and --key=value overrides.
 RunInputs read_run_inputs(const std::string& config_file, const std::vector<std::string>& overrides);

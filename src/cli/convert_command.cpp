@@ -1,0 +1,75 @@
+// geotrain convert: pretrained GPT-2 weights in the Hugging Face layout in
+// and out (io/hf_gpt2.hpp), so that a run can start from them
+// (checkpoint.init_from) and a trained model can leave for other tools.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+
+#include "geotrain/cli/commands.hpp"
+#include "geotrain/common/errors.hpp"
+#include "geotrain/io/checkpoint.hpp"
+#include "geotrain/io/hf_gpt2.hpp"
+
+namespace geotrain::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_text(const ModelShape& m) {
+  return std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " + std::to_string(m.heads) +
+         " heads, vocabulary " + std::to_string(m.vocabulary) + ", " + std::to_string(m.sequence_length) +
+         " positions";
+}
+
+int from_hf(const ConvertCommandOptions& o) {
+  const io::Checkpoint checkpoint = io::read_hf_gpt2(o.from_hf, o.sequence_length);
+  std::error_code error;
+  if (const fs::path parent = fs::path(o.out).parent_path(); !parent.empty()) fs::create_directories(parent, error);
+  // Written aside and renamed: a checkpoint file appears whole or not at all.
+  const std::string temporary = o.out + ".tmp";
+  try {
+    io::write_checkpoint_file(temporary, checkpoint);
+  } catch (...) {
+    fs::remove(temporary, error);
+    throw;
+  }
+  fs::rename(temporary, o.out, error);
+  if (error) throw RunError(temporary + ": cannot rename to " + o.out + ": " + error.message());
+  std::cout << "geotrain convert: " << o.from_hf << " (GPT-2, " << shape_text(checkpoint.model) << ") -> " << o.out
+            << " (weights only; train from it with --checkpoint.init_from=" << o.out << ")\n";
+  return 0;
+}
+
+int to_hf(const ConvertCommandOptions& o) {
+  io::Checkpoint checkpoint = io::read_checkpoint_file(o.to_hf);
+  const ModelShape model = checkpoint.model;
+  const std::int64_t steps = checkpoint.completed_steps;
+  io::write_hf_gpt2(std::move(checkpoint), o.to_hf, o.out);
+  std::cout << "geotrain convert: " << o.to_hf << " (" << shape_text(model) << ", step " << steps << ") -> " << (fs::path(o.out) / "model.safetensors").string()
+            << " + config.json (GPT2LMHeadModel)\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app, ConvertCommandOptions& o) {
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Convert GPT-2 weights: geotrain convert --from-hf DIR --out FILE.h5 | --to-hf CHECKPOINT.h5 --out DIR");
+  CLI::Option* from = convert->add_option(
+      "--from-hf", o.from_hf, "Hugging Face folder (config.json + model.safetensors) to read");
+  CLI::Option* to = convert->add_option("--to-hf", o.to_hf, "geotrain checkpoint to write as a Hugging Face folder");
+  from->excludes(to);
+  convert->add_option("--out", o.out, "checkpoint file (--from-hf) or folder (--to-hf) to write")->required();
+  convert->add_option("--sequence-length", o.sequence_length,
+                      "--from-hf: keep the first N positions of wpe (default: all, n_positions)")
+      ->check(CLI::Range(1, 1 << 30))
+      ->needs(from);
+}
+
+int run_convert_command(const ConvertCommandOptions& o) {
+  if (!o.from_hf.empty()) return from_hf(o);
+  if (!o.to_hf.empty()) return to_hf(o);
+  throw InputError("command line: convert: needs --from-hf DIR or --to-hf CHECKPOINT (see geotrain convert --help)");
+}
+
+}  // namespace geotrain::cli
