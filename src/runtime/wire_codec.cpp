@@ -123,33 +123,15 @@ std::size_t WireCodec::encoded_bytes(std::size_t n) const {
 }
 
 void WireCodec::encode(const float* values, std::size_t n, std::uint8_t* out) const {
-  switch (format) {
-    case WireFormat::fp32:
-      std::memcpy(out, values, n * sizeof(float));
-      return;
-    case WireFormat::int8:
-    case WireFormat::int4:
-      encode_groups(*this, values, n, out);
-      return;
-    case WireFormat::topk:
-      encode_topk(*this, values, n, out);
-      return;
-  }
+  if (format == WireFormat::fp32) std::memcpy(out, values, n * sizeof(float));
+  else if (format == WireFormat::topk) encode_topk(*this, values, n, out);
+  else encode_groups(*this, values, n, out);
 }
 
 void WireCodec::decode(const std::uint8_t* in, std::size_t n, float* values) const {
-  switch (format) {
-    case WireFormat::fp32:
-      std::memcpy(values, in, n * sizeof(float));
-      return;
-    case WireFormat::int8:
-    case WireFormat::int4:
-      decode_groups(*this, in, n, values);
-      return;
-    case WireFormat::topk:
-      decode_topk(*this, in, n, values);
-      return;
-  }
+  if (format == WireFormat::fp32) std::memcpy(values, in, n * sizeof(float));
+  else if (format == WireFormat::topk) decode_topk(*this, in, n, values);
+  else decode_groups(*this, in, n, values);
 }
 
 void ErrorFeedback::encode(const float* values, std::size_t n, std::uint8_t* out, float* decoded) {

@@ -12,6 +12,9 @@ import subprocess
 import sys
 import tomllib
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from conclude import conclude  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..", "..")
 SCENARIO = os.path.join(REPO, "inputs", "scenarios", "emulation-test.toml")
@@ -59,9 +62,7 @@ def main():
         print(f"{kind}-site bandwidth: measured / configured from {ratios[0]:.2f} to {ratios[-1]:.2f}, median {median:.2f}")
         if abs(median - 1) > 0.20:
             failures.append(f"{kind}-site bandwidth: median {median:.2f} of the configured rate")
-    if failures:
-        sys.exit("FAILED:\n" + "\n".join(failures))
-    print("ok: the probe recovers the emulated matrix")
+    conclude(failures, "ok: the probe recovers the emulated matrix")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -19,6 +20,14 @@ namespace geotrain {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Opens `path` with HDF5 directly (to damage or inspect what geotrain wrote).
+void with_hdf5_file(const std::string& path, unsigned mode, const std::function<void(hid_t)>& use) {
+  const hid_t file = H5Fopen(path.c_str(), mode, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  use(file);
+  H5Fclose(file);
+}
 
 io::Checkpoint sample_checkpoint(int steps = 7) {
   std::mt19937 rng(3);
@@ -134,12 +143,7 @@ TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
 
   const std::string no_moment = (dir / "no-moment.h5").string();
   fs::copy_file(good, no_moment);
-  {
-    const hid_t file = H5Fopen(no_moment.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(file, 0);
-    ASSERT_GE(H5Ldelete(file, "/optimizer/m/wte", H5P_DEFAULT), 0);
-    H5Fclose(file);
-  }
+  with_hdf5_file(no_moment, H5F_ACC_RDWR, [](hid_t file) { ASSERT_GE(H5Ldelete(file, "/optimizer/m/wte", H5P_DEFAULT), 0); });
   expect_rejected(no_moment, "/optimizer/m/wte: missing");
 }
 
@@ -184,12 +188,7 @@ TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {
   }
   const std::string path = (dir / "weights.h5").string();
   io::write_checkpoint_file(path, c);
-  {
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    ASSERT_GE(file, 0);
-    EXPECT_EQ(H5Lexists(file, "optimizer", H5P_DEFAULT), 0);
-    H5Fclose(file);
-  }
+  with_hdf5_file(path, H5F_ACC_RDONLY, [](hid_t file) { EXPECT_EQ(H5Lexists(file, "optimizer", H5P_DEFAULT), 0); });
   const io::Checkpoint back = io::read_checkpoint_file(path);
   EXPECT_TRUE(back.weights_only);
   ASSERT_EQ(back.tensors.size(), c.tensors.size());

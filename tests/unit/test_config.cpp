@@ -6,6 +6,7 @@
 
 #include "geotrain/io/config.hpp"
 #include "support/scratch_dir.hpp"
+#include "support/input_error.hpp"
 #include "geotrain/common/errors.hpp"
 
 namespace geotrain::io {
@@ -17,14 +18,8 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using geotrain::testing::input_error_of;
+std::string error_of(const std::function<void()>& f) { return input_error_of(f); }
 
 TEST(Config, DefaultsAreValidAndPointAtShippedFiles) {
   const Config c = default_config();

@@ -15,18 +15,13 @@
 #include "geotrain/io/hf_gpt2.hpp"
 #include "geotrain/io/safetensors.hpp"
 #include "support/scratch_dir.hpp"
+#include "support/input_error.hpp"
 
 namespace geotrain::io {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using geotrain::testing::input_error_of;
+std::string error_of(const std::function<void()>& f) { return input_error_of(f); }
 
 // A file in `dir` of the 8-byte length, `header` and `data` bytes.
 std::string write_raw(const std::filesystem::path& dir, const std::string& name, const std::string& header,

@@ -59,16 +59,27 @@ void add_values(int self, int size, double* values, int value_count, std::vector
   }
 }
 
+// One sum in progress: this member's place, its requests, and the doubles,
+// which travel with the first phase.
+struct Exchange {
+  int self = 0, size = 1;
+  std::vector<MPI_Request> requests;
+  std::vector<double> received_values;
+};
+
+Exchange begin_exchange(const ExchangeGroup& group, double* values, int value_count) {
+  Exchange x;
+  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &x.self));
+  GT_MPI_CHECK(MPI_Comm_size(group.comm, &x.size));
+  if (x.size > 1) post_values(group, x.self, x.size, values, value_count, x.received_values, x.requests);
+  return x;
+}
+
 }  // namespace
 
 void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values, int value_count) {
-  int self = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &self));
-  GT_MPI_CHECK(MPI_Comm_size(group.comm, &size));
+  auto [self, size, requests, received_values] = begin_exchange(group, values, value_count);
   if (size == 1) return;
-  std::vector<MPI_Request> requests;
-  std::vector<double> received_values;
-  post_values(group, self, size, values, value_count, received_values, requests);
   if (count == 0) {
     wait(group, requests);
     add_values(self, size, values, value_count, received_values);
@@ -138,13 +149,8 @@ void ensure_feedback(std::vector<ErrorFeedback>& feedback, std::size_t count, co
 
 void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
                           std::size_t count, double* values, int value_count) {
-  int self = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &self));
-  GT_MPI_CHECK(MPI_Comm_size(group.comm, &size));
+  auto [self, size, requests, received_values] = begin_exchange(group, values, value_count);
   if (size == 1) return;
-  std::vector<MPI_Request> requests;
-  std::vector<double> received_values;
-  post_values(group, self, size, values, value_count, received_values, requests);
   if (size == 2) {
     ensure_feedback(state.shards, 1, codec);
     std::vector<std::uint8_t> mine(codec.encoded_bytes(count)), theirs(mine.size());

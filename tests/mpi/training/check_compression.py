@@ -16,8 +16,12 @@ usage: check_compression.py GEOTRAIN CONFIG FORMATS -- MPIRUN...
   FORMATS: "int8,int4,topk"
 """
 import json
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from conclude import conclude  # noqa: E402
 
 STEPS = 12
 LAYOUTS = ((1, 2), (2, 2), (1, 4))  # pp x dp
@@ -62,9 +66,7 @@ def main():
                 failures.append(f"{case}: the losses equal fp32's: the format changed nothing")
             if not losses[-1] < losses[0] or abs(losses[-1] - exact[-1]) > CLOSE_TO_FP32[name] * exact[-1]:
                 failures.append(f"{case}: last loss {losses[-1]:.4f}, fp32 {exact[-1]:.4f}, first {losses[0]:.4f}")
-    if failures:
-        sys.exit("FAILED:\n" + "\n".join(failures))
-    print("compressed gradients: every replica identical, training learns")
+    conclude(failures, "compressed gradients: every replica identical, training learns")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,13 @@ usage: check_trajectories.py GEOTRAIN CONFIG CASES -- MPIRUN...
   CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp)
 """
 import json
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from conclude import conclude  # noqa: E402
 
 TOLERANCE = 1e-5
 GLOBAL_MICRO_BATCHES = 4
@@ -69,9 +73,7 @@ def main():
                 failures.append(f"{case} {placement}: {losses} vs {reference}")
         if pp * dp >= 4 and layouts["random"] == layouts["rank-order"]:
             failures.append(f"{case}: the random placement equals rank order; the shuffled case tests nothing")
-    if failures:
-        sys.exit("FAILED:\n" + "\n".join(failures))
-    print("all trajectories equal the single-rank run")
+    conclude(failures, "all trajectories equal the single-rank run")
 
 
 if __name__ == "__main__":
