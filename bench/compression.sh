@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Convergence of compressed data-parallel gradients against the exact run:
-# the same model, tokens, seed and layout (4 ranks under mpirun: 2 stages x
-# 2 replicas), once per compression.gradients format; the validation loss at
-# equal tokens, the training curves (PNG) and the wire size of each format.
+# Convergence of compressed traffic against the exact run: the same model,
+# tokens, seed and layout (4 ranks under mpirun: 2 stages x 2 replicas), once
+# per case (data-parallel gradients alone in each format; then all three
+# traffic classes, gradients, activations and activation gradients, at 8 and
+# 4 bits); the validation loss at equal tokens, the training curves (PNG)
+# and the wire size of each format.
 #
 #   bash bench/compression.sh [OUT.md]     (build/release, mpirun, /usr/bin/python3 with matplotlib)
 #
-# Environment: MODELS="tiny:300 emulation:150" (model file : steps), FORMATS.
+# Environment: MODELS="tiny:300 emulation:150" (model file : steps), CASES (names below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-analysis/results/communication.md}
 models=${MODELS:-"tiny:300 emulation:150"}
-formats=${FORMATS:-"fp32 int8 int4 topk"}
+cases=${CASES:-"fp32 int8 int4 topk all-int8 all-int4"}
+declare -A options=([fp32]="--compression.gradients=fp32" [int8]="--compression.gradients=int8"
+  [int4]="--compression.gradients=int4" [topk]="--compression.gradients=topk"
+  [all-int8]="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
+  [all-int4]="--compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4")
 geotrain=build/release/geotrain
 work=runs/bench-compression
 mkdir -p "$work" "$(dirname "$out")"
@@ -21,16 +27,18 @@ mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_
 # Bytes on the wire per gradient value, from the encodings' definitions
 # (runtime/wire_codec.hpp): fp32 4; int8 1 + 4/64 (a scale per 64 values);
 # int4 0.5 + 4/64; top-k 1% of the values as (uint32, fp32) pairs = 0.08.
-declare -A bytes_per_value=([fp32]=4 [int8]=1.0625 [int4]=0.5625 [topk]=0.08)
+declare -A bytes_per_value=([fp32]=4 [int8]=1.0625 [int4]=0.5625 [topk]=0.08 [all-int8]=1.0625 [all-int4]=0.5625)
 
 {
-  echo "# Compressed data-parallel gradients: convergence against the exact run"
+  echo "# Compressed traffic: convergence against the exact run"
   echo
   echo "Regenerate: \`bash bench/compression.sh\` ($(date -u +%Y-%m-%d); $(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p'))."
   echo "Each run: \`mpirun -n 4 geotrain train inputs/quickstart.toml\` (2 stages x 2 replicas, 4 micro-batches of 2"
   echo "sequences per replica, the shipped corpus, seed 1) with \`--compression.gradients=FORMAT\` (int8 / int4:"
-  echo "groups of 64 values with one fp32 scale; top-k: 1% of the values) and error feedback; same tokens in"
-  echo "the same order for every format. Peer: the exact (fp32) run of the same binary, in the same script."
+  echo "groups of 64 values with one fp32 scale; top-k: 1% of the values) and error feedback; \`all-int8\` /"
+  echo "\`all-int4\` also encode the activations and their gradients between the stages (no error feedback);"
+  echo "same tokens in the same order for every case. Peer: the exact (fp32) run of the same binary, in the"
+  echo "same script."
   echo "Wire: bytes per gradient value of one encoded pass (with 2 replicas there is one pass; with more,"
   echo "two: the reduce-scatter's shards and the owner's summed shard)."
   echo
@@ -45,15 +53,15 @@ for entry in $models; do
   files=() labels=()
   echo "## model \`$model\`, $steps steps" >> "$out"
   echo >> "$out"
-  echo "| format | wire bytes / value | vs fp32 | final validation loss | vs fp32 | training loss (last 10 steps) | tokens/s | compute utilisation |" >> "$out"
+  echo "| case | wire bytes / value | vs fp32 | final validation loss | vs fp32 | training loss (last 10 steps) | tokens/s | compute utilisation |" >> "$out"
   echo "|---|---|---|---|---|---|---|---|" >> "$out"
   reference=""
-  for format in $formats; do
+  for format in $cases; do
     metrics=$work/$model-$format.jsonl
     rm -f "$metrics"
     "${mpirun[@]}" "$geotrain" train inputs/quickstart.toml --model.file="inputs/models/$model.toml" \
       --train.steps="$steps" --train.eval_every_steps=$((steps / 5)) --train.log_json=true \
-      --train.metrics_file="$metrics" --checkpoint.dir= --timing.file= --compression.gradients="$format" \
+      --train.metrics_file="$metrics" --checkpoint.dir= --timing.file= ${options[$format]} \
       > "$work/$model-$format.log" 2> "$work/$model-$format.err"
     files+=("$metrics") labels+=("$format")
     read -r validation train tokens utilisation < <(/usr/bin/python3 - "$metrics" <<'PY'

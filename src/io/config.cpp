@@ -80,6 +80,8 @@ std::vector<Field> fields(Config& c) {
       {"network.probe_bytes", &c.probe_bytes},
       {"network.transport", &c.transport},
       {"compression.gradients", &c.gradient_wire},
+      {"compression.activations", &c.activation_wire},
+      {"compression.activation_gradients", &c.activation_gradient_wire},
       {"compression.group_size", &c.compression_group_size},
       {"compression.topk_fraction", &c.compression_topk_fraction},
       {"checkpoint.dir", &c.checkpoint_dir},
@@ -240,6 +242,13 @@ void check(const Config& c) {
   }
   if (c.gradient_wire != WireFormat::fp32 && c.transport == Transport::nccl) {
     fail(where, "compression.gradients", "needs network.transport = mpi (NCCL sums fp32 on the GPU)");
+  }
+  for (const auto& [key, format] : {std::pair{"compression.activations", c.activation_wire},
+                                    std::pair{"compression.activation_gradients", c.activation_gradient_wire}}) {
+    if (format == WireFormat::topk) fail(where, key, "must be fp32, int8 or int4 (top-k needs error feedback)");
+    if (format != WireFormat::fp32 && c.transport == Transport::nccl) {
+      fail(where, key, "needs network.transport = mpi (messages are encoded on the host)");
+    }
   }
   if (!c.checkpoint_init_from.empty() && !c.checkpoint_resume.empty() && c.checkpoint_resume != "auto") {
     fail(where, "checkpoint.init_from", "cannot be combined with checkpoint.resume = \"" + c.checkpoint_resume +

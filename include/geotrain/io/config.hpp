@@ -24,6 +24,9 @@ struct Config {
   // [compression]: what the data-parallel gradient exchange puts on the wire
   // (runtime/wire_codec.hpp; lossy formats with error feedback).
   WireFormat gradient_wire = WireFormat::fp32;  // fp32 | int8 | int4 | topk
+  // Pipeline messages (runtime/encoded_links.hpp), without error feedback.
+  WireFormat activation_wire = WireFormat::fp32;           // fp32 | int8 | int4
+  WireFormat activation_gradient_wire = WireFormat::fp32;  // fp32 | int8 | int4
   int compression_group_size = 64;              // int8 / int4: values per fp32 scale
   double compression_topk_fraction = 0.01;      // topk: share of the values sent
   double device_peak_tflops = 0;           // for MFU; 0: the backend's default

@@ -22,6 +22,7 @@
 #include "geotrain/runtime/distributed_job.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/runtime/encoded_links.hpp"
 #include "geotrain/runtime/mpi_training.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/timing_record.hpp"
@@ -238,8 +239,16 @@ plan::Plan plan_job(const io::Config& config, const ModelShape& model, const pla
   return the_plan;
 }
 
-WireCodec gradient_codec(const io::Config& config) {
-  return {config.gradient_wire, config.compression_group_size, config.compression_topk_fraction};
+WireCodec wire_codec(const io::Config& config, WireFormat format) {
+  return {format, config.compression_group_size, config.compression_topk_fraction};
+}
+
+WireCodec gradient_codec(const io::Config& config) { return wire_codec(config, config.gradient_wire); }
+
+// Lossy formats are encoded on the host: MPI carries them.
+bool encodes_anything(const io::Config& config) {
+  return config.gradient_wire != WireFormat::fp32 || config.activation_wire != WireFormat::fp32 ||
+         config.activation_gradient_wire != WireFormat::fp32;
 }
 
 // The rank's backend, pipeline links and collectives: NCCL on GPUs where
@@ -256,8 +265,7 @@ class JobConnections {
     }
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
 #ifdef GEOTRAIN_HAVE_NCCL
-    // Lossy gradient formats are encoded on the host: MPI carries them.
-    if (on_gpu && config.transport != Transport::mpi && config.gradient_wire == WireFormat::fp32) {
+    if (on_gpu && config.transport != Transport::mpi && !encodes_anything(config)) {
       links_ = make_nccl_links(topology, *backend_, deadline_s);
       nccl_collectives_ = make_nccl_collectives(topology, *backend_, mpi_collectives_, deadline_s);
     }
@@ -268,6 +276,11 @@ class JobConnections {
                 " (use network.transport = mpi)");
     }
     if (!links_) links_ = std::make_unique<MpiPipelineLinks>(topology, deadline_s);
+    if (!nccl_collectives_ && (config.activation_wire != WireFormat::fp32 ||
+                               config.activation_gradient_wire != WireFormat::fp32)) {
+      links_ = std::make_unique<EncodedPipelineLinks>(std::move(links_), wire_codec(config, config.activation_wire),
+                                                      wire_codec(config, config.activation_gradient_wire));
+    }
     if (talk) log << "transport: " << (nccl_collectives_ ? "NCCL" : "MPI") << "\n";
     if (!config.checkpoint_dir.empty()) sink_.emplace(config.checkpoint_dir, config.checkpoint_keep, deadline_s);
   }

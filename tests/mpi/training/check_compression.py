@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compressed data-parallel gradients (compression.gradients), end to end.
+"""Compressed gradients and pipeline messages (compression.*), end to end.
 
 For each lossy format and each layout with data parallelism (two replicas:
 the encoded swap; four: encoded reduce-scatter and all-gather), train a few
@@ -7,13 +7,16 @@ steps under mpirun and check that the run ends normally with every stage's
 replicas holding bit-identical parameters (the trainer compares their
 fingerprints and fails otherwise: "replicas diverged"), that the format
 changed the arithmetic (the losses differ from the fp32 run's after the
-first step) and that training still learns (the last loss is below the first
+first step; for gradients the first step's loss is still fp32's) and that training still learns (the last loss is below the first
 and near the fp32 run's: int8 1%, int4 2%, top-k at 10% 10%; error feedback
 makes up the difference over more steps, measured in
 analysis/results/communication.md).
 
+Pipeline messages (compression.activations and .activation_gradients,
+int8 and int4) are checked the same way on the layouts with two stages.
+
 usage: check_compression.py GEOTRAIN CONFIG FORMATS -- MPIRUN...
-  FORMATS: "int8,int4,topk"
+  FORMATS: "int8,int4,topk" (gradients; activations: those of int8, int4)
 """
 import json
 import os
@@ -53,14 +56,19 @@ def main():
         layout = [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
                   f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}"]
         exact, _ = run([*layout, "--compression.gradients=fp32"])
-        for name in formats.split(","):
-            losses, end = run([*layout, f"--compression.gradients={name}"])
-            case = f"{pp}x{dp} {name}"
+        cases = [(f"gradients {name}", name, [f"--compression.gradients={name}"]) for name in formats.split(",")]
+        if pp > 1:
+            cases += [(f"activations {name}", name, [f"--compression.activations={name}",
+                                                     f"--compression.activation_gradients={name}"])
+                      for name in formats.split(",") if name in ("int8", "int4")]
+        for label, name, options in cases:
+            losses, end = run([*layout, *options])
+            case = f"{pp}x{dp} {label}"
             print(f"{case}: losses {losses[0]:.4f} .. {losses[-1]:.4f} (fp32 {exact[-1]:.4f}); replicas identical: "
                   f"{end['replicas_identical']}")
             if not end["replicas_identical"]:
                 failures.append(f"{case}: replicas differ")
-            if losses[0] != exact[0]:
+            if label.startswith("gradients") and losses[0] != exact[0]:
                 failures.append(f"{case}: the first step's loss differs from fp32's (no update has happened yet)")
             if losses[1:] == exact[1:]:
                 failures.append(f"{case}: the losses equal fp32's: the format changed nothing")
