@@ -55,6 +55,23 @@ void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Back
   }
 }
 
+void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
+                        const std::string& path) {
+  ModelShape longest = stage.config();
+  longest.sequence_length = checkpoint.model.sequence_length;
+  check_checkpoint_fits(checkpoint, longest, path);
+  if (stage.config().sequence_length > longest.sequence_length) {
+    throw InputError(path + ": attribute model_sequence_length: the checkpoint has " +
+                     std::to_string(longest.sequence_length) + " positions but " +
+                     std::to_string(stage.config().sequence_length) + " are asked for");
+  }
+  // Row-major [T, C]: a shorter context's wpe is the first rows, i.e. the
+  // first view.count floats; every other tensor has the same size.
+  for (const model::ParameterView& view : stage.parameters()) {
+    backend.upload(stage.params() + view.offset, checkpoint.find(view.name)->value.data(), view.count);
+  }
+}
+
 std::string LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
   metadata.tensors = std::move(tensors);
   return io::save_checkpoint(dir_, metadata, keep_);

@@ -101,17 +101,6 @@ double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives
 }
 
 
-class NoLinks : public PipelineLinks {
- public:
-  void send_activation(const float*, std::size_t, int) override { fail(); }
-  void receive_activation(float*, std::size_t, int) override { fail(); }
-  void send_gradient(const float*, std::size_t, int) override { fail(); }
-  void receive_gradient(float*, std::size_t, int) override { fail(); }
-
- private:
-  [[noreturn]] static void fail() { throw std::logic_error("a single-stage pipeline has no links"); }
-};
-
 // Mean and minimum over the job's ranks of compute time / step time.
 RunEnd run_end(const TrainResult& r) {
   RunEnd e;
