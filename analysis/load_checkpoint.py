@@ -47,7 +47,8 @@ class GPT(torch.nn.Module):
     def named_geotrain_parameters(self):
         return {name.replace("__", "."): value for name, value in self.params.items()}
 
-    def forward(self, tokens, targets):
+    def logits(self, tokens):
+        """[B, T, vocabulary] next-token logits of a [B, T] batch of token ids."""
         B, T = tokens.shape
         C, NH = self.hidden, self.heads
         x = self.p("wte")[tokens] + self.p("wpe")[:T]
@@ -64,7 +65,10 @@ class GPT(torch.nn.Module):
             h = F.gelu(h @ p("mlp.fc.weight").T + p("mlp.fc.bias"), approximate="tanh")
             x = x + h @ p("mlp.proj.weight").T + p("mlp.proj.bias")
         x = F.layer_norm(x, (C,), self.p("lnf.weight"), self.p("lnf.bias"), eps=1e-5)
-        logits = x @ self.p("wte").T
+        return x @ self.p("wte").T
+
+    def forward(self, tokens, targets):
+        logits = self.logits(tokens)
         return F.cross_entropy(logits.reshape(-1, self.vocabulary), targets.reshape(-1))
 
 

@@ -55,7 +55,10 @@ void restart_with_quiet_thread_pools(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "train") == 0) restart_with_quiet_thread_pools(argv);
+  if (argc > 1 && (std::strcmp(argv[1], "train") == 0 || std::strcmp(argv[1], "eval") == 0 ||
+                   std::strcmp(argv[1], "sample") == 0)) {
+    restart_with_quiet_thread_pools(argv);
+  }
   CLI::App app{"geotrain: pipeline + data-parallel training planned for slow, uneven networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "geotrain 0.1.0");
@@ -72,6 +75,10 @@ int main(int argc, char** argv) {
 #ifdef GEOTRAIN_HAVE_TRAINING
   geotrain::cli::TrainCommandOptions train_options;
   geotrain::cli::add_train_command(app, train_options);
+  geotrain::cli::SampleCommandOptions sample_options;
+  geotrain::cli::add_sample_command(app, sample_options);
+  geotrain::cli::EvalCommandOptions eval_options;
+  geotrain::cli::add_eval_command(app, eval_options);
 #endif
   try {
     app.parse(argc, argv);
@@ -92,6 +99,8 @@ int main(int argc, char** argv) {
 #endif
 #ifdef GEOTRAIN_HAVE_TRAINING
     if (app.got_subcommand("train")) return geotrain::cli::run_train_command(train_options);
+    if (app.got_subcommand("sample")) return geotrain::cli::run_sample_command(sample_options);
+    if (app.got_subcommand("eval")) return geotrain::cli::run_eval_command(eval_options);
 #endif
   } catch (const geotrain::InputError& e) {
     std::cerr << "geotrain: error: " << e.what() << "\n";

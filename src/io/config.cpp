@@ -1,6 +1,7 @@
 #include "geotrain/io/config.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <sstream>
@@ -70,6 +71,10 @@ std::vector<Field> fields(Config& c) {
       {"train.quiet", &c.quiet},
       {"train.log_json", &c.log_json},
       {"train.metrics_file", &c.metrics_file},
+      {"train.sample_every_steps", &c.sample_every_steps},
+      {"train.sample_prompt", &c.sample_prompt},
+      {"train.sample_tokens", &c.sample_tokens},
+      {"train.sample_temperature", &c.sample_temperature},
       {"pipeline.stages", &c.pipeline_stages},
       {"pipeline.schedule", &c.pipeline_schedule},
       {"pipeline.layers_per_stage", &c.layers_per_stage},
@@ -227,6 +232,7 @@ void check(const Config& c) {
   positive("pipeline.stages", c.pipeline_stages);
   positive("pipeline.plan_candidates", c.plan_candidates);
   positive("network.probe_bytes", c.probe_bytes);
+  positive("train.sample_tokens", c.sample_tokens);
   if (c.gradient_accumulation > 16000) {
     fail(where, "train.gradient_accumulation", "must be <= 16000 (message tags), got " + std::to_string(c.gradient_accumulation));
   }
@@ -275,9 +281,31 @@ void check(const Config& c) {
   finite_range("optimizer.gradient_clip", c.gradient_clip, 0, 1e9);
   finite_range("device.peak_tflops", c.device_peak_tflops, 0, 1e6);
   finite_range("network.deadline_s", c.network_deadline_s, 0.01, 1e7);
+  finite_range("train.sample_temperature", c.sample_temperature, 0, 1e6);
   if (c.warmup_steps > c.train_steps) {
     fail(where, "optimizer.warmup_steps", "is larger than train.steps (" + std::to_string(c.train_steps) + ")");
   }
+}
+
+// A TOML basic string, so that describe() stays one line per key (a
+// sample prompt may hold a line break).
+std::string toml_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (c == '\n') {
+      quoted += "\\n";
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
+      quoted += escaped;
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "\"";
 }
 
 }  // namespace
@@ -331,7 +359,7 @@ std::string describe(const Config& config) {
     std::visit(
         [&](auto* target) {
           using T = std::remove_pointer_t<decltype(target)>;
-          if constexpr (std::is_same_v<T, std::string>) out << '"' << *target << '"';
+          if constexpr (std::is_same_v<T, std::string>) out << toml_string(*target);
           else if constexpr (std::is_same_v<T, bool>) out << (*target ? "true" : "false");
           else if constexpr (std::is_enum_v<T>) out << '"' << to_string(*target) << '"';
           else if constexpr (std::is_same_v<T, std::vector<int>>) {

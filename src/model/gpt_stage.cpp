@@ -245,7 +245,7 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
     layer_forward(layer_params_[i], x, slot.layers[i]);
     x = slot.layers[i].out;
   }
-  if (!spec_.has_head) return 0.0;
+  if (!spec_.has_head || targets == nullptr) return 0.0;
   const EmbeddingHeadWeights& w = embedding_head_params_;
   backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, w.lnf_weight, w.lnf_bias, N, C);
   backend_.matmul_forward(slot.logits, slot.lnf, w.wte, nullptr, N, C, V_);

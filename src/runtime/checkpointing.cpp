@@ -44,12 +44,19 @@ void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& w
   }
 }
 
-void restore_weights(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
-                     const std::string& path) {
-  check_checkpoint_fits(checkpoint, stage.config(), path);
+// Every parameter of `stage` from the checkpoint's tensor of the same name
+// (already checked to be there); a tensor longer than the view (wpe of a
+// longer context) gives its first rows.
+static void upload_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint) {
   for (const model::ParameterView& view : stage.parameters()) {
     backend.upload(stage.params() + view.offset, checkpoint.find(view.name)->value.data(), view.count);
   }
+}
+
+void restore_weights(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
+                     const std::string& path) {
+  check_checkpoint_fits(checkpoint, stage.config(), path);
+  upload_parameters(stage, backend, checkpoint);
 }
 
 void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Backend& backend,
@@ -63,6 +70,21 @@ void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Back
     backend.upload(optimizer.first_moment() + view.offset, t->first_moment.data(), view.count);
     backend.upload(optimizer.second_moment() + view.offset, t->second_moment.data(), view.count);
   }
+}
+
+void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
+                        const std::string& path) {
+  ModelShape longest = stage.config();
+  longest.sequence_length = checkpoint.model.sequence_length;
+  check_checkpoint_fits(checkpoint, longest, path);
+  if (stage.config().sequence_length > longest.sequence_length) {
+    throw InputError(path + ": attribute model_sequence_length: the checkpoint has " +
+                     std::to_string(longest.sequence_length) + " positions but " +
+                     std::to_string(stage.config().sequence_length) + " are asked for");
+  }
+  // Row-major [T, C]: a shorter context's wpe is the first rows, i.e. the
+  // first view.count floats; every other tensor has the same size.
+  upload_parameters(stage, backend, checkpoint);
 }
 
 std::string LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {

@@ -30,21 +30,6 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-std::string json_string(const std::string& text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') quoted += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      quoted += escaped;
-      continue;
-    }
-    quoted += c;
-  }
-  return quoted + "\"";
-}
-
 // JSON has no NaN: a loss that is not a number is written as null.
 std::string json_number(double value, const char* format = "%.9g") {
   if (!std::isfinite(value)) return "null";
@@ -53,7 +38,59 @@ std::string json_number(double value, const char* format = "%.9g") {
   return text;
 }
 
+// The UTF-8 sequence at text[at]: its length, and whether it is well formed.
+// An ill-formed one spans its maximal valid prefix (at least one byte), the
+// unit Unicode recommends replacing by one U+FFFD (as Python's and
+// browsers' decoders do).
+std::size_t utf8_sequence(const std::string& text, std::size_t at, bool* well_formed) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  *well_formed = lead < 0x80;
+  std::size_t length = 1;
+  if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+  if (lead >= 0xE0 && lead <= 0xEF) length = 3;
+  if (lead >= 0xF0 && lead <= 0xF4) length = 4;
+  // The second byte's range excludes overlong forms, surrogates and code
+  // points past U+10FFFF (RFC 3629's table).
+  unsigned char low = 0x80, high = 0xBF;
+  if (lead == 0xE0) low = 0xA0;
+  if (lead == 0xED) high = 0x9F;
+  if (lead == 0xF0) low = 0x90;
+  if (lead == 0xF4) high = 0x8F;
+  std::size_t i = 1;
+  for (; i < length && at + i < text.size(); ++i) {
+    if (byte(at + i) < low || byte(at + i) > high) break;
+    low = 0x80, high = 0xBF;
+  }
+  if (length > 1) *well_formed = i == length;
+  return i;
+}
+
 }  // namespace
+
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (std::size_t at = 0; at < text.size();) {
+    const char c = text[at];
+    bool well_formed = false;
+    const std::size_t length = utf8_sequence(text, at, &well_formed);
+    if (!well_formed) {  // JSON is UTF-8: stray bytes (a sampled byte token, a path) become U+FFFD
+      quoted += "\\ufffd";
+      at += length;
+      continue;
+    }
+    if (c == '"' || c == '\\') quoted += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      quoted += escaped;
+    } else {
+      quoted.append(text, at, length);
+    }
+    at += length;
+  }
+  return quoted + "\"";
+}
 
 std::ostream& text_stream(const io::Config& config, std::ostream& out) { return config.log_json ? std::cerr : out; }
 
@@ -149,6 +186,15 @@ void ProgressLog::checkpoint(int step, const std::string& path) {
   record("{\"event\": \"checkpoint\", \"step\": " + std::to_string(step) + ", \"path\": " + json_string(path) + "}",
          true);
   text() << "checkpoint " << path << "\n";
+}
+
+void ProgressLog::sample(int step, const std::string& sample_text, const std::vector<int>& tokens) {
+  std::string ids;
+  for (const int id : tokens) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+  record("{\"event\": \"sample\", \"step\": " + std::to_string(step) + ", \"tokens\": [" + ids +
+             "], \"text\": " + json_string(sample_text) + "}",
+         true);
+  text() << "sample at step " << step << ":\n" << sample_text << "\n";
 }
 
 void ProgressLog::end(const RunEnd& e) {

@@ -11,7 +11,9 @@
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
+#include "geotrain/runtime/evaluation.hpp"
 #include "geotrain/runtime/progress_log.hpp"
+#include "geotrain/runtime/sampler.hpp"
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
@@ -85,33 +87,6 @@ double sum_over_job(Collectives& collectives, double value) {
   return collectives.sum_data_parallel_value(collectives.sum_over_pipeline(value));
 }
 
-// Mean validation loss over the first eval_batches global batches: replica r
-// evaluates batches r, r + R, ... (TokenDataset's validation order), each
-// through the pipeline, forward only.
-double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives& collectives,
-                       io::TokenDataset& data, int B, int T, int eval_batches, int replicas) {
-  const int per_replica = (eval_batches + replicas - 1) / replicas;
-  const auto batches = data.validation_batches(B, T, per_replica);
-  double sum = 0;
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    sum += pipeline.forward_only({batches[i].inputs.data(), batches[i].targets.data()}, links, static_cast<int>(i));
-  }
-  const double total = sum_over_job(collectives, sum);
-  return batches.empty() ? std::nan("") : total / (static_cast<double>(batches.size()) * replicas);
-}
-
-
-class NoLinks : public PipelineLinks {
- public:
-  void send_activation(const float*, std::size_t, int) override { fail(); }
-  void receive_activation(float*, std::size_t, int) override { fail(); }
-  void send_gradient(const float*, std::size_t, int) override { fail(); }
-  void receive_gradient(float*, std::size_t, int) override { fail(); }
-
- private:
-  [[noreturn]] static void fail() { throw std::logic_error("a single-stage pipeline has no links"); }
-};
-
 // Mean and minimum over the job's ranks of compute time / step time.
 RunEnd run_end(const TrainResult& r) {
   RunEnd e;
@@ -163,12 +138,17 @@ class RankTrainer {
         pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_),
         inputs_(m_),
         targets_(m_),
-        tokenizer_text_(inputs.tokenizer_text) {
+        tokenizer_text_(inputs.tokenizer_text),
+        sample_prompt_(inputs.sample_prompt) {
     with.backend.set_matmul_precision(config_.matmul_precision);
     data_.set_replica(role.replica, role.replicas);
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);
+    if (config_.sample_every_steps > 0) {
+      tokenizer_ = io::tokenizer_from_text(tokenizer_text_, config_.data_train);
+      sampler_.emplace(stage_, pipeline_, with.backend, role.stage, role.stages);
+    }
     if (with.checkpoints) {
       termination_requested = 0;
       std::signal(SIGTERM, request_termination);  // Slurm's pre-emption notice: checkpoint, then stop
@@ -190,6 +170,7 @@ class RankTrainer {
       train_step(step);
       const bool last = step + 1 == config_.train_steps;
       if (last || (config_.eval_every_steps > 0 && (step + 1) % config_.eval_every_steps == 0)) validate_at(step, last);
+      if (sampler_ && (step + 1) % config_.sample_every_steps == 0) sample_at(step);
       if (with_.checkpoints && checkpoint_at(step, last)) {
         result_.stopped_by_signal = true;
         result_.stop_signal_name = termination_requested == SIGINT ? "SIGINT" : "SIGTERM";
@@ -342,6 +323,22 @@ class RankTrainer {
     progress_.validation(step + 1, v);
   }
 
+  // Every stage of every replica generates (identical replicas sample
+  // identically); the reporting rank prints.
+  void sample_at(int step) {
+    const auto start = Clock::now();
+    timeline_.pause(true);
+    SamplingSettings settings;
+    settings.tokens = config_.sample_tokens;
+    settings.temperature = config_.sample_temperature;
+    settings.seed = config_.seed;
+    settings.token_limit = tokenizer_->vocabulary();
+    const std::vector<int> tokens = sampler_->generate(sample_prompt_, settings, with_.links, with_.collectives);
+    timeline_.pause(false);
+    timeline_.record(io::EventKind::evaluate, start, Clock::now());
+    if (role_.reports) progress_.sample(step + 1, tokenizer_->decode(tokens), tokens);
+  }
+
   // Returns whether the job was asked to stop (SIGTERM): checkpointed, then out.
   bool checkpoint_at(int step, bool last) {
     const auto start = Clock::now();
@@ -428,6 +425,9 @@ class RankTrainer {
   bool resumed_ = false;
   std::string resume_notes_;
   const std::string tokenizer_text_;
+  const std::vector<int> sample_prompt_;
+  std::unique_ptr<io::Tokenizer> tokenizer_;  // with train.sample_every_steps
+  std::optional<Sampler> sampler_;
   Clock::time_point run_start_;
 };
 
@@ -449,6 +449,10 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
   const io::Config& c = inputs.config;
   // Before the shards: a vocabulary too small for the tokenizer is named as such, not as a stray token id.
   inputs.tokenizer_text = io::tokenizer_text_for_training(c, model.vocabulary);
+  if (c.sample_every_steps > 0) {
+    inputs.sample_prompt = encode_prompt(*io::tokenizer_from_text(inputs.tokenizer_text, c.data_train), c.sample_prompt,
+                                         model.vocabulary, c.origin_of("train.sample_prompt") + ": train.sample_prompt");
+  }
   inputs.data.emplace(io::TokenDataset::from_shards(c.data_train, c.data_validation, model.vocabulary, c.seed));
   if (!c.checkpoint_resume.empty()) inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
   if (inputs.resume_path.empty()) {  // no resume, or auto and nothing written yet: a fresh start

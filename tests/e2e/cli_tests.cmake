@@ -146,3 +146,54 @@ add_test(NAME cli.train.metrics
   COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_metrics.py ${GT}
           ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/metrics-test)
 set_tests_properties(cli.train.metrics PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# geotrain sample and geotrain eval on a checkpoint trained by the fixture
+# (tests/e2e/check_sample_eval.py): seeds, PyTorch's greedy text, eval = the
+# run's validation losses; bad inputs exit 2 with one line.
+if(TARGET geotrain_runtime)
+  set(SAMPLE_EVAL_DIR ${CMAKE_CURRENT_BINARY_DIR}/sample-eval)
+  set(SAMPLE_CKPT ${SAMPLE_EVAL_DIR}/single/ckpt/step_00000030.h5)
+  foreach(case train sample-seeds sample-pytorch sample-bpe eval-single)
+    add_test(NAME cli.sample-eval.${case}
+             COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_sample_eval.py ${case} ${GT}
+                     ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${SAMPLE_EVAL_DIR})
+    set_tests_properties(cli.sample-eval.${case} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300
+                         SKIP_RETURN_CODE 77)
+    if(case STREQUAL "train")
+      set_tests_properties(cli.sample-eval.${case} PROPERTIES FIXTURES_SETUP sample-eval-checkpoint)
+    else()
+      set_tests_properties(cli.sample-eval.${case} PROPERTIES FIXTURES_REQUIRED sample-eval-checkpoint)
+    endif()
+  endforeach()
+  expect_input_error(sample-missing-checkpoint "no-such-checkpoint\\.h5: cannot open file"
+                     sample --checkpoint ${BAD}/no-such-checkpoint.h5)
+  expect_input_error(sample-tokens "command line: --tokens: must be >= 1, got 0" sample --checkpoint ${SAMPLE_CKPT} --tokens 0)
+  expect_input_error(sample-temperature "command line: --temperature: must be a finite number >= 0"
+                     sample --checkpoint ${SAMPLE_CKPT} --temperature=-0.5)
+  expect_input_error(sample-top-k "command line: --top-k: must be >= 0" sample --checkpoint ${SAMPLE_CKPT} --top-k=-1)
+  add_test(NAME cli.bad.sample-empty-prompt
+           COMMAND ${EXPECT} 2 "command line: --prompt: encodes to no tokens" --
+                   sh -c "\"$0\" sample --checkpoint \"$1\" --prompt ''" ${GT} ${SAMPLE_CKPT})
+  expect_input_error(sample-prompt-outside-vocabulary
+                     "command line: --prompt: token 1 of the prompt is id 195, outside the model's vocabulary of 128"
+                     sample --checkpoint ${SAMPLE_EVAL_DIR}/vocab128/ckpt/step_00000002.h5 --prompt "aé")
+  expect_input_error(sample-not-a-checkpoint "quickstart\\.toml: not an HDF5 file"
+                     sample --checkpoint ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml)
+  expect_input_error(eval-missing-checkpoint "no-such-checkpoint\\.h5: cannot open file"
+                     eval --checkpoint.resume=${BAD}/no-such-checkpoint.h5)
+  expect_input_error(eval-other-model "step_00000030\\.h5: attribute model_layers: the checkpoint has 4"
+                     eval --model.layers=2 --checkpoint.resume=${SAMPLE_CKPT})
+  expect_input_error(eval-unknown-key "command line: train.eval_batchez: unknown key" eval --train.eval_batchez=3)
+  expect_input_error(train-sample-temperature "command line: train.sample_temperature: must be in \\[0"
+                     train --train.sample_temperature=-1)
+  expect_input_error(train-sample-empty-prompt "command line: train.sample_prompt: encodes to no tokens"
+                     train --train.sample_every_steps=5 --train.sample_prompt= --train.steps=1
+                     --optimizer.warmup_steps=0)
+  foreach(case sample-tokens sample-temperature sample-top-k sample-empty-prompt sample-prompt-outside-vocabulary
+               eval-other-model)
+    set_tests_properties(cli.bad.${case} PROPERTIES FIXTURES_REQUIRED sample-eval-checkpoint)
+  endforeach()
+  foreach(case eval-missing-checkpoint eval-unknown-key eval-other-model train-sample-empty-prompt)
+    set_tests_properties(cli.bad.${case} PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  endforeach()
+endif()

@@ -96,5 +96,23 @@ TEST(ProgressLog, KnownGpusHaveTheirDatasheetPeak) {
   EXPECT_EQ(peak_tflops(config, "CUDA, NVIDIA H200"), 42);  // the user's value wins
 }
 
+// Bytes that are not UTF-8 (a sampled byte token) become U+FFFD per maximal
+// ill-formed subpart; the expected strings are Python's
+// bytes.decode("utf-8", "replace") of the same bytes.
+TEST(JsonString, ReplacesBytesThatAreNotUtf8AsPythonDecodes) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"a\xe1\x80x", "\"a\\ufffdx\""},
+      {"\xc3", "\"\\ufffd\""},
+      {"\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\""},         // a surrogate
+      {"\xf0\x9f\x91\x8d", "\"\xf0\x9f\x91\x8d\""},            // well formed: kept
+      {"\xff\xfe", "\"\\ufffd\\ufffd\""},
+      {"\xe0\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\""},         // overlong
+      {"\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""},  // past U+10FFFF
+      {"\xc3\xa9\xc3", "\"\xc3\xa9\\ufffd\""},
+      {"q\"\\\n", "\"q\\\"\\\\\\u000a\""},
+  };
+  for (const auto& [text, json] : cases) EXPECT_EQ(json_string(text), json) << text;
+}
+
 }  // namespace
 }  // namespace geotrain::runtime

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "geotrain/io/config.hpp"
 #include "support/scratch_dir.hpp"
@@ -40,6 +41,28 @@ TEST(Config, FileValuesPathsAndOverrides) {
   EXPECT_EQ(c.device, DeviceRequest::automatic);
   EXPECT_EQ(c.model_file, (std::filesystem::path(path).parent_path() / "models/x.toml").string());
   EXPECT_NE(describe(c).find("train.steps = 50"), std::string::npos);
+}
+
+// describe() is one "key = value" line per key, and its file reads back: a
+// sample prompt holds line breaks and quotes.
+TEST(Config, DescribedStringsStayOneLineAndReadBack) {
+  const std::string prompt = "Chapter 1\n\"Mr. Bennet\" \\ \t";
+  const std::string path = write_temp("prompt.toml", "[train]\nsample_every_steps = 5\nsample_prompt = " +
+                                                          std::string("\"Chapter 1\\n\\\"Mr. Bennet\\\" \\\\ \\t\"\n"));
+  const Config c = load_config(path);
+  ASSERT_EQ(c.sample_prompt, prompt);
+  EXPECT_EQ(c.sample_every_steps, 5);
+  EXPECT_EQ(c.sample_tokens, 64);
+  const std::string text = describe(c);
+  EXPECT_NE(text.find("train.sample_prompt = \"Chapter 1\\n\\\"Mr. Bennet\\\" \\\\ \\u0009\"\n"), std::string::npos)
+      << text;
+  // Back from the described lines, as a file ("section.key = value" -> [section] key = value).
+  std::string as_file;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("train.sample_prompt = ", 0) == 0) as_file = "[train]\n" + line.substr(6) + "\n";
+  }
+  EXPECT_EQ(load_config(write_temp("described.toml", as_file)).sample_prompt, prompt);
 }
 
 TEST(Config, BadInputNamesFileAndKey) {

@@ -80,6 +80,30 @@ struct ConvertCommandOptions {
 void add_convert_command(CLI::App& app, ConvertCommandOptions& options);
 int run_convert_command(const ConvertCommandOptions& options);
 
+// geotrain sample: text from a checkpoint's model, on one process.
+struct SampleCommandOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";
+  int tokens = 64;
+  double temperature = 1.0;  // 0: greedy
+  int top_k = 0;             // 0: every token
+  unsigned long long seed = 1;
+  std::string device = "auto";
+};
+
+void add_sample_command(CLI::App& app, SampleCommandOptions& options);
+int run_sample_command(const SampleCommandOptions& options);
+
+// geotrain eval: the validation loss of a checkpoint (checkpoint.resume),
+// alone or as every rank of an mpirun/srun job; the train command's config.
+struct EvalCommandOptions {
+  std::string config_file;
+  std::vector<std::string> overrides;  // "--section.key=value"
+};
+
+void add_eval_command(CLI::App& app, EvalCommandOptions& options);
+int run_eval_command(const EvalCommandOptions& options);
+
 // geotrain probe (built with MPI only; see GEOTRAIN_HAVE_MPI). Initialises
 // MPI itself: run it under mpirun.
 struct ProbeCommandOptions {

@@ -44,6 +44,12 @@ struct Config {
   bool quiet = false;
   bool log_json = false;        // stdout: JSON lines only (text to stderr)
   std::string metrics_file = "runs/metrics-{job}.jsonl";  // "" = none; JSON lines, every step; {job} as timing.file
+  // A sample of the model's text every sample_every_steps steps (0: never),
+  // drawn as `geotrain sample --seed train.seed` draws it.
+  int sample_every_steps = 0;
+  std::string sample_prompt = "\n";
+  int sample_tokens = 64;
+  double sample_temperature = 1.0;         // 0: greedy
   // [pipeline]: under mpirun, ranks = stages * data-parallel replicas;
   // train.gradient_accumulation is then the micro-batches per step of each
   // replica (the pipeline's m).

@@ -64,9 +64,11 @@ class Stage {
 
   // Forward on micro-batch `slot`. First stage: `tokens` [B*T] (host), else
   // `input` [B,T,C] (device). Last stage: `targets` [B*T] (host), and the
-  // mean loss of this micro-batch is returned; else 0.
+  // mean loss of this micro-batch is returned; else 0. Last stage without
+  // targets: the layers only (output(slot) then holds the last layer's
+  // output): sampling needs one position's logits, not all of them.
   double forward(int slot, const int* tokens, const float* input, const int* targets);
-  // Activations to send to the next stage after forward(slot) (not last stage).
+  // Activations to send to the next stage after forward(slot) (last stage: see forward).
   const float* output(int slot) const;
   // Backward on micro-batch `slot`. Last stage: `loss_scale` multiplies the
   // per-token loss gradient (1 / tokens in the whole step, so gradients of

@@ -36,6 +36,14 @@ void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Back
 void restore_weights(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
                      const std::string& path);
 
+// The parameters only, for inference (sampling, evaluation): the moments
+// are neither read nor needed. `stage` may see fewer positions than the
+// checkpoint's model (sampling a short text): it takes the first rows of
+// wpe. Throws InputError naming `path` when the checkpoint lacks a tensor of
+// its own model or has another shape, or `stage` is not of that model.
+void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
+                        const std::string& path);
+
 // Receives each rank's part of a checkpoint at a step boundary and makes
 // it durable. Collective: every rank calls save() with its own part
 // (`tensors` empty on ranks that hold copies: data-parallel replicas > 0).

@@ -14,6 +14,13 @@ namespace geotrain::runtime {
 int run_distributed_training(const std::string& config_file, const std::vector<std::string>& overrides,
                              std::ostream& log);
 
+// geotrain eval as an MPI job: the same start-up (inputs checked on every
+// rank, network, plan, communicators) on the config's layout, then the
+// validation loss of checkpoint.resume instead of training; rank 0 prints it.
+// Writes no file. Exit codes as above.
+int run_distributed_evaluation(const std::string& config_file, const std::vector<std::string>& overrides,
+                               std::ostream& log);
+
 // True when this process was started by an MPI launcher (mpirun, srun, ...).
 bool launched_by_mpi();
 

@@ -5,6 +5,7 @@
 // implementation (MPI between ranks, or in one process for tests).
 #pragma once
 #include <cstddef>
+#include <stdexcept>
 #include <vector>
 
 #include "geotrain/model/gpt.hpp"
@@ -37,6 +38,19 @@ class PipelineLinks {
   // World ranks of the neighbours, for timing records (-1: none or unknown).
   virtual int previous_peer() const { return -1; }
   virtual int next_peer() const { return -1; }
+};
+
+// The links of a pipeline of one stage: it has no neighbours, so any use is
+// a logic error.
+class NoLinks : public PipelineLinks {
+ public:
+  void send_activation(const float*, std::size_t, int) override { fail(); }
+  void receive_activation(float*, std::size_t, int) override { fail(); }
+  void send_gradient(const float*, std::size_t, int) override { fail(); }
+  void receive_gradient(float*, std::size_t, int) override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { throw std::logic_error("a single-stage pipeline has no links"); }
 };
 
 // Where one stage's step time went (seconds, summed over the step).

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "geotrain/common/run_choices.hpp"
 #include "geotrain/io/config.hpp"
@@ -19,6 +20,9 @@ namespace geotrain::runtime {
 // Where a run's human text goes: `out`, or stderr with train.log_json (stdout
 // then carries JSON lines only).
 std::ostream& text_stream(const io::Config& config, std::ostream& out);
+
+// `text` as a JSON string literal; bytes that are not UTF-8 become U+FFFD.
+std::string json_string(const std::string& text);
 
 // A known GPU's dense peak (vendor datasheets) for `precision`, from the
 // backend's description ("CUDA, NVIDIA H100 80GB HBM3 (...)"); 0 = unknown.
@@ -57,6 +61,8 @@ class ProgressLog {
   void step(const StepReport& report);
   void validation(int step, double loss);
   void checkpoint(int step, const std::string& path);
+  // A sample of the model's text after `step` (the prompt's ids included).
+  void sample(int step, const std::string& text, const std::vector<int>& tokens);
   void end(const RunEnd& end);
   // The metrics file's path ("" = none).
   const std::string& metrics_path() const { return metrics_path_; }

@@ -61,6 +61,7 @@ struct RunInputs {
   ModelShape model;
   std::optional<io::TokenDataset> data;
   std::string tokenizer_text;  // the training shard's tokenizer file ("" = byte), kept in checkpoints
+  std::vector<int> sample_prompt;  // train.sample_prompt's ids, when train.sample_every_steps > 0
   std::optional<io::Checkpoint> resume;
   std::string resume_path;
   std::optional<io::Checkpoint> init;  // checkpoint.init_from: weights only are used; never with `resume`

@@ -20,6 +20,7 @@
 #include "geotrain/plan/workload.hpp"
 #include "geotrain/runtime/checkpointing.hpp"
 #include "geotrain/runtime/distributed_job.hpp"
+#include "geotrain/runtime/evaluation.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
 #include "geotrain/runtime/encoded_links.hpp"
@@ -32,6 +33,9 @@
 
 namespace geotrain::runtime {
 namespace {
+
+// What the connected ranks do: train, or only evaluate (geotrain eval).
+enum class JobKind { train, evaluate };
 
 // What every rank prepares before talking to the others; failures here are
 // bad input (exit 2) unless said otherwise.
@@ -122,7 +126,8 @@ bool write_job_timing(const std::string& path, const io::Config& config, const M
   return verdict.size() == 1 && verdict[0] == 1;
 }
 
-void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
+void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks,
+             JobKind kind) {
   const io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
   const int pp = config.pipeline_stages;
@@ -151,7 +156,7 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
     }
     s.matrix = std::move(scenario.network);
   }
-  s.inputs = prepare_run(config, model);
+  s.inputs = kind == JobKind::train ? prepare_run(config, model) : prepare_evaluation(config, model);
 }
 
 // Collective: returns 0 when no rank failed; otherwise the lowest failing
@@ -321,10 +326,20 @@ void report_job_end(const TrainResult& result, const io::Config& config, int ran
   log << line;
 }
 
-}  // namespace
+// geotrain eval's end: every rank's share, rank 0 prints.
+int evaluate_job(RunInputs& inputs, const RankRole& role, const RankConnections& with, std::ostream& log) {
+  Evaluation evaluation;
+  try {
+    evaluation = evaluate(inputs, role, with);
+  } catch (const std::exception& e) {
+    abort_all(e.what());
+  }
+  if (role.reports) log << evaluation_report(evaluation, inputs) << std::flush;
+  return 0;
+}
 
-int run_distributed_training(const std::string& config_file, const std::vector<std::string>& overrides,
-                             std::ostream& log) {
+int run_job(const std::string& config_file, const std::vector<std::string>& overrides, std::ostream& log,
+            JobKind kind) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = mpi.rank(), ranks = mpi.size();
   const bool root = rank == 0;
@@ -333,7 +348,7 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   std::string error;
   int code = 0;
   try {
-    prepare(setup, config_file, overrides, ranks);
+    prepare(setup, config_file, overrides, ranks, kind);
   } catch (const InputError& e) {
     error = e.what(), code = kExitInputError;
   } catch (const std::exception& e) {
@@ -344,7 +359,7 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   const double deadline_s = code == 0 ? setup.inputs.config.network_deadline_s : 120.0;
   if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
   const io::Config& config = setup.inputs.config;
-  const bool talk = root && !config.quiet;
+  const bool talk = root && !config.quiet && kind == JobKind::train;
   std::ostream& text = text_stream(config, log);
 
   const plan::Network network = job_network(setup, ranks, talk, text);  // 1. measured, or given
@@ -358,6 +373,7 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   role.reports = root;
   role.spec = setup.stages[topology.stage];
   role.plan_text = format_plan(the_plan, plan::to_string(config.placement), network);
+  if (kind == JobKind::evaluate) return evaluate_job(setup.inputs, role, connections.get(), log);
   const std::string timing_path = root ? io::expand_run_name(config.timing_file) : "";
   TrainResult result;
   try {
@@ -377,6 +393,18 @@ int run_distributed_training(const std::string& config_file, const std::vector<s
   }
   if (root) report_job_end(result, config, ranks, the_plan.pipeline_stages, text);
   return result.stopped_by_signal ? kExitRunError : 0;
+}
+
+}  // namespace
+
+int run_distributed_training(const std::string& config_file, const std::vector<std::string>& overrides,
+                             std::ostream& log) {
+  return run_job(config_file, overrides, log, JobKind::train);
+}
+
+int run_distributed_evaluation(const std::string& config_file, const std::vector<std::string>& overrides,
+                               std::ostream& log) {
+  return run_job(config_file, overrides, log, JobKind::evaluate);
 }
 
 }  // namespace geotrain::runtime

@@ -1,0 +1,35 @@
+// geotrain eval: the validation loss of a checkpoint on the configured
+// validation data, the batches a training run evaluates at its end; alone,
+// or under mpirun/srun with the layouts training supports. Trains nothing and
+// writes no file.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "geotrain/cli/commands.hpp"
+#include "geotrain/runtime/evaluation.hpp"
+#ifdef GEOTRAIN_HAVE_MPI_TRAINING
+#include "geotrain/runtime/distributed_job.hpp"
+#endif
+
+namespace geotrain::cli {
+
+void add_eval_command(CLI::App& app, EvalCommandOptions& o) {
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Validation loss of a checkpoint, alone or as every rank of an mpirun/srun job: "
+              "geotrain eval [CONFIG.toml] [--checkpoint.resume=FILE] [--section.key=value ...]");
+  eval->add_option("config", o.config_file, "the run's configuration (TOML); defaults without it");
+  eval->allow_extras();  // --section.key=value overrides, checked by the config loader
+  eval->callback([eval, &o] { o.overrides = eval->remaining(); });
+}
+
+int run_eval_command(const EvalCommandOptions& o) {
+#ifdef GEOTRAIN_HAVE_MPI_TRAINING
+  if (runtime::launched_by_mpi()) return runtime::run_distributed_evaluation(o.config_file, o.overrides, std::cout);
+#endif
+  runtime::RunInputs inputs = runtime::read_evaluation_inputs(o.config_file, o.overrides);
+  const runtime::Evaluation evaluation = runtime::evaluate_single_rank(inputs);
+  std::cout << runtime::evaluation_report(evaluation, inputs) << std::flush;
+  return 0;
+}
+
+}  // namespace geotrain::cli

@@ -1,0 +1,105 @@
+#include "geotrain/runtime/evaluation.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "geotrain/common/errors.hpp"
+#include "geotrain/io/tokenizer.hpp"
+#include "geotrain/runtime/checkpointing.hpp"
+#include "geotrain/runtime/progress_log.hpp"
+
+namespace geotrain::runtime {
+
+double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives& collectives,
+                       const io::TokenDataset& data, int B, int T, int eval_batches, int replicas,
+                       int* global_batches) {
+  const int per_replica = (eval_batches + replicas - 1) / replicas;
+  const auto batches = data.validation_batches(B, T, per_replica);
+  double sum = 0;
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    sum += pipeline.forward_only({batches[i].inputs.data(), batches[i].targets.data()}, links, static_cast<int>(i));
+  }
+  // Over the replica's stages (only the last has a loss), then the replicas.
+  const double total = collectives.sum_data_parallel_value(collectives.sum_over_pipeline(sum));
+  if (global_batches != nullptr) *global_batches = static_cast<int>(batches.size()) * replicas;
+  return batches.empty() ? std::nan("") : total / (static_cast<double>(batches.size()) * replicas);
+}
+
+RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
+  RunInputs inputs;
+  inputs.config = std::move(config);
+  inputs.model = model;
+  const io::Config& c = inputs.config;
+  inputs.data.emplace(std::vector<std::uint16_t>{}, io::read_token_shard(c.data_validation, model.vocabulary), c.seed,
+                      c.data_train, c.data_validation);
+  if (c.checkpoint_resume.empty()) return inputs;
+  inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
+  if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: the initialised model
+  const io::Checkpoint& checkpoint = inputs.resume.emplace(io::read_checkpoint_file(inputs.resume_path));
+  check_checkpoint_fits(checkpoint, model, inputs.resume_path);
+  // Another tokenizer's ids mean other text: the loss would be meaningless.
+  if (io::tokenizer_text_for_shard(c.data_validation) != checkpoint.tokenizer_text) {
+    const std::string file = io::tokenizer_file_for_shard(c.data_validation);
+    throw InputError(c.origin_of("data.validation") + ": data.validation: " + c.data_validation + " was made with " +
+                     (file.empty() ? "the byte tokenizer" : file) + ", but " + inputs.resume_path +
+                     " was trained with " + (checkpoint.tokenizer_text.empty() ? "the byte tokenizer" : "another") +
+                     " (attribute tokenizer)");
+  }
+  return inputs;
+}
+
+RunInputs read_evaluation_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
+  io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
+  const ModelShape model = io::load_model(config).model;
+  return prepare_evaluation(std::move(config), model);
+}
+
+Evaluation evaluate(RunInputs& inputs, const RankRole& role, const RankConnections& with) {
+  const io::Config& c = inputs.config;
+  const int B = c.micro_batch_sequences, T = inputs.model.sequence_length;
+  with.backend.set_matmul_precision(c.matmul_precision);
+  model::Stage stage(inputs.model, role.spec, with.backend, B, 1);
+  if (inputs.resume) {
+    restore_parameters(stage, with.backend, *inputs.resume, inputs.resume_path);
+  } else {
+    stage.initialize(c.seed);
+  }
+  PipelineStep pipeline(stage, with.backend, c.pipeline_schedule, role.stage, role.stages, 1);
+  inputs.data->set_replica(role.replica, role.replicas);
+  Evaluation e;
+  e.loss = validation_loss(pipeline, with.links, with.collectives, *inputs.data, B, T, c.eval_batches, role.replicas,
+                           &e.global_batches);
+  return e;
+}
+
+Evaluation evaluate_single_rank(RunInputs& inputs) {
+  const std::unique_ptr<kernels::Backend> backend = kernels::make_backend(inputs.config.device);
+  NoLinks no_links;
+  LocalCollectives collectives;
+  RankRole role;
+  role.spec = model::StageSpec::whole(inputs.model);
+  return evaluate(inputs, role, {*backend, no_links, collectives, nullptr});
+}
+
+std::string evaluation_report(const Evaluation& e, const RunInputs& inputs) {
+  const io::Config& c = inputs.config;
+  const long long steps = inputs.resume ? static_cast<long long>(inputs.resume->completed_steps) : 0;
+  char numbers[160];
+  if (c.log_json) {
+    std::snprintf(numbers, sizeof numbers,
+                  ", \"completed_steps\": %lld, \"global_batches\": %d, \"validation_loss\": %.9g, \"perplexity\": %.9g}\n",
+                  steps, e.global_batches, e.loss, std::exp(e.loss));
+    const std::string checkpoint = inputs.resume ? json_string(inputs.resume_path) : "null";
+    return "{\"event\": \"eval\", \"checkpoint\": " + checkpoint +
+           ", \"validation\": " + json_string(c.data_validation) + numbers;
+  }
+  const std::string what = inputs.resume ? inputs.resume_path + " (after step " + std::to_string(steps) + ")"
+                                         : "the initialised model (train.seed " + std::to_string(c.seed) + ", no checkpoint)";
+  std::snprintf(numbers, sizeof numbers, "validation loss %.6f (perplexity %.3f)\n", e.loss, std::exp(e.loss));
+  return "geotrain eval: " + what + ", " + std::to_string(e.global_batches) + " batches x " +
+         std::to_string(c.micro_batch_sequences) + " sequences x " + std::to_string(inputs.model.sequence_length) +
+         " tokens of " + c.data_validation + "\n" + numbers;
+}
+
+}  // namespace geotrain::runtime
