@@ -14,12 +14,10 @@
 namespace geotrain::cli {
 
 void add_eval_command(CLI::App& app, EvalCommandOptions& o) {
-  CLI::App* eval = app.add_subcommand(
-      "eval", "Validation loss of a checkpoint, alone or as every rank of an mpirun/srun job: "
-              "geotrain eval [CONFIG.toml] [--checkpoint.resume=FILE] [--section.key=value ...]");
-  eval->add_option("config", o.config_file, "the run's configuration (TOML); defaults without it");
-  eval->allow_extras();  // --section.key=value overrides, checked by the config loader
-  eval->callback([eval, &o] { o.overrides = eval->remaining(); });
+  add_config_subcommand(app, "eval",
+                        "Validation loss of a checkpoint, alone or as every rank of an mpirun/srun job: "
+                        "geotrain eval [CONFIG.toml] [--checkpoint.resume=FILE] [--section.key=value ...]",
+                        o.config_file, o.overrides);
 }
 
 int run_eval_command(const EvalCommandOptions& o) {

@@ -15,21 +15,27 @@
 
 namespace geotrain::cli {
 
+CLI::App* add_config_subcommand(CLI::App& app, const std::string& name, const std::string& description,
+                                std::string& config_file, std::vector<std::string>& overrides) {
+  CLI::App* command = app.add_subcommand(name, description);
+  command->add_option("config", config_file, "run configuration (TOML); defaults without it");
+  command->allow_extras();  // --section.key=value overrides, checked by the config loader
+  command->callback([command, &overrides] { overrides = command->remaining(); });
+  return command;
+}
+
 void add_train_command(CLI::App& app, TrainCommandOptions& o) {
-  CLI::App* train = app.add_subcommand(
-      "train", "Train a GPT model, alone or as every rank of an mpirun/srun job: "
-               "geotrain train [CONFIG.toml] [--section.key=value ...]");
-  train->add_option("config", o.config_file, "run configuration (TOML); defaults without it");
-  train->allow_extras();  // --section.key=value overrides, checked by the config loader
-  train->callback([train, &o] { o.overrides = train->remaining(); });
+  add_config_subcommand(app, "train",
+                        "Train a GPT model, alone or as every rank of an mpirun/srun job: "
+                        "geotrain train [CONFIG.toml] [--section.key=value ...]",
+                        o.config_file, o.overrides);
 }
 
 int run_train_command(const TrainCommandOptions& o) {
 #ifdef GEOTRAIN_HAVE_MPI_TRAINING
   if (runtime::launched_by_mpi()) return runtime::run_distributed_training(o.config_file, o.overrides, std::cout);
 #endif
-  const io::Config loaded = o.config_file.empty() ? io::default_config(o.overrides)
-                                                  : io::load_config(o.config_file, o.overrides);
+  const io::Config loaded = io::read_config(o.config_file, o.overrides);
   if (loaded.pipeline_stages > 1) {
     throw InputError(loaded.origin_of("pipeline.stages") + ": pipeline.stages: " +
                      std::to_string(loaded.pipeline_stages) + " stages need a multiple of " +

@@ -317,6 +317,10 @@ Config default_config(const std::vector<std::string>& overrides) {
   return c;
 }
 
+Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return path.empty() ? default_config(overrides) : load_config(path, overrides);
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config c;
   c.source = path;

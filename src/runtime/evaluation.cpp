@@ -50,7 +50,7 @@ RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
 }
 
 RunInputs read_evaluation_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
-  io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
+  io::Config config = io::read_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
   return prepare_evaluation(std::move(config), model);
 }

@@ -476,11 +476,6 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
   return inputs;
 }
 
-RunInputs read_run_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
-  io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
-  const ModelShape model = io::load_model(config).model;
-  return prepare_run(std::move(config), model);
-}
 
 TrainResult train(RunInputs& inputs, const RankRole& role, const RankConnections& with, std::ostream& log) {
   return RankTrainer(inputs, role, with, log).run();

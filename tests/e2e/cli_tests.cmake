@@ -159,11 +159,7 @@ if(TARGET geotrain_runtime)
                      ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${SAMPLE_EVAL_DIR})
     set_tests_properties(cli.sample-eval.${case} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300
                          SKIP_RETURN_CODE 77)
-    if(case STREQUAL "train")
-      set_tests_properties(cli.sample-eval.${case} PROPERTIES FIXTURES_SETUP sample-eval-checkpoint)
-    else()
-      set_tests_properties(cli.sample-eval.${case} PROPERTIES FIXTURES_REQUIRED sample-eval-checkpoint)
-    endif()
+    geotrain_fixture(cli.sample-eval.${case} ${case} train sample-eval-checkpoint)
   endforeach()
   expect_input_error(sample-missing-checkpoint "no-such-checkpoint\\.h5: cannot open file"
                      sample --checkpoint ${BAD}/no-such-checkpoint.h5)

@@ -17,6 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "reliability"))
 from kill_during_checkpoint import check_latest, fail  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from training_script import wait_for_exit  # noqa: E402
 
 EMULATE = os.path.join(REPO, "jobs", "emulate", "emulate.py")
 SCENARIO = os.path.join(REPO, "inputs", "scenarios", "emulation-test.toml")
@@ -47,12 +49,10 @@ def main():
         if pair is None:
             fail("no 'pipeline 0: ranks A -> B' line: which link to cut is unknown")
         subprocess.run([sys.executable, EMULATE, "cut", str(pair[0]), str(pair[1])], check=True)
-        start = time.monotonic()
-        try:
-            _, stderr = job.communicate(timeout=deadline + 60)
-        except subprocess.TimeoutExpired:
+        finished = wait_for_exit(job, deadline + 60)
+        if finished is None:
             fail(f"the job still runs {deadline + 60:.0f} s after the link {pair[0]} <-> {pair[1]} was cut (a hang)")
-        elapsed = time.monotonic() - start
+        _, stderr, elapsed = finished
     finally:
         if job.poll() is None:
             job.kill()

@@ -24,6 +24,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "mpi", "training"))
 from kill_during_checkpoint import check_latest, fail  # noqa: E402
 from stop_rank_mid_training import pid_of_rank  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from training_script import wait_for_exit  # noqa: E402
 
 
 def main():
@@ -57,14 +59,12 @@ def main():
         if pid is None:
             fail(f"no process of rank {killed}")
         os.kill(pid, signal.SIGKILL)
-        start = time.monotonic()
-        try:
-            rest, stderr = job.communicate(timeout=float(deadline) + 60)
-            for line in rest.splitlines():
-                note_loss(line)
-        except subprocess.TimeoutExpired:
+        finished = wait_for_exit(job, float(deadline) + 60)
+        if finished is None:
             fail(f"the job still runs {float(deadline) + 60:.0f} s after rank {killed} was killed (a hang)")
-        elapsed = time.monotonic() - start
+        rest, stderr, elapsed = finished
+        for line in rest.splitlines():
+            note_loss(line)
     finally:
         if job.poll() is None:
             job.kill()

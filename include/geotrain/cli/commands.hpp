@@ -65,6 +65,11 @@ struct TrainCommandOptions {
   std::vector<std::string> overrides;  // "--section.key=value"
 };
 
+// A subcommand that takes a run configuration: [CONFIG.toml] then
+// --section.key=value overrides, which the config loader checks.
+CLI::App* add_config_subcommand(CLI::App& app, const std::string& name, const std::string& description,
+                                std::string& config_file, std::vector<std::string>& overrides);
+
 void add_train_command(CLI::App& app, TrainCommandOptions& options);
 int run_train_command(const TrainCommandOptions& options);
 

@@ -99,6 +99,9 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Defaults only (no file), then overrides.
 Config default_config(const std::vector<std::string>& overrides = {});
+// load_config of `path`, or default_config where `path` is "" (a command
+// run without a config file).
+Config read_config(const std::string& path, const std::vector<std::string>& overrides);
 // The model file with the config's model.* overrides applied and checked
 // (errors name the override's origin and key).
 ModelFile load_model(const Config& config);

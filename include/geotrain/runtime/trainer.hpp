@@ -73,8 +73,6 @@ struct RunInputs {
 // optimizer state and leaves steps to train (InputError naming the field
 // otherwise).
 RunInputs prepare_run(io::Config config, const ModelShape& model);
-// The same from a config file ("" = defaults) and --key=value overrides.
-RunInputs read_run_inputs(const std::string& config_file, const std::vector<std::string>& overrides);
 
 // This rank's place in the job.
 struct RankRole {

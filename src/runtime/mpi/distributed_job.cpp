@@ -128,7 +128,7 @@ bool write_job_timing(const std::string& path, const io::Config& config, const M
 
 void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks,
              JobKind kind) {
-  const io::Config config = config_file.empty() ? io::default_config(overrides) : io::load_config(config_file, overrides);
+  const io::Config config = io::read_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
   const int pp = config.pipeline_stages;
   if (ranks % pp != 0) {

@@ -25,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
+from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
 
 STEPS = 12
 LAYOUTS = ((1, 2), (2, 2), (1, 4))  # pp x dp
@@ -45,12 +46,9 @@ def run(command):
 
 
 def main():
-    separator = sys.argv.index("--")
-    geotrain, config, formats = sys.argv[1:separator]
-    mpirun = sys.argv[separator + 1:]
-    common = [config, f"--train.steps={STEPS}", "--train.log_every_steps=1", "--train.log_json=true",
-              "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=2",
-              "--checkpoint.dir=", "--timing.file=", "--train.metrics_file=", "--compression.topk_fraction=0.1"]
+    (geotrain, config, formats), mpirun = arguments_and_mpirun()
+    common = [*short_run_flags(config, STEPS, 2), "--timing.file=", "--train.metrics_file=",
+              "--compression.topk_fraction=0.1"]
     failures = []
     for pp, dp in LAYOUTS:
         layout = [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",

@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
+from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
 
 TOLERANCE = 1e-5
 GLOBAL_MICRO_BATCHES = 4
@@ -45,12 +46,8 @@ def relative(a, b):
 
 
 def main():
-    separator = sys.argv.index("--")
-    geotrain, config, cases = sys.argv[1:separator]
-    mpirun = sys.argv[separator + 1:]
-    common = [config, f"--train.steps={STEPS}", "--train.log_every_steps=1", "--train.log_json=true",
-              "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=4",
-              "--checkpoint.dir="]  # no checkpoints: parallel tests share the working directory
+    (geotrain, config, cases), mpirun = arguments_and_mpirun()
+    common = short_run_flags(config, STEPS, 4)
     reference, reference_final, _ = run([geotrain, "train", *common, "--pipeline.stages=1",
                                          f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES}"])
     print(f"single rank: losses {reference[0]:.6f} .. {reference[-1]:.6f}, validation {reference_final:.6f}")

@@ -1,0 +1,28 @@
+"""What the training check scripts share: their command line (arguments, then
+"--" and the mpirun command) and the flags of a short, quiet training run."""
+import sys
+
+
+def arguments_and_mpirun():
+    separator = sys.argv.index("--")
+    return sys.argv[1:separator], sys.argv[separator + 1:]
+
+
+def short_run_flags(config, steps, eval_batches):
+    """One JSON record per step on stdout, no evaluation during the run, no checkpoints."""
+    return [config, f"--train.steps={steps}", "--train.log_every_steps=1", "--train.log_json=true",
+            "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", f"--train.eval_batches={eval_batches}",
+            "--checkpoint.dir="]  # no checkpoints: parallel tests share the working directory
+
+
+def wait_for_exit(job, seconds):
+    """(stdout, stderr, seconds it took) once `job` (a subprocess.Popen) exits;
+    None when it still runs after `seconds`: a hang."""
+    import subprocess
+    import time
+    start = time.monotonic()
+    try:
+        out, err = job.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+    return out, err, time.monotonic() - start
