@@ -33,7 +33,7 @@ fi
 # runs and the 10-layout trajectory test are left to the release build: the
 # same code, several times slower under ASan).
 cmake --preset asan >/dev/null
-replays=(fuzz_{config,scenario,model_file,token_shard,plan_codec,checkpoint,checkpoint_tensors}_replay)
+replays=(fuzz_{config,scenario,model_file,token_shard,plan_codec,checkpoint,checkpoint_tensors,tokenizer,safetensors}_replay)
 cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests \
   geotrain geotrain_mpi_tests geotrain_mpi_silent_rank "${replays[@]}"
 ctest --preset asan -j "$jobs" -R '^(unit|kernels|model|fuzz)\.' -E 'Training'

@@ -251,7 +251,7 @@ WireCodec wire_codec(const io::Config& config, WireFormat format) {
 WireCodec gradient_codec(const io::Config& config) { return wire_codec(config, config.gradient_wire); }
 
 // Lossy formats are encoded on the host: MPI carries them.
-bool encodes_anything(const io::Config& config) {
+[[maybe_unused]] bool encodes_anything(const io::Config& config) {  // used where NCCL is built
   return config.gradient_wire != WireFormat::fp32 || config.activation_wire != WireFormat::fp32 ||
          config.activation_gradient_wire != WireFormat::fp32;
 }
