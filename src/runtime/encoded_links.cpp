@@ -27,16 +27,16 @@ void EncodedPipelineLinks::send_gradient(const float* data, std::size_t count, i
 
 void EncodedPipelineLinks::receive_activation(float* data, std::size_t count, int micro_batch) {
   if (activations_.format == WireFormat::fp32) return inner_->receive_activation(data, count, micro_batch);
-  std::vector<float> carrier(carrier_count(activations_, count));
-  inner_->receive_activation(carrier.data(), carrier.size(), micro_batch);
-  activations_.decode(reinterpret_cast<const std::uint8_t*>(carrier.data()), count, data);
+  received_.resize(carrier_count(activations_, count));
+  inner_->receive_activation(received_.data(), received_.size(), micro_batch);
+  activations_.decode(reinterpret_cast<const std::uint8_t*>(received_.data()), count, data);
 }
 
 void EncodedPipelineLinks::receive_gradient(float* data, std::size_t count, int micro_batch) {
   if (gradients_.format == WireFormat::fp32) return inner_->receive_gradient(data, count, micro_batch);
-  std::vector<float> carrier(carrier_count(gradients_, count));
-  inner_->receive_gradient(carrier.data(), carrier.size(), micro_batch);
-  gradients_.decode(reinterpret_cast<const std::uint8_t*>(carrier.data()), count, data);
+  received_.resize(carrier_count(gradients_, count));
+  inner_->receive_gradient(received_.data(), received_.size(), micro_batch);
+  gradients_.decode(reinterpret_cast<const std::uint8_t*>(received_.data()), count, data);
 }
 
 }  // namespace geotrain::runtime

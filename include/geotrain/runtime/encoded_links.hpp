@@ -34,7 +34,8 @@ class EncodedPipelineLinks : public PipelineLinks {
   const float* encoded(const WireCodec& codec, const float* data, std::size_t count);
   std::unique_ptr<PipelineLinks> inner_;
   WireCodec activations_, gradients_;
-  std::vector<float> carrier_;  // the encoding, as floats; the inner link copies what it sends
+  std::vector<float> carrier_;   // the encoding, as floats; the inner link copies what it sends
+  std::vector<float> received_;  // an arriving encoding (receives complete before they return)
 };
 
 }  // namespace geotrain::runtime
