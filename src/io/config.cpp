@@ -237,6 +237,13 @@ void check(const Config& c) {
     fail(where, "train.gradient_accumulation", "must be <= 16000 (message tags), got " + std::to_string(c.gradient_accumulation));
   }
   positive("checkpoint.keep", c.checkpoint_keep);
+  for (const auto& [key, size] : {std::pair{"model.layers", c.model_layers}, std::pair{"model.hidden", c.model_hidden},
+                                  std::pair{"model.heads", c.model_heads}, std::pair{"model.vocabulary", c.model_vocabulary},
+                                  std::pair{"model.sequence_length", c.model_sequence_length}}) {
+    if (size < 0 || size > kMaxModelDimension) {
+      fail(where, key, "must be in [1, " + std::to_string(kMaxModelDimension) + "], got " + std::to_string(size));
+    }
+  }
   if (c.checkpoint_resume == "auto" && c.checkpoint_dir.empty()) {
     fail(where, "checkpoint.resume", "auto needs checkpoint.dir (where to look for the latest checkpoint)");
   }

@@ -47,6 +47,9 @@ bool read_model_shape(const TomlReader& r, const toml::table& table, const std::
   for (std::size_t i = 0; i < std::size(kModelShapeKeys); ++i) {
     const std::string field = field_key(table_name, kModelShapeKeys[i]);
     if (const std::optional<int> v = r.optional_positive_int(table, kModelShapeKeys[i], field)) {
+      if (*v > kMaxModelDimension) {
+        r.fail(field, "must be at most " + std::to_string(kMaxModelDimension) + ", got " + std::to_string(*v));
+      }
       *targets[i] = *v;
       any = true;
     } else if (all_required) {

@@ -142,6 +142,8 @@ TEST(Config, ModelShapeOverridesApplyOnTopOfTheModelFile) {
   EXPECT_EQ(file.model.hidden, 128);  // tiny.toml's
   const Config bad = default_config({"--model.file=" + tiny, "--model.heads=3"});
   EXPECT_EQ(error_of([&] { load_model(bad); }), "command line: model.heads: hidden 128 is not divisible by 3 heads");
+  EXPECT_EQ(error_of([&] { default_config({"--model.vocabulary=2000000000"}); }),
+            "command line: model.vocabulary: must be in [1, 1073741824], got 2000000000");
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ TEST(ModelFile, BadFilesNameFileAndField) {
   const std::pair<std::string, std::string> cases[] = {
       {base + "vocabulary = 0\n", "model.vocabulary: must be an integer >= 1"},
       {base, "model.vocabulary: missing"},
+      {base + "vocabulary = 1638450257\n", "model.vocabulary: must be at most 1073741824, got 1638450257"},
       {base + "vocabulary = 9\nlayerz = 3\n", "model.layerz: unknown key"},
       {base + "vocabulary = 9\n[device]\npeak_tflops = -1\n", "device.peak_tflops: must be in"},
       {"[model]\nlayers = 2\nhidden = 10\nheads = 3\nsequence_length = 4\nvocabulary = 9\n", "model.heads: hidden 10"},

@@ -6,6 +6,10 @@
 
 namespace geotrain {
 
+// The largest size any shape key may take: byte counts built from products
+// of two sizes then stay far inside 64 bits.
+inline constexpr int kMaxModelDimension = 1 << 30;
+
 struct ModelShape {
   std::string name = "tiny";
   int layers = 4;
