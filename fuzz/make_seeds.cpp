@@ -83,6 +83,8 @@ void tensor_messages(const fs::path& dir) {
   write_bytes(dir / "none.tensors", geotrain::io::serialize_tensors({}));
   write_bytes(dir / "one.tensors", geotrain::io::serialize_tensors({bias}));
   write_bytes(dir / "two.tensors", geotrain::io::serialize_tensors({wte, bias}));
+  const geotrain::io::CheckpointTensor residual{"layers_0-2.replica_1.shard_0", {3}, {0.5f, -0.25f, 0.0f}, {}, {}};
+  write_bytes(dir / "residual.tensors", geotrain::io::serialize_tensors({bias, residual}));
 }
 
 // The checkpoint harness reads its input as a list of edit choices; a few

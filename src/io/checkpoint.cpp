@@ -145,6 +145,31 @@ std::vector<float> read_dataset(hid_t group, const std::string& name, const std:
   return data;
 }
 
+// /error_feedback (only when there are residuals): one 1-D dataset each.
+void write_residuals(hid_t file, const Checkpoint& c, const std::string& context) {
+  if (c.residuals.empty()) return;
+  Handle group(GT_H5_CHECK(H5Gcreate2(file, "error_feedback", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false),
+               H5Gclose);
+  write_string_attribute(group, "layout", c.residual_layout, context + ": /error_feedback");
+  for (const CheckpointTensor& t : c.residuals) {
+    write_dataset(group, t.name, {static_cast<int>(t.value.size())}, t.value, context + ": /error_feedback/" + t.name);
+  }
+}
+
+void read_residuals(hid_t file, const std::string& path, Checkpoint& c) {
+  if (H5Lexists(file, "error_feedback", H5P_DEFAULT) <= 0) return;
+  const std::string where = path + ": /error_feedback";
+  Handle group(GT_H5_CHECK(H5Gopen2(file, "error_feedback", H5P_DEFAULT), where, true), H5Gclose);
+  c.residual_layout = read_string_attribute(group, "layout", where);
+  for (const std::string& name : member_names(group, where)) {
+    CheckpointTensor t;
+    t.name = name;
+    t.value = read_dataset(group, name, where + "/" + name, t.shape, {});
+    if (t.shape.size() != 1) throw InputError(where + "/" + name + ": must be one-dimensional");
+    c.residuals.push_back(std::move(t));
+  }
+}
+
 // /params of a weights-only file into `c`.
 Checkpoint read_weights(hid_t file, const std::string& path, Checkpoint c) {
   if (H5Lexists(file, "params", H5P_DEFAULT) <= 0) throw InputError(path + ": /params: missing");
@@ -241,6 +266,7 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
     write_dataset(m, t.name, t.shape, t.first_moment, context + ": /optimizer/m/" + t.name);
     write_dataset(v, t.name, t.shape, t.second_moment, context + ": /optimizer/v/" + t.name);
   }
+  write_residuals(file, c, context);
   GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), context, false);
 }
 
@@ -300,6 +326,7 @@ Checkpoint read_checkpoint_file(const std::string& path) {
     c.tensors.push_back(std::move(t));
   }
   if (c.tensors.empty()) throw InputError(path + ": /params: empty");
+  read_residuals(file, path, c);
   return c;
 }
 
@@ -311,6 +338,9 @@ std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>&
     out.insert(out.end(), t.name.begin(), t.name.end());
     put(out, static_cast<std::uint32_t>(t.shape.size()));
     for (int d : t.shape) put(out, static_cast<std::int32_t>(d));
+    const bool moments = !t.first_moment.empty();
+    if (moments != !t.second_moment.empty()) throw std::invalid_argument("serialize_tensors: " + t.name + ": one moment");
+    put(out, static_cast<std::uint8_t>(moments ? 1 : 0));
     for (const auto* data : {&t.value, &t.first_moment, &t.second_moment}) {
       const auto* bytes = reinterpret_cast<const std::uint8_t*>(data->data());
       out.insert(out.end(), bytes, bytes + data->size() * sizeof(float));
@@ -322,9 +352,9 @@ std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>&
 std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t>& bytes) {
   Reader in(bytes);
   const std::uint32_t count = in.get<std::uint32_t>();
-  // The smallest tensor (1-byte name, rank 1, one float thrice) takes 25
+  // The smallest tensor (1-byte name, rank 1, no moments, one float) takes 18
   // bytes: a count the message cannot hold is refused before allocating.
-  constexpr std::size_t kSmallestTensorBytes = 4 + 1 + 4 + 4 + 3 * sizeof(float);
+  constexpr std::size_t kSmallestTensorBytes = 4 + 1 + 4 + 4 + 1 + sizeof(float);
   if (count > 1000000 || count > (bytes.size() - sizeof count) / kSmallestTensorBytes) {
     throw std::invalid_argument("checkpoint tensors: implausible tensor count");
   }
@@ -348,7 +378,10 @@ std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t
       }
       n *= static_cast<std::size_t>(d);
     }
+    const std::uint8_t moments = in.get<std::uint8_t>();
+    if (moments > 1) throw std::invalid_argument("checkpoint tensors: bad moments flag");
     for (auto* data : {&t.value, &t.first_moment, &t.second_moment}) {
+      if (data != &t.value && moments == 0) continue;
       data->resize(n);
       in.take(data->data(), n * sizeof(float));
     }

@@ -207,14 +207,51 @@ class RankTrainer {
     resume_notes_ = "resumed from " + path + " after step " + std::to_string(result_.first_step) + "\n" +
                     batch_change_note(checkpoint.global_batch_sequences, B_, m_, role_.replicas) +
                     schedule_change_note(checkpoint, config_);
-    if (config_.gradient_wire != WireFormat::fp32 && role_.replicas > 1) {
-      resume_notes_ += "note: checkpoints do not hold the gradients' error-feedback residuals yet: they restart at "
-                       "zero, so this resume is not bit-exact with an uninterrupted " + to_string(config_.gradient_wire) +
-                       " run\n";
-    }
+    restore_residuals(checkpoint, path);
     if (!config_.checkpoint_init_from.empty()) {
       resume_notes_ += "note: checkpoint.init_from (" + config_.checkpoint_init_from +
                        ") not used: this run continues from its own checkpoint\n";
+    }
+  }
+
+  // What the error-feedback residuals depend on besides the pipeline cut
+  // (which their names carry): the same string, the same meaning.
+  std::string residual_layout() const {
+    return to_string(config_.gradient_wire) + " group_size=" + std::to_string(config_.compression_group_size) +
+           " topk_fraction=" + std::to_string(config_.compression_topk_fraction) +
+           " replicas=" + std::to_string(role_.replicas);
+  }
+
+  std::string residual_prefix() const {
+    return "layers_" + std::to_string(role_.spec.first_layer) + "-" + std::to_string(role_.spec.last_layer) +
+           ".replica_" + std::to_string(role_.replica) + ".";
+  }
+
+  // This rank's residuals from the checkpoint when it was written for the
+  // same wire format, replicas and pipeline cut; otherwise they start at zero.
+  void restore_residuals(const io::Checkpoint& checkpoint, const std::string& path) {
+    if (config_.gradient_wire == WireFormat::fp32 || role_.replicas == 1) return;
+    const std::string restart = ": they restart at zero, so this resume is not bit-exact with an uninterrupted run\n";
+    if (checkpoint.residual_layout != residual_layout()) {
+      resume_notes_ += "note: the checkpoint's gradient error-feedback residuals are for \"" +
+                       (checkpoint.residual_layout.empty() ? std::string("fp32 (none)") : checkpoint.residual_layout) +
+                       "\", this run is \"" + residual_layout() + "\"" + restart;
+      return;
+    }
+    const std::string prefix = residual_prefix();
+    NamedResiduals mine;
+    for (const io::CheckpointTensor& t : checkpoint.residuals) {
+      if (t.name.rfind(prefix, 0) == 0) mine.emplace_back(t.name.substr(prefix.size()), t.value);
+    }
+    if (mine.empty()) {
+      resume_notes_ += "note: the checkpoint holds no error-feedback residuals for " + prefix +
+                       "* (another pipeline cut)" + restart;
+      return;
+    }
+    try {
+      with_.collectives.restore_gradient_residuals(mine);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(path + ": /error_feedback: " + e.what());
     }
   }
 
@@ -363,6 +400,12 @@ class RankTrainer {
     metadata.config_text = io::describe(config_);
     metadata.plan_text = role_.plan_text;
     metadata.tokenizer_text = tokenizer_text_;
+    metadata.residual_layout = residual_layout();
+    for (auto& [part, residual] : with_.collectives.gradient_residuals()) {
+      if (residual.empty()) continue;
+      const int count = static_cast<int>(residual.size());
+      metadata.residuals.push_back({residual_prefix() + part, {count}, std::move(residual), {}, {}});
+    }
     std::vector<io::CheckpointTensor> tensors;
     if (role_.replica == 0) {
       tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head);

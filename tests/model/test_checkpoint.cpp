@@ -82,6 +82,36 @@ TEST(Checkpoint, FileRoundTripIsExact) {
   }
 }
 
+TEST(Checkpoint, ErrorFeedbackResidualsRoundTripThroughFileAndMessage) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-residuals");
+  io::Checkpoint c = sample_checkpoint();
+  c.residual_layout = "int8 group_size=64 topk_fraction=0.010000 replicas=2";
+  c.residuals.push_back({"layers_0-2.replica_1.shard_0", {3}, {0.5f, -1e-7f, 3.25f}, {}, {}});
+  c.residuals.push_back({"layers_0-2.replica_1.owned", {1}, {-2.0f}, {}, {}});
+  io::write_checkpoint_file((dir / "r.h5").string(), c);
+  const io::Checkpoint back = io::read_checkpoint_file((dir / "r.h5").string());
+  EXPECT_EQ(back.residual_layout, c.residual_layout);
+  ASSERT_EQ(back.residuals.size(), 2u);  // HDF5 lists them by name: "owned" before "shard_0"
+  EXPECT_EQ(back.residuals[0].name, "layers_0-2.replica_1.owned");
+  EXPECT_EQ(back.residuals[0].value, std::vector<float>{-2.0f});
+  EXPECT_EQ(back.residuals[1].value, c.residuals[0].value);
+  EXPECT_EQ(back.tensors.size(), 2u);  // the parameters are untouched by them
+  EXPECT_TRUE(io::read_checkpoint_file([&] {
+                io::write_checkpoint_file((dir / "none.h5").string(), sample_checkpoint());
+                return (dir / "none.h5").string();
+              }()).residuals.empty());
+  // Value-only tensors travel without moments; mixed with full ones.
+  const std::vector<io::CheckpointTensor> mixed = {c.tensors[0], c.residuals[0]};
+  const auto decoded = io::deserialize_tensors(io::serialize_tensors(mixed));
+  ASSERT_EQ(decoded.size(), 2u);
+  EXPECT_EQ(decoded[0].first_moment, c.tensors[0].first_moment);
+  EXPECT_TRUE(decoded[1].first_moment.empty() && decoded[1].second_moment.empty());
+  EXPECT_EQ(decoded[1].value, c.residuals[0].value);
+  io::CheckpointTensor one_moment = c.residuals[0];
+  one_moment.first_moment = one_moment.value;
+  EXPECT_THROW(io::serialize_tensors({one_moment}), std::invalid_argument);
+}
+
 TEST(Checkpoint, SerializedTensorsRoundTripAndTruncationIsRejected) {
   const io::Checkpoint c = sample_checkpoint();
   std::vector<std::uint8_t> bytes = io::serialize_tensors(c.tensors);

@@ -13,6 +13,13 @@
 // Names are global (independent of the pipeline cut), so a checkpoint
 // written by one layout loads into any other.
 //
+// Compressed data-parallel gradients (compression.gradients != fp32) add
+// every rank's error-feedback residuals, which differ between replicas:
+//   /error_feedback/<stage layers>.replica_<r>.<part>   float32 [count]
+//   attribute layout of /error_feedback: the wire format and replica count
+//                            they were built for (a resume elsewhere starts
+//                            them at zero).
+//
 // Weights only (a converted model, `geotrain convert --from-hf`): attribute
 // weights_only = 1, no /optimizer group, completed_steps and the sampler
 // state 0. Such a file starts a run (checkpoint.init_from) but cannot be
@@ -49,6 +56,9 @@ struct Checkpoint {
   std::string tokenizer_text;  // the training data's tokenizer file; "" = the byte tokenizer
   bool weights_only = false;   // no optimizer moments (see above)
   std::vector<CheckpointTensor> tensors;
+  // Error-feedback residuals: value only (moments empty), shape {count}.
+  std::string residual_layout;
+  std::vector<CheckpointTensor> residuals;
   const CheckpointTensor* find(const std::string& name) const;
 };
 
@@ -60,7 +70,8 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint
 // shape (unless weights_only). Throws InputError "<path>: <field>: <what>".
 Checkpoint read_checkpoint_file(const std::string& path);
 
-// Tensors to bytes and back (for gathering stages to the writing rank).
+// Tensors to bytes and back (for gathering stages to the writing rank);
+// a tensor's moments are either both empty or both product(shape) floats.
 std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>& tensors);
 // Throws std::invalid_argument on malformed bytes.
 std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t>& bytes);

@@ -4,12 +4,18 @@
 // on every replica and on both copies of the embedding.
 #pragma once
 #include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/runtime/timeline.hpp"
 
 namespace geotrain::runtime {
+
+// Error-feedback residuals by part name ("shard_1", "owned"), for checkpoints.
+using NamedResiduals = std::vector<std::pair<std::string, std::vector<float>>>;
 
 // This rank's collectives (MPI communicators, or in-process for tests).
 class Collectives {
@@ -50,6 +56,10 @@ class Collectives {
   // True: the float sums take the backend's device memory (NCCL); false:
   // host memory (MPI), staged.
   virtual bool takes_device_memory() const { return false; }
+  // The lossy gradient sum's error-feedback state (none for fp32): saved in
+  // checkpoints, so that a resume continues bit for bit.
+  virtual NamedResiduals gradient_residuals() const { return {}; }
+  virtual void restore_gradient_residuals(const NamedResiduals&) {}
 };
 
 // One rank alone: every sum is the value itself.

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "geotrain/runtime/wire_codec.hpp"
@@ -43,6 +44,9 @@ void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, do
 struct EncodedSumState {
   std::vector<ErrorFeedback> shards;  // one per member's shard (two members: one, the whole tensor)
   std::vector<ErrorFeedback> owned;   // at most one: this member's summed shard
+  // "shard_<k>" and "owned" with their residuals, and back.
+  std::vector<std::pair<std::string, std::vector<float>>> residuals() const;
+  void restore(const WireCodec& codec, const std::vector<std::pair<std::string, std::vector<float>>>& residuals);
 };
 void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
                           std::size_t count, double* values = nullptr, int value_count = 0);

@@ -71,6 +71,10 @@ class MpiCollectives : public Collectives {
   void sum_over_pipeline_values(double* values, int count) override;
   double sum_data_parallel_value(double value) override;
   void sum_data_parallel_values(double* values, int count) override;
+  NamedResiduals gradient_residuals() const override { return gradient_state_.residuals(); }
+  void restore_gradient_residuals(const NamedResiduals& residuals) override {
+    gradient_state_.restore(gradient_codec_, residuals);
+  }
 
  private:
   const ExchangeGroup& tied_group() const;

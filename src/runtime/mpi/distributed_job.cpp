@@ -55,11 +55,18 @@ class MpiCheckpointSink : public CheckpointSink {
   std::string save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
     const std::vector<std::vector<std::uint8_t>> parts =
         gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
+    const std::vector<std::vector<std::uint8_t>> residual_parts =
+        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(metadata.residuals), 0, deadline_s_,
+                     "gathering the error-feedback residuals");
     std::vector<std::uint8_t> path_bytes;
     if (!parts.empty()) {
       try {
         for (const std::vector<std::uint8_t>& part : parts) {
           for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
+        }
+        metadata.residuals.clear();  // rank 0's own come back with everyone's
+        for (const std::vector<std::uint8_t>& part : residual_parts) {
+          for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.residuals.push_back(std::move(t));
         }
         const std::string path = io::save_checkpoint(dir_, metadata, keep_);
         path_bytes.assign(path.begin(), path.end());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <stdexcept>
 
 #include "geotrain/runtime/mpi_check.hpp"
 
@@ -200,6 +201,30 @@ void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, En
   wait(group, requests);
   for (int peer = 0; peer < size; ++peer) {
     if (peer != self) codec.decode(received[peer].data(), length(peer), data + begin(peer));
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> EncodedSumState::residuals() const {
+  std::vector<std::pair<std::string, std::vector<float>>> named;
+  for (std::size_t k = 0; k < shards.size(); ++k) named.emplace_back("shard_" + std::to_string(k), shards[k].residual());
+  if (!owned.empty()) named.emplace_back("owned", owned.front().residual());
+  return named;
+}
+
+void EncodedSumState::restore(const WireCodec& codec,
+                              const std::vector<std::pair<std::string, std::vector<float>>>& residuals) {
+  for (const auto& [name, residual] : residuals) {
+    std::vector<ErrorFeedback>* target = &owned;
+    std::size_t index = 0;
+    if (name.rfind("shard_", 0) == 0) {
+      target = &shards;
+      index = std::stoul(name.substr(6));
+      if (index >= 65536) throw std::invalid_argument("error-feedback residual '" + name + "': shard out of range");
+    } else if (name != "owned") {
+      throw std::invalid_argument("error-feedback residual '" + name + "': not shard_<k> or owned");
+    }
+    ensure_feedback(*target, index + 1, codec);
+    (*target)[index].set_residual(residual);
   }
 }
 

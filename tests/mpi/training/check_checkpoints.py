@@ -16,6 +16,11 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
   mpi-sigterm   mpirun 4 ranks, SIGTERM to one rank only (as a pre-emption
                 notice may reach some ranks first): every rank stops with one
                 checkpoint; resumed with 2 ranks (fewer) to the end, within 1e-5.
+  compressed    mpirun 2 stages x 2 replicas with int8 gradients (error
+                feedback): resumed from step 10 on the same layout, bit for bit
+                equal to its own uninterrupted run; the same resume with the
+                file's /error_feedback removed notes that the residuals restart
+                and ends elsewhere (so the residuals are what makes it exact).
   interop       analysis/load_checkpoint.py (h5py + PyTorch) on the step-20
                 checkpoint gives geotrain's final validation loss within 1e-5.
 
@@ -195,6 +200,37 @@ def check_stopped(code, stderr, directory, name="SIGTERM"):
     return step
 
 
+def check_compressed_resume(r):
+    """The 'compressed' case: its own golden run under mpirun."""
+    int8 = ["--compression.gradients=int8"]
+    golden = r.run(r.command("int8", ranks=4, stages=2, extra=int8))
+    half = checkpoint(r.dir("int8"), HALF)
+    with h5py.File(half, "r") as f:
+        if "error_feedback" not in f:
+            fail(f"{half}: no /error_feedback group")
+        parts = sorted(f["error_feedback"].keys())
+        layout = f["error_feedback"].attrs["layout"]
+        layout = layout.decode() if isinstance(layout, bytes) else str(layout)
+    # Two replicas swap whole tensors: one residual ("shard_0") per rank.
+    if len(parts) != 4 or not all(p.endswith(".shard_0") for p in parts) or not layout.startswith("int8 "):
+        fail(f"{half}: /error_feedback holds {parts} (layout {layout!r}); expected one shard_0 per rank of 4")
+    done = r.run(r.command("int8-resumed", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={half}"]))
+    if "restart at zero" in done.stdout + done.stderr:
+        fail("the residuals were not restored:\n" + done.stdout)
+    compare_losses(losses_of(done.stdout), losses_of(golden.stdout), HALF + 1, 0.0)
+    compare_tensors(checkpoint(r.dir("int8-resumed"), STEPS), checkpoint(r.dir("int8"), STEPS), exact=True)
+    stripped = os.path.join(r.workdir, "without-residuals.h5")
+    shutil.copy(half, stripped)
+    with h5py.File(stripped, "r+") as f:
+        del f["error_feedback"]
+    done = r.run(r.command("int8-stripped", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={stripped}"]))
+    if "restart at zero" not in done.stdout + done.stderr:
+        fail("no note that the residuals restart at zero:\n" + done.stdout + done.stderr)
+    if losses_of(done.stdout) == {s: l for s, l in losses_of(golden.stdout).items() if s > HALF}:
+        fail("losses without the residuals equal the uninterrupted run's: the test cannot tell")
+    print("without the residuals the resumed run differs, as it must")
+
+
 def main():
     separator = sys.argv.index("--")
     case, geotrain, config, workdir = sys.argv[1:separator]
@@ -202,6 +238,10 @@ def main():
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     r = Runner(geotrain, config, workdir, mpirun)
+    if case == "compressed":
+        check_compressed_resume(r)
+        print("ok: " + case)
+        return
     golden_losses, golden_validation = r.golden()
     golden_end = checkpoint(r.dir("golden"), STEPS)
 
