@@ -51,6 +51,48 @@ struct EncodedSumState {
 void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
                           std::size_t count, double* values = nullptr, int value_count = 0);
 
+// One sum in flight (exchange_sum and exchange_sum_encoded are start() then
+// finish()): start() posts the first phase; progress() advances it without
+// blocking and returns true once the sum is in `data`; finish() waits, each
+// wait with the group's deadline. Between start and completion `data` and
+// `values` must stay untouched, and the object must not move. Sums in flight
+// together on one group need distinct `tag_base`s (multiples of 8), started
+// in the same order on every member. `codec` null: fp32, exact.
+class ExchangeInFlight {
+ public:
+  ExchangeInFlight() = default;
+  ExchangeInFlight(const ExchangeInFlight&) = delete;
+  ExchangeInFlight& operator=(const ExchangeInFlight&) = delete;
+  ~ExchangeInFlight();
+  void start(const ExchangeGroup& group, int tag_base, float* data, std::size_t count, double* values, int value_count,
+             const WireCodec* codec, EncodedSumState* state);
+  bool progress();
+  void finish();
+
+ private:
+  enum class Phase { done, first, second };
+  std::size_t shard_begin(int shard) const;
+  void post_shards();
+  void post_encoded_shards();
+  void advance();
+  void gather_sum();
+  void gather_encoded_sum();
+
+  Phase phase_ = Phase::done;
+  const ExchangeGroup* group_ = nullptr;
+  int tag_base_ = 0, self_ = 0, size_ = 1, value_count_ = 0;
+  float* data_ = nullptr;
+  std::size_t count_ = 0;
+  double* values_ = nullptr;
+  const WireCodec* codec_ = nullptr;
+  EncodedSumState* state_ = nullptr;
+  std::vector<MPI_Request> requests_;
+  std::vector<double> received_values_;
+  std::vector<float> received_, own_part_;
+  std::vector<std::vector<std::uint8_t>> sent_bytes_, received_bytes_;
+  std::vector<std::uint8_t> summed_bytes_;
+};
+
 // The two-member sum in halves: start() sends a copy of this member's floats
 // and posts the receive; finish() waits and adds the other's into `data`,
 // which must stay untouched in between. Meanwhile the rank may take part in

@@ -9,8 +9,9 @@
 namespace geotrain::runtime {
 namespace {
 
-// The group's communicators carry no other point-to-point traffic; one
-// exchange completes before the next starts, so fixed tags never mix.
+// The group's communicators carry no other point-to-point traffic. Tags are
+// these plus the exchange's tag base, so that sums in flight together (the
+// buckets of one step) never take each other's messages.
 constexpr int kShardTag = 1, kValuesTag = 2, kGatherTag = 3, kPairTag = 4, kEncodedTag = 5;
 
 int checked_count(std::size_t count, const std::string& what) {
@@ -18,35 +19,29 @@ int checked_count(std::size_t count, const std::string& what) {
   return static_cast<int>(count);
 }
 
-void wait(const ExchangeGroup& group, std::vector<MPI_Request>& requests) {
-  if (requests.empty()) return;
-  wait_all_or_abort(requests, group.deadline_s, group.what, -1, 2e-4, group.world_ranks);
-  requests.clear();
-}
-
 // A two-member swap: the other member's `count` floats into `received`,
 // this member's out of `sent`.
 void post_swap(const ExchangeGroup& group, int self, const float* sent, float* received, std::size_t count,
-               MPI_Request* receive, MPI_Request* send) {
+               MPI_Request* receive, MPI_Request* send, int tag) {
   const int n = checked_count(count, group.what);
-  GT_MPI_CHECK(MPI_Irecv(received, n, MPI_FLOAT, 1 - self, kPairTag, group.comm, receive));
-  GT_MPI_CHECK(MPI_Isend(sent, n, MPI_FLOAT, 1 - self, kPairTag, group.comm, send));
+  GT_MPI_CHECK(MPI_Irecv(received, n, MPI_FLOAT, 1 - self, tag, group.comm, receive));
+  GT_MPI_CHECK(MPI_Isend(sent, n, MPI_FLOAT, 1 - self, tag, group.comm, send));
 }
 
 // The doubles go to every other member with the first phase's floats (one
 // wait for both: they cost no latency of their own); `received` holds every
 // member's, by rank.
 void post_values(const ExchangeGroup& group, int self, int size, double* values, int value_count,
-                 std::vector<double>& received, std::vector<MPI_Request>& requests) {
+                 std::vector<double>& received, std::vector<MPI_Request>& requests, int tag) {
   received.assign(static_cast<std::size_t>(size) * value_count, 0.0);
   if (value_count == 0) return;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == self) continue;
     requests.emplace_back();
     GT_MPI_CHECK(MPI_Irecv(received.data() + static_cast<std::size_t>(peer) * value_count, value_count, MPI_DOUBLE, peer,
-                           kValuesTag, group.comm, &requests.back()));
+                           tag, group.comm, &requests.back()));
     requests.emplace_back();
-    GT_MPI_CHECK(MPI_Isend(values, value_count, MPI_DOUBLE, peer, kValuesTag, group.comm, &requests.back()));
+    GT_MPI_CHECK(MPI_Isend(values, value_count, MPI_DOUBLE, peer, tag, group.comm, &requests.back()));
   }
 }
 
@@ -59,77 +54,6 @@ void add_values(int self, int size, double* values, int value_count, std::vector
     values[i] = total;
   }
 }
-
-// One sum in progress: this member's place, its requests, and the doubles,
-// which travel with the first phase.
-struct Exchange {
-  int self = 0, size = 1;
-  std::vector<MPI_Request> requests;
-  std::vector<double> received_values;
-};
-
-Exchange begin_exchange(const ExchangeGroup& group, double* values, int value_count) {
-  Exchange x;
-  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &x.self));
-  GT_MPI_CHECK(MPI_Comm_size(group.comm, &x.size));
-  if (x.size > 1) post_values(group, x.self, x.size, values, value_count, x.received_values, x.requests);
-  return x;
-}
-
-}  // namespace
-
-void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values, int value_count) {
-  auto [self, size, requests, received_values] = begin_exchange(group, values, value_count);
-  if (size == 1) return;
-  if (count == 0) {
-    wait(group, requests);
-    add_values(self, size, values, value_count, received_values);
-    return;
-  }
-  if (size == 2) {
-    std::vector<float> received(count);
-    requests.resize(requests.size() + 2);
-    post_swap(group, self, data, received.data(), count, &requests[requests.size() - 2], &requests.back());
-    wait(group, requests);
-    add_values(self, size, values, value_count, received_values);
-    for (std::size_t i = 0; i < count; ++i) data[i] += received[i];  // a + b == b + a: both get the same bits
-    return;
-  }
-  auto begin = [&](int shard) { return count * static_cast<std::size_t>(shard) / static_cast<std::size_t>(size); };
-  const std::size_t own_begin = begin(self), own_count = begin(self + 1) - own_begin;
-  // Reduce-scatter: member k owns shard k and receives everyone's copy of it.
-  std::vector<float> received(own_count * static_cast<std::size_t>(size));
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == self) continue;
-    requests.emplace_back();
-    GT_MPI_CHECK(MPI_Irecv(received.data() + own_count * static_cast<std::size_t>(peer), checked_count(own_count, group.what),
-                           MPI_FLOAT, peer, kShardTag, group.comm, &requests.back()));
-    requests.emplace_back();
-    GT_MPI_CHECK(MPI_Isend(data + begin(peer), checked_count(begin(peer + 1) - begin(peer), group.what), MPI_FLOAT,
-                           peer, kShardTag, group.comm, &requests.back()));
-  }
-  wait(group, requests);
-  add_values(self, size, values, value_count, received_values);
-  std::copy(data + own_begin, data + own_begin + own_count, received.data() + own_count * static_cast<std::size_t>(self));
-  for (std::size_t i = 0; i < own_count; ++i) {
-    float total = received[i];
-    for (int member = 1; member < size; ++member) total += received[own_count * static_cast<std::size_t>(member) + i];
-    data[own_begin + i] = total;
-  }
-  // All-gather: each owner sends its summed shard to every other member.
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == self) continue;
-    requests.emplace_back();
-    GT_MPI_CHECK(MPI_Irecv(data + begin(peer), checked_count(begin(peer + 1) - begin(peer), group.what), MPI_FLOAT,
-                           peer, kGatherTag, group.comm, &requests.back()));
-    requests.emplace_back();
-    GT_MPI_CHECK(MPI_Isend(data + own_begin, checked_count(own_count, group.what), MPI_FLOAT, peer, kGatherTag,
-                           group.comm, &requests.back()));
-  }
-  wait(group, requests);
-}
-
-namespace {
 
 // Posts the receive of `bytes` from `peer` and the send of `sent` to it.
 void post_bytes(const ExchangeGroup& group, int peer, const std::vector<std::uint8_t>& sent,
@@ -148,60 +72,192 @@ void ensure_feedback(std::vector<ErrorFeedback>& feedback, std::size_t count, co
 
 }  // namespace
 
-void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
-                          std::size_t count, double* values, int value_count) {
-  auto [self, size, requests, received_values] = begin_exchange(group, values, value_count);
-  if (size == 1) return;
-  if (size == 2) {
-    ensure_feedback(state.shards, 1, codec);
-    std::vector<std::uint8_t> mine(codec.encoded_bytes(count)), theirs(mine.size());
-    std::vector<float> own(count), other(count);
-    state.shards[0].encode(data, count, mine.data(), own.data());
-    post_bytes(group, 1 - self, mine, theirs, kEncodedTag, requests);
-    wait(group, requests);
-    add_values(self, size, values, value_count, received_values);
-    codec.decode(theirs.data(), count, other.data());
-    for (std::size_t i = 0; i < count; ++i) data[i] = own[i] + other[i];  // a + b == b + a
+ExchangeInFlight::~ExchangeInFlight() {
+  // Only on an exception path: the requests must not outlive their buffers.
+  for (MPI_Request& request : requests_) {
+    if (request != MPI_REQUEST_NULL) {
+      MPI_Cancel(&request);
+      MPI_Request_free(&request);
+    }
+  }
+}
+
+std::size_t ExchangeInFlight::shard_begin(int shard) const {
+  return count_ * static_cast<std::size_t>(shard) / static_cast<std::size_t>(size_);
+}
+
+void ExchangeInFlight::start(const ExchangeGroup& group, int tag_base, float* data, std::size_t count, double* values,
+                             int value_count, const WireCodec* codec, EncodedSumState* state) {
+  if (phase_ != Phase::done) abort_all(group.what + ": an exchange started twice");
+  group_ = &group, tag_base_ = tag_base, data_ = data, count_ = count;
+  values_ = values, value_count_ = value_count, codec_ = codec, state_ = state;
+  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &self_));
+  GT_MPI_CHECK(MPI_Comm_size(group.comm, &size_));
+  if (size_ == 1) return;
+  if (value_count > 0) post_values(group, self_, size_, values, value_count, received_values_, requests_, tag_base_ + kValuesTag);
+  phase_ = Phase::first;
+  if (count_ == 0) return;
+  if (codec_ != nullptr) {
+    post_encoded_shards();
+  } else if (size_ == 2) {
+    received_.resize(count_);
+    requests_.resize(requests_.size() + 2);
+    post_swap(group, self_, data_, received_.data(), count_, &requests_[requests_.size() - 2], &requests_.back(),
+              tag_base_ + kPairTag);
+  } else {
+    post_shards();
+  }
+}
+
+// Reduce-scatter: member k owns shard k and receives everyone's copy of it.
+void ExchangeInFlight::post_shards() {
+  const std::size_t own_count = shard_begin(self_ + 1) - shard_begin(self_);
+  received_.resize(own_count * static_cast<std::size_t>(size_));
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == self_) continue;
+    requests_.emplace_back();
+    GT_MPI_CHECK(MPI_Irecv(received_.data() + own_count * static_cast<std::size_t>(peer),
+                           checked_count(own_count, group_->what), MPI_FLOAT, peer, tag_base_ + kShardTag, group_->comm,
+                           &requests_.back()));
+    requests_.emplace_back();
+    GT_MPI_CHECK(MPI_Isend(data_ + shard_begin(peer), checked_count(shard_begin(peer + 1) - shard_begin(peer), group_->what),
+                           MPI_FLOAT, peer, tag_base_ + kShardTag, group_->comm, &requests_.back()));
+  }
+}
+
+// Every shard encoded for its owner (two members: the whole tensor, to the
+// other); this member's own, decoded, joins its sum.
+void ExchangeInFlight::post_encoded_shards() {
+  const int parts = size_ == 2 ? 1 : size_;
+  auto begin = [&](int shard) { return size_ == 2 ? std::size_t{0} : shard_begin(shard); };
+  auto length = [&](int shard) { return size_ == 2 ? count_ : shard_begin(shard + 1) - shard_begin(shard); };
+  ensure_feedback(state_->shards, static_cast<std::size_t>(parts), *codec_);
+  if (size_ > 2) ensure_feedback(state_->owned, 1, *codec_);
+  sent_bytes_.assign(static_cast<std::size_t>(size_), {});
+  received_bytes_.assign(static_cast<std::size_t>(size_), {});
+  const int own = size_ == 2 ? 0 : self_;
+  own_part_.resize(length(own));
+  std::vector<float> scratch(size_ == 2 ? 0 : count_);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (size_ == 2 && peer == self_) continue;
+    const int shard = size_ == 2 ? 0 : peer;
+    std::vector<std::uint8_t>& sent = sent_bytes_[peer];
+    sent.resize(codec_->encoded_bytes(length(shard)));
+    float* decoded = shard == own ? own_part_.data() : scratch.data();
+    state_->shards[shard].encode(data_ + begin(shard), length(shard), sent.data(), decoded);
+    if (peer == self_) continue;
+    received_bytes_[peer].resize(codec_->encoded_bytes(length(own)));
+    post_bytes(*group_, peer, sent, received_bytes_[peer], tag_base_ + kEncodedTag, requests_);
+  }
+}
+
+bool ExchangeInFlight::progress() {
+  while (phase_ != Phase::done) {
+    int complete = 1;
+    if (!requests_.empty()) {
+      GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, MPI_STATUSES_IGNORE));
+    }
+    if (!complete) return false;
+    requests_.clear();
+    advance();
+  }
+  return true;
+}
+
+void ExchangeInFlight::finish() {
+  while (phase_ != Phase::done) {
+    if (!requests_.empty()) wait_all_or_abort(requests_, group_->deadline_s, group_->what, -1, 2e-4, group_->world_ranks);
+    requests_.clear();
+    advance();
+  }
+}
+
+// The current phase's requests are complete: what it received is used.
+void ExchangeInFlight::advance() {
+  if (phase_ == Phase::second) {
+    if (codec_ != nullptr) {
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer != self_) codec_->decode(received_bytes_[peer].data(), shard_begin(peer + 1) - shard_begin(peer), data_ + shard_begin(peer));
+      }
+    }
+    phase_ = Phase::done;
     return;
   }
-  auto begin = [&](int shard) { return count * static_cast<std::size_t>(shard) / static_cast<std::size_t>(size); };
-  auto length = [&](int shard) { return begin(shard + 1) - begin(shard); };
-  ensure_feedback(state.shards, static_cast<std::size_t>(size), codec);
-  ensure_feedback(state.owned, 1, codec);
-  // Pass 1: every shard encoded for its owner; this member's own, decoded, joins its sum.
-  std::vector<std::vector<std::uint8_t>> sent(size), received(size);
-  std::vector<float> own_part(length(self)), scratch(count);
-  for (int peer = 0; peer < size; ++peer) {
-    sent[peer].resize(codec.encoded_bytes(length(peer)));
-    float* decoded = peer == self ? own_part.data() : scratch.data();
-    state.shards[peer].encode(data + begin(peer), length(peer), sent[peer].data(), decoded);
-    if (peer == self) continue;
-    received[peer].resize(codec.encoded_bytes(length(self)));
-    post_bytes(group, peer, sent[peer], received[peer], kEncodedTag, requests);
-  }
-  wait(group, requests);
-  add_values(self, size, values, value_count, received_values);
-  std::vector<float> total(length(self), 0.0f), part(length(self));
-  for (int member = 0; member < size; ++member) {  // rank order: the same sum wherever it is computed
-    if (member == self) {
-      for (std::size_t i = 0; i < total.size(); ++i) total[i] += own_part[i];
-      continue;
+  add_values(self_, size_, values_, value_count_, received_values_);
+  phase_ = Phase::done;
+  if (count_ == 0) return;
+  if (size_ == 2) {
+    if (codec_ != nullptr) {
+      received_.resize(count_);
+      codec_->decode(received_bytes_[1 - self_].data(), count_, received_.data());
+      for (std::size_t i = 0; i < count_; ++i) data_[i] = own_part_[i] + received_[i];  // a + b == b + a
+    } else {
+      for (std::size_t i = 0; i < count_; ++i) data_[i] += received_[i];  // both members get the same bits
     }
-    codec.decode(received[member].data(), length(self), part.data());
-    for (std::size_t i = 0; i < total.size(); ++i) total[i] += part[i];
+    return;
   }
-  // Pass 2: the owner's sum, encoded once; everyone keeps the decoded bytes.
-  std::vector<std::uint8_t> summed(codec.encoded_bytes(length(self)));
-  state.owned[0].encode(total.data(), total.size(), summed.data(), data + begin(self));
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == self) continue;
-    received[peer].resize(codec.encoded_bytes(length(peer)));
-    post_bytes(group, peer, summed, received[peer], kGatherTag, requests);
+  if (codec_ != nullptr) {
+    gather_encoded_sum();
+  } else {
+    gather_sum();
   }
-  wait(group, requests);
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer != self) codec.decode(received[peer].data(), length(peer), data + begin(peer));
+  phase_ = Phase::second;
+}
+
+// The owner adds its shard's copies in rank order, then sends the sum to all.
+void ExchangeInFlight::gather_sum() {
+  const std::size_t own_begin = shard_begin(self_), own_count = shard_begin(self_ + 1) - own_begin;
+  std::copy(data_ + own_begin, data_ + own_begin + own_count, received_.data() + own_count * static_cast<std::size_t>(self_));
+  for (std::size_t i = 0; i < own_count; ++i) {
+    float total = received_[i];
+    for (int member = 1; member < size_; ++member) total += received_[own_count * static_cast<std::size_t>(member) + i];
+    data_[own_begin + i] = total;
   }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == self_) continue;
+    requests_.emplace_back();
+    GT_MPI_CHECK(MPI_Irecv(data_ + shard_begin(peer), checked_count(shard_begin(peer + 1) - shard_begin(peer), group_->what),
+                           MPI_FLOAT, peer, tag_base_ + kGatherTag, group_->comm, &requests_.back()));
+    requests_.emplace_back();
+    GT_MPI_CHECK(MPI_Isend(data_ + own_begin, checked_count(own_count, group_->what), MPI_FLOAT, peer,
+                           tag_base_ + kGatherTag, group_->comm, &requests_.back()));
+  }
+}
+
+// The owner decodes and adds the contributions in rank order (the same sum
+// wherever it is computed), encodes the sum once and sends it to all;
+// everyone, the owner included, keeps the decoded bytes.
+void ExchangeInFlight::gather_encoded_sum() {
+  const std::size_t own_begin = shard_begin(self_), own_count = shard_begin(self_ + 1) - own_begin;
+  std::vector<float> total(own_count, 0.0f), part(own_count);
+  for (int member = 0; member < size_; ++member) {
+    const float* contribution = own_part_.data();
+    if (member != self_) {
+      codec_->decode(received_bytes_[member].data(), own_count, part.data());
+      contribution = part.data();
+    }
+    for (std::size_t i = 0; i < own_count; ++i) total[i] += contribution[i];
+  }
+  summed_bytes_.resize(codec_->encoded_bytes(own_count));
+  state_->owned[0].encode(total.data(), own_count, summed_bytes_.data(), data_ + own_begin);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == self_) continue;
+    received_bytes_[peer].resize(codec_->encoded_bytes(shard_begin(peer + 1) - shard_begin(peer)));
+    post_bytes(*group_, peer, summed_bytes_, received_bytes_[peer], tag_base_ + kGatherTag, requests_);
+  }
+}
+
+void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values, int value_count) {
+  ExchangeInFlight exchange;
+  exchange.start(group, 0, data, count, values, value_count, nullptr, nullptr);
+  exchange.finish();
+}
+
+void exchange_sum_encoded(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
+                          std::size_t count, double* values, int value_count) {
+  ExchangeInFlight exchange;
+  exchange.start(group, 0, data, count, values, value_count, &codec, &state);
+  exchange.finish();
 }
 
 std::vector<std::pair<std::string, std::vector<float>>> EncodedSumState::residuals() const {
@@ -249,7 +305,7 @@ void PendingPairSum::start(const ExchangeGroup& group, float* data, std::size_t 
   count_ = count;
   sent_.assign(data, data + count);
   received_.resize(count);
-  post_swap(group, self, sent_.data(), received_.data(), count, &requests_[0], &requests_[1]);
+  post_swap(group, self, sent_.data(), received_.data(), count, &requests_[0], &requests_[1], kPairTag);
 }
 
 void PendingPairSum::finish() {
