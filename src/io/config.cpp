@@ -83,6 +83,7 @@ std::vector<Field> fields(Config& c) {
       {"network.matrix", &c.network_matrix, true},
       {"network.deadline_s", &c.network_deadline_s},
       {"network.probe_bytes", &c.probe_bytes},
+      {"network.gradient_bucket_mb", &c.gradient_bucket_mb},
       {"network.transport", &c.transport},
       {"compression.gradients", &c.gradient_wire},
       {"compression.activations", &c.activation_wire},
@@ -288,6 +289,7 @@ void check(const Config& c) {
   finite_range("optimizer.gradient_clip", c.gradient_clip, 0, 1e9);
   finite_range("device.peak_tflops", c.device_peak_tflops, 0, 1e6);
   finite_range("network.deadline_s", c.network_deadline_s, 0.01, 1e7);
+  finite_range("network.gradient_bucket_mb", c.gradient_bucket_mb, 0, 1e6);
   finite_range("train.sample_temperature", c.sample_temperature, 0, 1e6);
   if (c.warmup_steps > c.train_steps) {
     fail(where, "optimizer.warmup_steps", "is larger than train.steps (" + std::to_string(c.train_steps) + ")");

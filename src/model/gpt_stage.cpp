@@ -79,7 +79,13 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
   for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
     layer_params_.push_back(layer_weights_in(params_, l));
     layer_grads_.push_back(layer_weights_in(grads_, l));
+    layer_begin_.push_back(find(layer_name(l, "ln1.weight"))->offset);
   }
+  // Past the last layer: the head's LayerNorm, or the buffer's end.
+  const ParameterView* lnf = find("lnf.weight");
+  const std::size_t layers_end = lnf ? lnf->offset : parameter_count_;
+  if (layer_begin_.empty()) layer_begin_.push_back(layers_end);  // no layers: the ranges still meet
+  layer_begin_.push_back(layers_end);
   embedding_head_params_ = embedding_head_weights_in(params_);
   embedding_head_grads_ = embedding_head_weights_in(grads_);
 
@@ -264,7 +270,10 @@ const float* Stage::output(int slot_index) const {
   return slot.layers.back().out;
 }
 
-void Stage::backward(int slot_index, const float* doutput, float loss_scale) {
+void Stage::backward(int slot_index, const float* doutput, float loss_scale, const GradientReady* ready) {
+  auto done = [&](std::size_t begin, std::size_t end) {
+    if (ready != nullptr && end > begin) (*ready)(begin, end);
+  };
   SlotActivations& slot = *slots_.at(slot_index);
   const int N = B_ * T_, C = C_;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
@@ -278,6 +287,7 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale) {
     backend_.fill_zero(dresidual_, NC);
     backend_.layernorm_backward(dresidual_, g.lnf_weight, g.lnf_bias, dln_, last_input, w.lnf_weight, slot.lnf_mean,
                                 slot.lnf_rstd, N, C);
+    done(layer_begin_.back(), parameter_count_);
   } else {
     backend_.fill_zero(dresidual_, NC);
     backend_.accumulate(dresidual_, doutput, NC);
@@ -285,10 +295,12 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale) {
   for (int i = static_cast<int>(slot.layers.size()) - 1; i >= 0; --i) {
     const float* x = i > 0 ? slot.layers[i - 1].out : (spec_.has_embedding ? slot.embedded : slot.input);
     layer_backward(layer_params_[i], layer_grads_[i], x, slot.layers[i]);
+    done(layer_begin_[i], layer_begin_[i + 1]);
   }
   if (spec_.has_embedding) {
     backend_.embedding_backward(g.wte, g.wpe, dresidual_, slot.tokens, B_, T_, C);
   }
+  done(0, layer_begin_.front());
 }
 
 }  // namespace geotrain::model

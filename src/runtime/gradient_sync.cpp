@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "geotrain/runtime/gradient_buckets.hpp"
 #include "geotrain/runtime/staged_buffer.hpp"
 
 namespace geotrain::runtime {
@@ -18,7 +19,8 @@ void sum_buffer(StagedBuffer& staged, bool device_memory, float* data, std::size
 }  // namespace
 
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
-                             int pipeline_stages, int data_parallel, double* job_sum, Timeline* timeline) {
+                             int pipeline_stages, int data_parallel, double* job_sum, Timeline* timeline,
+                             GradientBuckets* buckets) {
   // Each exchange is its own event, so that the timing file shows which one a slow step waited on.
   auto timed = [&](std::int64_t bytes, auto exchange) {
     const auto start = Timeline::Clock::now();
@@ -30,7 +32,9 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
   float* grads = stage.grads();
   const std::size_t count = stage.parameter_count();
   double value = job_sum ? *job_sum : 0.0;
-  if (data_parallel > 1) {
+  if (data_parallel > 1 && buckets != nullptr) {
+    timed(static_cast<std::int64_t>(sizeof(float) * count), [&] { buckets->finish(grads, &value, job_sum ? 1 : 0); });
+  } else if (data_parallel > 1) {
     timed(static_cast<std::int64_t>(sizeof(float) * count), [&] {
       sum_buffer(staged, device_memory, grads, count, [&](float* d, std::size_t n) {
         collectives.sum_data_parallel_with_values(d, n, &value, job_sum ? 1 : 0);

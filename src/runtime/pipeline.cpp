@@ -24,6 +24,9 @@ PipelineStep::PipelineStep(model::Stage& stage, kernels::Backend& backend, plan:
   activation_count_ = static_cast<std::size_t>(stage.micro_batch()) * stage.config().sequence_length *
                       stage.config().hidden;
   received_ = backend_.alloc(activation_count_);
+  for (std::size_t k = 0; k < program_.size(); ++k) {
+    if (program_[k].kind == plan::StepKind::backward) last_backward_ = k;
+  }
 }
 
 PipelineStep::~PipelineStep() { backend_.release(received_); }
@@ -40,7 +43,8 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   // CPU backend), timed as pipeline time; device-memory links skip them.
   const bool timed = timeline_ != nullptr && timeline_->recording();
   const auto bytes = static_cast<std::int64_t>(activation_count_ * sizeof(float));
-  for (const plan::Step& step : program_) {
+  for (std::size_t k = 0; k < program_.size(); ++k) {
+    const plan::Step& step = program_[k];
     const int i = step.micro_batch, slot = i % slots_;
     io::EventKind kind = io::EventKind::forward;
     int peer = -1;
@@ -70,7 +74,8 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
         break;
       case plan::StepKind::backward:
         kind = io::EventKind::backward;
-        stage_.backward(slot, last ? nullptr : received_, loss_scale);
+        stage_.backward(slot, last ? nullptr : received_, loss_scale,
+                        k == last_backward_ && gradient_ready_ ? &gradient_ready_ : nullptr);
         break;
       case plan::StepKind::send_gradient:
         kind = io::EventKind::send, peer = links.previous_peer();

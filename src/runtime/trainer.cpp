@@ -12,6 +12,7 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
 #include "geotrain/runtime/evaluation.hpp"
+#include "geotrain/runtime/gradient_buckets.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/sampler.hpp"
 #include "geotrain/io/token_shard.hpp"
@@ -145,6 +146,12 @@ class RankTrainer {
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);
+    if (role.replicas > 1 && config_.gradient_bucket_mb > 0) {
+      const auto bucket_floats = static_cast<std::size_t>(config_.gradient_bucket_mb * (1 << 20) / sizeof(float));
+      buckets_.emplace(with.collectives, with.backend, stage_.parameter_count(), bucket_floats);
+      pipeline_.set_gradient_ready(
+          [this](std::size_t begin, std::size_t end) { buckets_->ready(stage_.grads(), begin, end); });
+    }
     if (config_.sample_every_steps > 0) {
       tokenizer_ = io::tokenizer_from_text(tokenizer_text_, config_.data_train);
       sampler_.emplace(stage_, pipeline_, with.backend, role.stage, role.stages);
@@ -219,6 +226,7 @@ class RankTrainer {
   std::string residual_layout() const {
     return to_string(config_.gradient_wire) + " group_size=" + std::to_string(config_.compression_group_size) +
            " topk_fraction=" + std::to_string(config_.compression_topk_fraction) +
+           " bucket_mb=" + std::to_string(config_.gradient_bucket_mb) +
            " replicas=" + std::to_string(role_.replicas);
   }
 
@@ -250,7 +258,7 @@ class RankTrainer {
     }
     try {
       with_.collectives.restore_gradient_residuals(mine);
-    } catch (const std::invalid_argument& e) {
+    } catch (const std::logic_error& e) {  // a name these residuals cannot have come from
       throw InputError(path + ": /error_feedback: " + e.what());
     }
   }
@@ -302,7 +310,7 @@ class RankTrainer {
     const auto sync_start = Clock::now();
     // The loss rides with the gradient and the norm: no exchange of its own.
     const double norm = synchronize_gradients(stage_, with_.backend, with_.collectives, role_.stages, role_.replicas,
-                                              &job_loss, &timeline_);
+                                              &job_loss, &timeline_, buckets_ ? &*buckets_ : nullptr);
     const auto optimizer_start = Clock::now();
     const double lr = optimizer_.step(step, norm);
     with_.backend.synchronize();
@@ -461,6 +469,7 @@ class RankTrainer {
   model::Stage stage_;
   model::AdamW optimizer_;
   PipelineStep pipeline_;
+  std::optional<GradientBuckets> buckets_;  // the overlapped data-parallel sum (replicas > 1, buckets on)
   std::vector<std::vector<int>> inputs_, targets_;
   Timeline timeline_;
   TrainResult result_;

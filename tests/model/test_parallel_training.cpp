@@ -4,7 +4,9 @@
 // loss trajectory of one rank that processes the same global batches.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <condition_variable>
 #include <map>
@@ -14,6 +16,7 @@
 
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
+#include "geotrain/runtime/gradient_buckets.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
 #include "geotrain/runtime/pipeline.hpp"
 
@@ -177,8 +180,12 @@ std::vector<double> single_rank_trajectory(const std::vector<std::vector<Batch>>
   return losses;
 }
 
+// `bucket_floats` > 0: the data-parallel sum in buckets started during the
+// last backward (GradientBuckets); `early` then counts, over all ranks and
+// steps, the buckets started before the backward ended.
 std::vector<double> parallel_trajectory(const std::vector<std::vector<Batch>>& data, int pp, int dp,
-                                        plan::Schedule schedule) {
+                                        plan::Schedule schedule, std::size_t bucket_floats = 0,
+                                        std::atomic<int>* early = nullptr) {
   const int m = kGlobalMicro / dp;
   Mailbox box;
   Groups groups;
@@ -198,12 +205,19 @@ std::vector<double> parallel_trajectory(const std::vector<std::vector<Batch>>& d
           PipelineStep pipeline(stage, *backend, schedule, s, pp, m);
           Links links(box, r, s);
           GroupCollectives collectives(groups, r, s, pp, dp);
+          std::optional<GradientBuckets> buckets;
+          if (bucket_floats > 0) {
+            buckets.emplace(collectives, *backend, stage.parameter_count(), bucket_floats);
+            pipeline.set_gradient_ready([&](std::size_t b, std::size_t e) { buckets->ready(stage.grads(), b, e); });
+          }
           for (int step = 0; step < kSteps; ++step) {
             std::vector<MicroBatch> mine;  // replica r: its own slice of the global batch
             for (int i = 0; i < m; ++i) mine.push_back({data[step][r * m + i].first.data(), data[step][r * m + i].second.data()});
             stage.zero_grads();
             const double loss = pipeline.run(mine, links, kScale);
-            const double norm = synchronize_gradients(stage, *backend, collectives, pp, dp);
+            const double norm = synchronize_gradients(stage, *backend, collectives, pp, dp, nullptr, nullptr,
+                                                      buckets ? &*buckets : nullptr);
+            if (buckets && early) *early += buckets->started_early();
             optimizer.step(step, norm);
             if (s == pp - 1) replica_losses[r][step] = loss;
           }
@@ -239,6 +253,19 @@ TEST_P(ParallelTraining, FollowsTheSingleRankLossTrajectory) {
     EXPECT_NEAR(got[step], expected[step], 1e-5 * expected[step]) << "step " << step;
   }
   EXPECT_LT(expected.back(), expected.front());  // it trains at all
+}
+
+// Overlap changes when the sums start, not what they compute: the same
+// losses, bit for bit, as the sum after the backward, on two layouts.
+TEST(ParallelTraining, BucketedGradientSumsGiveTheSameBits) {
+  const auto data = make_steps();
+  for (const Layout layout : {Layout{2, 2, plan::Schedule::one_f_one_b}, Layout{1, 2, plan::Schedule::gpipe}}) {
+    const auto plain = parallel_trajectory(data, layout.pp, layout.dp, layout.schedule);
+    std::atomic<int> early{0};
+    const auto bucketed = parallel_trajectory(data, layout.pp, layout.dp, layout.schedule, 3000, &early);
+    for (int step = 0; step < kSteps; ++step) EXPECT_EQ(bucketed[step], plain[step]) << "pp" << layout.pp << " step " << step;
+    EXPECT_GT(early.load(), kSteps * layout.pp * layout.dp) << "buckets must start during the backward";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ParallelTraining,

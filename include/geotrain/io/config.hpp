@@ -62,6 +62,9 @@ struct Config {
   std::string network_matrix;              // scenario file to plan on instead of probing; "" = probe
   double network_deadline_s = 120;         // longest any rank waits for a peer before aborting the job
   int probe_bytes = 1 << 20;               // bandwidth message size of the start-up probe
+  // Data-parallel gradient sums start in buckets of this many MiB during the
+  // step's last backward (PyTorch DDP's default: 25); 0: one sum after it.
+  double gradient_bucket_mb = 25;
   // [checkpoint]
   std::string checkpoint_dir;              // "" = no checkpoints; relative to the working directory
   int checkpoint_every_steps = 0;          // 0: only at the end (and on SIGTERM)

@@ -5,6 +5,7 @@
 // runtime calls. A single-rank run is one stage that is both first and last.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,13 @@ struct ParameterView {
 // model and the layer range (checkpoints are checked against it before any
 // stage is built).
 std::vector<ParameterView> parameter_layout(const ModelShape& config, const StageSpec& spec);
+
+// Called by Stage::backward as ranges [begin, end) of the gradient buffer
+// (float offsets) reach their final value for this backward: the head's
+// LayerNorm, then each layer from the last, then the embeddings (at the
+// buffer's start; on a last stage the tied wte, which is complete early but
+// reported last so that the ranges come in one descending, gapless run).
+using GradientReady = std::function<void(std::size_t begin, std::size_t end)>;
 
 class Stage {
  public:
@@ -75,7 +83,8 @@ class Stage {
   // all micro-batches and replicas sum to the gradient of the mean loss);
   // else `doutput` [B,T,C] (device) is the gradient from the next stage.
   // Parameter gradients accumulate.
-  void backward(int slot, const float* doutput, float loss_scale);
+  // `ready` (may be null): told as each gradient range is done (see above).
+  void backward(int slot, const float* doutput, float loss_scale, const GradientReady* ready = nullptr);
   // Gradient with respect to the stage's input after backward (not first stage).
   const float* dinput() const { return dresidual_; }
 
@@ -108,6 +117,7 @@ class Stage {
   int B_, T_, C_, V_, NH_;
   std::vector<ParameterView> views_;
   std::size_t parameter_count_ = 0;
+  std::vector<std::size_t> layer_begin_;  // offset of each layer's first tensor, then the end of the last
   float* params_ = nullptr;
   float* grads_ = nullptr;
   std::vector<LayerWeights> layer_params_, layer_grads_;  // index: layer - first_layer

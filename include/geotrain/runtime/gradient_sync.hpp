@@ -56,6 +56,16 @@ class Collectives {
   // True: the float sums take the backend's device memory (NCCL); false:
   // host memory (MPI), staged.
   virtual bool takes_device_memory() const { return false; }
+  // The data-parallel sum in buckets (GradientBuckets): a bucket's sum starts
+  // while the backward goes on and is complete after finish_...(); `data`
+  // and `values` stay untouched until then. progress_...() lets sums in
+  // flight advance (MPI moves non-blocking messages only inside its calls).
+  // By default each bucket is summed at once.
+  virtual void start_data_parallel_bucket(float* data, std::size_t count, double* values, int value_count) {
+    sum_data_parallel_with_values(data, count, values, value_count);
+  }
+  virtual void progress_data_parallel() {}
+  virtual void finish_data_parallel_buckets() {}
   // The lossy gradient sum's error-feedback state (none for fp32): saved in
   // checkpoints, so that a resume continues bit for bit.
   virtual NamedResiduals gradient_residuals() const { return {}; }
@@ -76,8 +86,11 @@ class LocalCollectives : public Collectives {
 // in the same exchanges as the gradient and the norm (the trainer's loss),
 // in place. With `timeline`, each exchange is recorded as an all-reduce
 // event of the bytes it sums.
+// With `buckets`, the data-parallel sum is the one they started during the
+// backward, finished here.
+class GradientBuckets;
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
                              int pipeline_stages, int data_parallel, double* job_sum = nullptr,
-                             Timeline* timeline = nullptr);
+                             Timeline* timeline = nullptr, GradientBuckets* buckets = nullptr);
 
 }  // namespace geotrain::runtime

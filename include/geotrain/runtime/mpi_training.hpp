@@ -71,17 +71,21 @@ class MpiCollectives : public Collectives {
   void sum_over_pipeline_values(double* values, int count) override;
   double sum_data_parallel_value(double value) override;
   void sum_data_parallel_values(double* values, int count) override;
-  NamedResiduals gradient_residuals() const override { return gradient_state_.residuals(); }
-  void restore_gradient_residuals(const NamedResiduals& residuals) override {
-    gradient_state_.restore(gradient_codec_, residuals);
-  }
+  void start_data_parallel_bucket(float* host_data, std::size_t count, double* values, int value_count) override;
+  void progress_data_parallel() override;
+  void finish_data_parallel_buckets() override;
+  // The whole-tensor sum's as "shard_<k>" / "owned", bucket b's as "bucket_<b>.shard_<k>" ...
+  NamedResiduals gradient_residuals() const override;
+  void restore_gradient_residuals(const NamedResiduals& residuals) override;
 
  private:
   const ExchangeGroup& tied_group() const;
   const Topology& topology_;
   ExchangeGroup data_parallel_, pipeline_, tied_;
   WireCodec gradient_codec_;
-  EncodedSumState gradient_state_;
+  EncodedSumState gradient_state_;              // the sum of a whole tensor
+  std::vector<EncodedSumState> bucket_states_;  // bucket b's, by its place in the step
+  std::deque<ExchangeInFlight> buckets_;         // this step's, in flight (a deque: they must not move)
   PendingPairSum tied_in_flight_;
 };
 

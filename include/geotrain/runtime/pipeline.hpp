@@ -89,6 +89,9 @@ class PipelineStep {
   const StageTimes& times() const { return times_; }
   // Records every program step of run() (null: none).
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  // Passed to the step's last backward, whose gradient ranges are then final
+  // for the step (the overlapped data-parallel sum starts them); empty: none.
+  void set_gradient_ready(model::GradientReady ready) { gradient_ready_ = std::move(ready); }
 
   const std::vector<plan::Step>& program() const { return program_; }
 
@@ -102,6 +105,8 @@ class PipelineStep {
   StagedBuffer staging_;               // for links that take host memory
   StageTimes times_;
   Timeline* timeline_ = nullptr;
+  model::GradientReady gradient_ready_;
+  std::size_t last_backward_ = 0;  // index in program_ of the step's last backward
 
   // received_ <- the link.
   void receive(PipelineLinks& links, int micro_batch, bool gradient);

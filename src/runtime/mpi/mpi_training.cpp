@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
@@ -148,6 +149,55 @@ void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t coun
   } else {
     exchange_sum_encoded(data_parallel_, gradient_codec_, gradient_state_, data, count, values, value_count);
   }
+}
+
+void MpiCollectives::start_data_parallel_bucket(float* data, std::size_t count, double* values, int value_count) {
+  const std::size_t b = buckets_.size();
+  if (bucket_states_.size() <= b) bucket_states_.resize(b + 1);
+  // Tag bases past the whole-tensor sum's (0); reused after 4000 buckets,
+  // which is safe: both members post them in the same order (MPI keeps it).
+  const int tag_base = 8 * (1 + static_cast<int>(b % 4000));
+  const bool exact = gradient_codec_.format == WireFormat::fp32;
+  buckets_.emplace_back().start(data_parallel_, tag_base, data, count, values, value_count,
+                                exact ? nullptr : &gradient_codec_, &bucket_states_[b]);
+}
+
+void MpiCollectives::progress_data_parallel() {
+  for (ExchangeInFlight& bucket : buckets_) bucket.progress();
+}
+
+void MpiCollectives::finish_data_parallel_buckets() {
+  for (ExchangeInFlight& bucket : buckets_) bucket.finish();
+  buckets_.clear();
+}
+
+NamedResiduals MpiCollectives::gradient_residuals() const {
+  NamedResiduals named = gradient_state_.residuals();
+  for (std::size_t b = 0; b < bucket_states_.size(); ++b) {
+    for (auto& [part, residual] : bucket_states_[b].residuals()) {
+      named.emplace_back("bucket_" + std::to_string(b) + "." + part, std::move(residual));
+    }
+  }
+  return named;
+}
+
+void MpiCollectives::restore_gradient_residuals(const NamedResiduals& residuals) {
+  NamedResiduals whole;
+  std::vector<NamedResiduals> by_bucket;
+  for (const auto& [name, residual] : residuals) {
+    if (name.rfind("bucket_", 0) != 0) {
+      whole.emplace_back(name, residual);
+      continue;
+    }
+    const std::size_t dot = name.find('.');
+    const unsigned long b = std::stoul(name.substr(7, dot - 7));
+    if (dot == std::string::npos || b >= 65536) throw std::invalid_argument("error-feedback residual '" + name + "': bad bucket");
+    if (by_bucket.size() <= b) by_bucket.resize(b + 1);
+    by_bucket[b].emplace_back(name.substr(dot + 1), residual);
+  }
+  gradient_state_.restore(gradient_codec_, whole);
+  if (bucket_states_.size() < by_bucket.size()) bucket_states_.resize(by_bucket.size());
+  for (std::size_t b = 0; b < by_bucket.size(); ++b) bucket_states_[b].restore(gradient_codec_, by_bucket[b]);
 }
 
 const ExchangeGroup& MpiCollectives::tied_group() const {

@@ -9,6 +9,11 @@ single-rank run within the relative tolerance. The golden trajectory is the
 single-rank run of the same binary: the claim under test is that pipelining
 and data parallelism do not change the mathematics.
 
+Overlap: the rank-order runs sum gradients after the backward
+(network.gradient_bucket_mb = 0); with replicas, the same run again with
+64 KiB buckets (several start during the backward) must give the same
+losses bit for bit.
+
 usage: check_trajectories.py GEOTRAIN CONFIG CASES -- MPIRUN...
   CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp)
 """
@@ -55,11 +60,20 @@ def main():
     for case in cases.split(","):
         pp, dp = (int(x) for x in case.split("x"))
         layouts = {}
+        command = [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
+                   f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}"]
         for placement, schedule in (("rank-order", "1f1b"), ("random", "gpipe")):
-            losses, final, pipelines = run(
-                [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
-                 f"--pipeline.placement={placement}", f"--pipeline.schedule={schedule}",
-                 f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}"])
+            buckets = ["--network.gradient_bucket_mb=0"] if placement == "rank-order" else []
+            losses, final, pipelines = run([*command, f"--pipeline.placement={placement}",
+                                            f"--pipeline.schedule={schedule}", *buckets])
+            if placement == "rank-order" and dp > 1:
+                overlapped, _, _ = run([*command, "--pipeline.placement=rank-order", "--pipeline.schedule=1f1b",
+                                        "--network.gradient_bucket_mb=0.0625"])
+                same = overlapped == losses
+                print(f"pp={pp} dp={dp} rank-order 1f1b, 64 KiB buckets: losses "
+                      f"{'bitwise equal' if same else 'DIFFER'} to the sum after the backward")
+                if not same:
+                    failures.append(f"{case} buckets: {overlapped} vs {losses}")
             layouts[placement] = pipelines
             worst = max(relative(a, b) for a, b in zip(losses, reference))
             worst = max(worst, relative(final, reference_final))
