@@ -25,7 +25,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n 4)
 
 # Bytes on the wire per gradient value, from the encodings' definitions
-# (runtime/wire_codec.hpp): fp32 4; int8 1 + 4/64 (a scale per 64 values);
+# (common/wire_bytes.hpp): fp32 4; int8 1 + 4/64 (a scale per 64 values);
 # int4 0.5 + 4/64; top-k 1% of the values as (uint32, fp32) pairs = 0.08.
 declare -A bytes_per_value=([fp32]=4 [int8]=1.0625 [int4]=0.5625 [topk]=0.08 [all-int8]=1.0625 [all-int4]=0.5625)
 

@@ -4,6 +4,7 @@
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
+#include "compression_options.hpp"
 #include "geotrain/plan/search.hpp"
 #include "launch_files.hpp"
 #include "plan_report.hpp"
@@ -29,6 +30,7 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--islands", o.islands, "independent populations; the best wins")->check(CLI::Range(1, 1024));
   plan->add_option("--threads", o.threads, "threads running islands (does not change the result)")
       ->check(CLI::Range(1, 1024));
+  add_compression_options(plan, o.compression);
   plan->add_flag("--json", o.json, "print one JSON object instead of the table");
   plan->add_flag("--no-baselines", o.skip_baselines, "skip the baselines (faster on large networks)");
   plan->add_option("--out", o.json_out, "also write the plan as JSON to this file");
@@ -48,6 +50,8 @@ int run_plan_command(const PlanCommandOptions& o) {
     const int pp = scenario.workload.pipeline_stages, dp = scenario.workload.data_parallel;
     scenario.workload = plan::workload_from_model(io::training_shape(io::load_model_file(o.model)), pp, dp);
   }
+  // c_PP, its way back and c_DP as the runtime would encode them.
+  plan::encode_traffic(scenario.workload, traffic_encoding(o.compression));
   const plan::CostModel model(scenario.network, scenario.workload);
 
   plan::SearchOptions options;

@@ -52,7 +52,8 @@ std::string render_plan_table(const PlanReport& r) {
   std::ostringstream out;
   out << "geotrain plan: " << (r.scenario->name.empty() ? r.scenario->path : r.scenario->name) << "\n"
       << "  " << net.device_count << " devices = " << w.pipeline_stages << " stages x " << w.data_parallel
-      << " data-parallel replicas; c_PP = " << format("%.0f", w.c_pp_bytes) << " bytes, c_DP = "
+      << " data-parallel replicas; c_PP = " << format("%.0f", w.c_pp_bytes) << " bytes"
+      << (w.c_pp_gradient_bytes ? " (back " + format("%.0f", *w.c_pp_gradient_bytes) + ")" : "") << ", c_DP = "
       << format("%.0f", w.c_dp_bytes) << " bytes (" << w.origin << ")\n"
       << "  search: " << plan::to_string(r.options->local_search) << " local search, seed " << r.options->seed
       << ", " << r.result->evaluations << " candidates" << (r.options->paper_bugs ? ", paper-exact" : "")
@@ -103,6 +104,7 @@ std::string render_plan_json(const PlanReport& r) {
   j["dp"] = w.data_parallel;
   j["workload_origin"] = w.origin;
   j["c_pp_bytes"] = w.c_pp_bytes;
+  j["c_pp_gradient_bytes"] = w.c_pp_back_bytes();  // the activations' gradients back
   j["c_dp_bytes"] = w.c_dp_bytes;
   j["cost_s"] = plan.cost.total_s();
   j["datap_cost_s"] = plan.cost.datap_s;

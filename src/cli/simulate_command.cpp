@@ -11,6 +11,8 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/scenario.hpp"
+#include "compression_options.hpp"
+#include "geotrain/plan/flush_advisor.hpp"
 #include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "plan_report.hpp"
@@ -31,6 +33,7 @@ struct Resolved {
   double plan_cost_s = 0;
   plan::SimulationResult result;
   plan::PipelineWork work;
+  plan::FlushRecommendation flush;
 };
 
 std::string fmt(const char* pattern, double v) {
@@ -41,15 +44,9 @@ std::string fmt(const char* pattern, double v) {
 
 bool on_off(const std::string& text) { return text == "on"; }
 
-Resolved resolve(const SimulateCommandOptions& o) {
-  Resolved r;
-  io::WorkloadOverrides overrides;
-  if (o.pp > 0) overrides.pipeline_stages = o.pp;
-  if (o.dp > 0) overrides.data_parallel = o.dp;
-  r.scenario = io::load_scenario(o.scenario, overrides);
-  for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
-  r.model_file = io::load_model_file(o.model);
-
+// The simulation's settings: the model file with the command line's
+// overrides, the device, and the runtime's choices (--system, then each option).
+void resolve_config(const SimulateCommandOptions& o, Resolved& r) {
   plan::SimulationConfig& c = r.config;
   io::ModelFile& file = r.model_file;
   if (o.layers > 0) file.model.layers = o.layers;
@@ -59,6 +56,7 @@ Resolved resolve(const SimulateCommandOptions& o) {
   if (o.micro_batch > 0) batch.micro_batch_sequences = o.micro_batch;
   file.batch = batch;
   c.model = io::training_shape(file);
+  c.model.wire = traffic_encoding(o.compression);
   c.global_batch_sequences = batch.global_batch_sequences;
   c.micro_batch_sequences = batch.micro_batch_sequences;
   const io::DeviceSpeed device = r.model_file.device.value_or(io::DeviceSpeed{});
@@ -76,8 +74,22 @@ Resolved resolve(const SimulateCommandOptions& o) {
   if (!o.overlap.empty()) c.overlap_communication = on_off(o.overlap);
   if (o.pipeline_micro_batches >= 0) c.micro_batches_per_flush = o.pipeline_micro_batches;
   c.recompute = on_off(o.recompute);
-  c.lm_head = on_off(o.lm_head);
+  if (o.untied_head && o.lm_head == "off") throw InputError("--untied-head needs the LM head (--lm-head on)");
+  c.lm_head = o.lm_head.empty() ? o.untied_head : on_off(o.lm_head);
+  c.tied_head = !o.untied_head;
   plan::parse_flops_formula(o.flops_formula, &c.flops_formula);
+}
+
+Resolved resolve(const SimulateCommandOptions& o) {
+  Resolved r;
+  io::WorkloadOverrides overrides;
+  if (o.pp > 0) overrides.pipeline_stages = o.pp;
+  if (o.dp > 0) overrides.data_parallel = o.dp;
+  r.scenario = io::load_scenario(o.scenario, overrides);
+  for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
+  r.model_file = io::load_model_file(o.model);
+  resolve_config(o, r);
+  const plan::SimulationConfig& c = r.config;
   plan::parse_placement(o.placement, &r.placement);
 
   const int pp = r.scenario.workload.pipeline_stages, dp = r.scenario.workload.data_parallel;
@@ -89,7 +101,8 @@ Resolved resolve(const SimulateCommandOptions& o) {
                      " (see --layers, --batch, --micro-batch, --pipeline-micro-batches, --pp, --dp)");
   }
 
-  // The placement is planned for the model simulated, not the scenario's.
+  // The placement is planned for the model simulated (its compression
+  // included), not the scenario's.
   r.scenario.workload = plan::workload_from_model(c.model, pp, dp);
   const plan::CostModel cost_model(r.scenario.network, r.scenario.workload);
   plan::SearchOptions search;
@@ -98,7 +111,52 @@ Resolved resolve(const SimulateCommandOptions& o) {
   r.placed = plan::make_placement(cost_model, r.placement, search);
   r.plan_cost_s = r.placed.plan.cost.total_s();
   r.result = plan::simulate(r.scenario.network, r.placed.plan, c, o.timeline);
+  if (!o.timeline) r.flush = plan::recommend_flush(r.scenario.network, r.placed.plan, c, o.flush_tolerance);
   return r;
+}
+
+std::string render_recommendation(const plan::FlushRecommendation& f) {
+  const plan::FlushCandidate &choice = f.choice(), &best = f.candidates[f.best];
+  std::ostringstream out;
+  out << "Recommendation: " << choice.micro_batches_per_flush << " micro-batches per flush (utilisation "
+      << fmt("%.1f%%", 100 * choice.utilisation_mean) << ", iteration " << fmt("%.4f", choice.iteration_s)
+      << " s): the smallest flush within " << fmt("%g%%", 100 * f.tolerance) << " of the best, "
+      << best.micro_batches_per_flush << " (" << fmt("%.1f%%", 100 * best.utilisation_mean) << ")\n  flush:";
+  for (const auto& candidate : f.candidates) {
+    out << " " << candidate.micro_batches_per_flush << fmt(" %.1f%%", 100 * candidate.utilisation_mean);
+  }
+  out << "\n";
+  return out.str();
+}
+
+std::string head_text(const plan::SimulationConfig& c) {
+  if (!c.lm_head) return "off";
+  return c.tied_head ? "on (tied: wte's gradient swapped between first and last stage)" : "on (untied)";
+}
+
+std::string render_results(const Resolved& r) {
+  const auto& c = r.config;
+  const auto& res = r.result;
+  std::ostringstream out;
+  out << "\nOne iteration (seconds):\n"
+      << "  iteration        " << fmt("%12.4f", res.iteration_s) << "\n"
+      << "  pipeline phase   " << fmt("%12.4f", res.pipeline_phase_s) << "   start to the last backward (slowest replica)\n"
+      << "  compute          " << fmt("%12.4f", res.compute_s) << "   busiest device, forward + backward\n"
+      << "  pipeline sends   " << fmt("%12.4f", res.pipeline_comm_s)
+      << "   busiest device's links busy sending activations + gradients (bytes/beta)\n"
+      << "  DP exchange      " << fmt("%12.4f", res.datap_comm_s) << "   slowest stage group\n"
+      << "  bubble           " << fmt("%11.1f%%", 100 * res.bubble_fraction)
+      << "   share of the pipeline phase without compute\n";
+  if (res.tied_exchange_s > 0) {
+    out << "  tied embedding   " << fmt("%12.4f", res.tied_exchange_s)
+        << "   first <-> last stage swap of wte's gradient (slowest replica), after their DP exchanges\n";
+  }
+  out << "  utilisation      " << fmt("%11.1f%%", 100 * res.utilisation_mean) << fmt("   mean, %.1f%% min", 100 * res.utilisation_min)
+      << " over devices: compute / iteration\n"
+      << "Throughput: " << fmt("%.4f", res.pflops) << " PFLOPS (" << plan::to_string(c.flops_formula) << " FLOP count, "
+      << fmt("%.4g", res.flops_per_iteration) << " per iteration), " << fmt("%.0f", res.tokens_per_s) << " tokens/s\n";
+  if (!r.flush.candidates.empty()) out << render_recommendation(r.flush);
+  return out.str();
 }
 
 std::string render_table(const Resolved& r) {
@@ -120,7 +178,11 @@ std::string render_table(const Resolved& r) {
       << res.flushes << " flush" << (res.flushes > 1 ? "es" : "") << " of " << res.micro_batches_per_flush << "\n"
       << "  communication " << (c.overlap_communication ? "overlapped with compute" : "blocking (batched p2p)")
       << ", data parallel " << plan::to_string(c.dp_scheme) << ", recomputation " << (c.recompute ? "on" : "off")
-      << ", LM head " << (c.lm_head ? "on" : "off") << "\n\n";
+      << ", LM head " << head_text(c) << "\n"
+      << "  wire: "
+      << describe_traffic(c.model, static_cast<double>(c.micro_batch_sequences) * c.model.sequence_length * c.model.hidden,
+                          plan::stage_parameters(c.model, 0, plan.pipeline_stages))
+      << "\n\n";
 
   out << "Stages (times per micro-batch; stages[s][r] sends to stages[s+1][r]):\n"
       << "  stage  forward ms  backward ms  gradient MB  DP exchange s  last backward s  devices by replica\n";
@@ -132,18 +194,39 @@ std::string render_table(const Resolved& r) {
                   res.stage_last_backward_s[s], devices.c_str());
     out << line;
   }
-  out << "\nOne iteration (seconds):\n"
-      << "  iteration        " << fmt("%12.4f", res.iteration_s) << "\n"
-      << "  pipeline phase   " << fmt("%12.4f", res.pipeline_phase_s) << "   start to the last backward (slowest replica)\n"
-      << "  compute          " << fmt("%12.4f", res.compute_s) << "   busiest device, forward + backward\n"
-      << "  pipeline sends   " << fmt("%12.4f", res.pipeline_comm_s)
-      << "   busiest device's links busy sending activations + gradients (bytes/beta)\n"
-      << "  DP exchange      " << fmt("%12.4f", res.datap_comm_s) << "   slowest stage group\n"
-      << "  bubble           " << fmt("%11.1f%%", 100 * res.bubble_fraction)
-      << "   share of the pipeline phase without compute\n"
-      << "Throughput: " << fmt("%.4f", res.pflops) << " PFLOPS (" << plan::to_string(c.flops_formula) << " FLOP count, "
-      << fmt("%.4g", res.flops_per_iteration) << " per iteration), " << fmt("%.0f", res.tokens_per_s) << " tokens/s\n";
+  out << render_results(r);
   return out.str();
+}
+
+nlohmann::json encoding_json(const std::optional<WireEncoding>& e) {
+  if (!e) return nullptr;  // the model's bytes per value
+  return {{"format", to_string(e->format)}, {"group_size", e->group_size}, {"topk_fraction", e->topk_fraction}};
+}
+
+// What the wire carries, the tied head, utilisation and the flush advice.
+void add_extension_json(const Resolved& r, nlohmann::json& j) {
+  const auto& wire = r.config.model.wire;
+  j["compression"] = {{"activations", encoding_json(wire.activations)},
+                      {"activation_gradients", encoding_json(wire.activation_gradients)},
+                      {"gradients", encoding_json(wire.gradients)}};
+  j["activation_gradient_bytes"] = r.work.activation_gradient_bytes.value_or(r.work.activation_bytes);
+  j["tied_head"] = r.config.lm_head && r.config.tied_head;
+  j["tied_embedding_bytes"] = r.work.tied_embedding_bytes;
+  j["tied_exchange_s"] = r.result.tied_exchange_s;
+  j["utilisation_mean"] = r.result.utilisation_mean;
+  j["utilisation_min"] = r.result.utilisation_min;
+  const plan::FlushRecommendation& f = r.flush;
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const auto& c : f.candidates) {
+    candidates.push_back({{"micro_batches_per_flush", c.micro_batches_per_flush}, {"iteration_s", c.iteration_s},
+                          {"utilisation_mean", c.utilisation_mean}, {"utilisation_min", c.utilisation_min}});
+  }
+  j["recommendation"] = {{"micro_batches_per_flush", f.choice().micro_batches_per_flush},
+                         {"utilisation_mean", f.choice().utilisation_mean},
+                         {"iteration_s", f.choice().iteration_s},
+                         {"best_micro_batches_per_flush", f.candidates[f.best].micro_batches_per_flush},
+                         {"tolerance", f.tolerance},
+                         {"candidates", candidates}};
 }
 
 std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
@@ -193,6 +276,7 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["stage_datap_s"] = res.stage_datap_s;
   j["stage_last_backward_s"] = res.stage_last_backward_s;
   j["stages"] = r.placed.plan.stages;
+  add_extension_json(r, j);
   return j.dump(2) + "\n";
 }
 
@@ -243,7 +327,15 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
       ->check(CLI::IsMember({"on", "off"}));
   sim->add_option("--recompute", o.recompute, "activation recomputation (on: backward = 3 forwards)")
       ->check(CLI::IsMember({"on", "off"}));
-  sim->add_option("--lm-head", o.lm_head, "logits over the vocabulary on the last stage")->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--lm-head", o.lm_head, "logits over the vocabulary on the last stage (default off)")
+      ->check(CLI::IsMember({"on", "off"}));
+  sim->add_flag("--untied-head", o.untied_head,
+                "the LM head is its own V x h matrix on the last stage (implies --lm-head on); default: tied to "
+                "wte, whose gradient the first and last stage swap every iteration");
+  add_compression_options(sim, o.compression);
+  sim->add_option("--flush-tolerance", o.flush_tolerance,
+                  "recommendation: the smallest flush whose utilisation is within this share of the best (0.02)")
+      ->check(CLI::Range(0.0, 0.99));
   sim->add_option("--flops-formula", o.flops_formula, "FLOP count for PFLOPS: paper, megatron, executed")
       ->check(CLI::IsMember({"paper", "megatron", "executed"}));
   sim->add_option("--seed", o.seed, "seed of the planner and of the random placement");

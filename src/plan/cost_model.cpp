@@ -15,14 +15,18 @@ CostModel::CostModel(const Network& network, const Workload& workload)
     throw std::invalid_argument("CostModel: pipeline_stages * data_parallel must equal devices");
   }
   const double shard_bytes = workload.c_dp_bytes / dp_;
+  // Activations forward and their gradients back may be encoded to
+  // different sizes; the search treats a path and its reverse alike, so a
+  // link carries their mean each way: exact on symmetric matrices, where
+  // the link is t(fwd) + t(back); (x + x) / 2 == x, so equal sizes are unchanged.
+  const double pp_bytes = (workload.c_pp_bytes + workload.c_pp_back_bytes()) / 2;
   for (int u = 0; u < n_; ++u) {
     for (int v = 0; v < n_; ++v) {
       if (u == v) continue;
       // §2.2: one shard each way; §2.3: activation forward, gradient back.
       datap_pair_[u * n_ + v] =
           network.transfer_s(u, v, shard_bytes) + network.transfer_s(v, u, shard_bytes);
-      link_[u * n_ + v] = network.transfer_s(u, v, workload.c_pp_bytes) +
-                          network.transfer_s(v, u, workload.c_pp_bytes);
+      link_[u * n_ + v] = network.transfer_s(u, v, pp_bytes) + network.transfer_s(v, u, pp_bytes);
     }
   }
 }

@@ -60,7 +60,10 @@ double iteration_flops(const SimulationConfig& c, FlopsFormula formula) {
   return 0;
 }
 
-PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_parallel) {
+namespace {
+
+// Micro-batches per replica per iteration; throws where the shapes do not fit.
+int checked_micro_batches(const SimulationConfig& c, int stages, int data_parallel) {
   const TrainingShape& m = c.model;
   if (stages < 1 || data_parallel < 1) throw std::invalid_argument("pipeline stages and data-parallel degree must be >= 1");
   if (m.layers < stages) {
@@ -76,7 +79,34 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   if (!(c.peak_tflops > 0) || !(c.efficiency > 0) || !std::isfinite(c.peak_tflops) || !std::isfinite(c.efficiency)) {
     throw std::invalid_argument("peak TFLOPS and efficiency must be finite and > 0");
   }
-  const int micro_batches = c.global_batch_sequences / data_parallel / c.micro_batch_sequences;
+  return c.global_batch_sequences / data_parallel / c.micro_batch_sequences;
+}
+
+// Bytes on the wire: activations and their gradients per micro-batch, each
+// stage's gradient, the tied embedding; encoded as config.model.wire says.
+void add_traffic(const SimulationConfig& c, int stages, PipelineWork& w) {
+  const TrainingShape& m = c.model;
+  const double head = static_cast<double>(m.vocabulary) * m.hidden;  // V x h
+  for (int s = 0; s < stages; ++s) {
+    double parameters = stage_parameters(m, s, stages);
+    // The last stage holds the head: a copy of wte if tied (with D_pp = 1 it is stage 0's own), or its own.
+    if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += head;
+    w.gradient_bytes.push_back(traffic_bytes(m.wire.gradients, parameters, m.gradient_bytes));
+  }
+  const double values = static_cast<double>(c.micro_batch_sequences) * m.sequence_length * m.hidden;
+  w.activation_bytes = traffic_bytes(m.wire.activations, values, m.activation_bytes);
+  if (m.wire.activations || m.wire.activation_gradients) {
+    w.activation_gradient_bytes = traffic_bytes(m.wire.activation_gradients, values, m.activation_bytes);
+  }
+  // The runtime sums the tied embedding unencoded (fp32 gradients).
+  if (c.lm_head && c.tied_head && stages > 1) w.tied_embedding_bytes = head * m.gradient_bytes;
+}
+
+}  // namespace
+
+PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_parallel) {
+  const TrainingShape& m = c.model;
+  const int micro_batches = checked_micro_batches(c, stages, data_parallel);
   int flush = c.micro_batches_per_flush;
   if (flush <= 0 || flush > micro_batches) flush = micro_batches;
   if (micro_batches % flush != 0) {
@@ -102,9 +132,8 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
     }
     w.forward_s.push_back(forward / rate);
     w.backward_s.push_back(backward / rate);
-    w.gradient_bytes.push_back(stage_parameters(m, s, stages) * m.gradient_bytes);
   }
-  w.activation_bytes = b * m.sequence_length * m.hidden * m.activation_bytes;
+  add_traffic(c, stages, w);
   return w;
 }
 
@@ -313,7 +342,9 @@ class ReplicaRun {
       start = std::max(start, msg.receiver_post);
     }
     const int u = plan_.stages[route.sender][replica_], v = plan_.stages[route.receiver][replica_];
-    const double serialise = w_.activation_bytes / net_.bandwidth(u, v);
+    const bool forward = route.link % 2 == 0;
+    const double bytes = forward ? w_.activation_bytes : w_.activation_gradient_bytes.value_or(w_.activation_bytes);
+    const double serialise = bytes / net_.bandwidth(u, v);
     start = std::max(start, link_free_[route.link]);
     link_free_[route.link] = start + serialise;  // the link is busy while the bytes go out
     msg.arrival = start + serialise + net_.latency(u, v);
@@ -355,6 +386,23 @@ void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWor
   }
 }
 
+// The tied embedding: once its group's exchange is done, each end of a
+// replica sends its gradient of wte to the other (gradient_sync.cpp sums
+// it after the data-parallel exchange); the optimizer step needs both.
+void add_tied_exchange(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
+  const int last = plan.pipeline_stages - 1;
+  if (last < 1 || !(w.tied_embedding_bytes > 0)) return;
+  const double first_ready = result->stage_last_backward_s[0] + result->stage_datap_s[0];
+  const double last_ready = result->stage_last_backward_s[last] + result->stage_datap_s[last];
+  for (int r = 0; r < plan.data_parallel; ++r) {
+    const int head = plan.stages[0][r], tail = plan.stages[last][r];
+    const double down = net.transfer_s(head, tail, w.tied_embedding_bytes);
+    const double up = net.transfer_s(tail, head, w.tied_embedding_bytes);
+    result->tied_exchange_s = std::max({result->tied_exchange_s, down, up});
+    result->iteration_s = std::max({result->iteration_s, first_ready + down, last_ready + up});
+  }
+}
+
 }  // namespace
 
 SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWork& w, bool record_trace) {
@@ -368,7 +416,7 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
   result.micro_batches_per_flush = m;
   result.flushes = w.flushes;
   result.stage_last_backward_s.assign(p, 0.0);
-  double total_compute = 0;
+  double total_compute = 0, least_compute = std::numeric_limits<double>::infinity();
   for (int r = 0; r < d; ++r) {
     ReplicaRun replica(net, plan, w, programs, r, record_trace ? &result.trace : nullptr);
     replica.run();
@@ -378,9 +426,15 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
       result.compute_s = std::max(result.compute_s, replica.compute_s(s));
       result.pipeline_comm_s = std::max(result.pipeline_comm_s, replica.sending_s(s));
       total_compute += replica.compute_s(s);
+      least_compute = std::min(least_compute, replica.compute_s(s));
     }
   }
   add_datap_exchanges(net, plan, w, &result);
+  add_tied_exchange(net, plan, w, &result);
+  if (result.iteration_s > 0) {
+    result.utilisation_mean = total_compute / (static_cast<double>(p) * d) / result.iteration_s;
+    result.utilisation_min = least_compute / result.iteration_s;
+  }
   result.bubble_fraction =
       result.pipeline_phase_s > 0 ? 1.0 - total_compute / (static_cast<double>(p) * d * result.pipeline_phase_s) : 0.0;
   return result;

@@ -2,6 +2,24 @@
 
 namespace geotrain::plan {
 
+double traffic_bytes(const std::optional<WireEncoding>& encoding, double values, int value_bytes) {
+  return encoding ? wire_encoded_bytes(*encoding, values) : values * value_bytes;
+}
+
+void encode_traffic(Workload& w, const TrafficEncoding& wire) {
+  const double activations = w.c_pp_bytes / w.model.activation_bytes;
+  const double gradients = w.c_dp_bytes / w.model.gradient_bytes;
+  if (wire.activation_gradients) {
+    w.c_pp_gradient_bytes = traffic_bytes(wire.activation_gradients, w.c_pp_back_bytes() / w.model.activation_bytes,
+                                          w.model.activation_bytes);
+  }
+  if (wire.activations) {
+    if (!w.c_pp_gradient_bytes) w.c_pp_gradient_bytes = w.c_pp_bytes;  // the way back keeps its size
+    w.c_pp_bytes = traffic_bytes(wire.activations, activations, w.model.activation_bytes);
+  }
+  if (wire.gradients) w.c_dp_bytes = traffic_bytes(wire.gradients, gradients, w.model.gradient_bytes);
+}
+
 double model_parameters(const ModelShape& m) {
   const double h = m.hidden;
   // Per block: QKV (3h^2 + 3h), output (h^2 + h), MLP (8h^2 + 5h), two norms (4h).
@@ -21,6 +39,7 @@ Workload workload_from_model(const TrainingShape& model, int pipeline_stages, in
   w.c_pp_bytes = model.tokens_per_step / data_parallel * model.hidden * model.activation_bytes;
   // Each stage exchanges the gradient of its share of the parameters.
   w.c_dp_bytes = model_parameters(model) / pipeline_stages * model.gradient_bytes;
+  encode_traffic(w, model.wire);
   return w;
 }
 

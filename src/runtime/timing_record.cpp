@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "geotrain/common/wire_bytes.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 
@@ -43,6 +44,31 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
     if (pp > 1) end = std::max(end, ready[0] + network.transfer_s(chain.front(), chain.back(), embedding_bytes));
   }
   return end;
+}
+
+// What the run's pipeline does, for the simulator: the measured compute,
+// the bytes as the run encodes them ([compression]; fp32 where unset), the
+// schedule and the exchange MpiCollectives runs.
+plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& model, const JobDescription& job,
+                                  const std::vector<RankTiming>& ranks, const MeasuredCompute& measured) {
+  plan::PipelineWork work;
+  work.micro_batches_per_flush = config.gradient_accumulation;
+  work.flushes = 1;
+  work.forward_s = measured.forward_s;
+  work.backward_s = measured.backward_s;
+  auto encoded = [&](WireFormat format, double values) {
+    return wire_encoded_bytes(WireEncoding{format, config.compression_group_size, config.compression_topk_fraction}, values);
+  };
+  const double values = 1.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
+  work.activation_bytes = encoded(config.activation_wire, values);
+  work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
+  for (const auto& stage : job.plan.stages) {
+    work.gradient_bytes.push_back(encoded(config.gradient_wire, static_cast<double>(ranks[stage[0]].stage_parameters)));
+  }
+  work.schedule = config.pipeline_schedule;
+  work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)
+  work.overlap_communication = true;                 // sends are non-blocking on a copy
+  return work;
 }
 
 }  // namespace
@@ -140,17 +166,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   const MeasuredCompute measured = measured_compute(run.events, run.stage_of_rank, pp);
   run.forward_s = measured.forward_s;
   run.backward_s = measured.backward_s;
-  plan::PipelineWork work;
-  work.micro_batches_per_flush = config.gradient_accumulation;
-  work.flushes = 1;
-  work.forward_s = measured.forward_s;
-  work.backward_s = measured.backward_s;
-  work.activation_bytes = 4.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
-  work.gradient_bytes.assign(pp, 0.0);
-  for (int s = 0; s < pp; ++s) work.gradient_bytes[s] = 4.0 * static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
-  work.schedule = config.pipeline_schedule;
-  work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)
-  work.overlap_communication = true;                 // sends are non-blocking on a copy
+  const plan::PipelineWork work = predicted_work(config, model, job, ranks, measured);
   if (!run.events.empty()) {
     const plan::SimulationResult predicted = plan::simulate(job.network, job.plan, work);
     const double embedding_bytes = 4.0 * model.vocabulary * model.hidden;

@@ -12,9 +12,7 @@ namespace {
 
 int largest_code(WireFormat format) { return format == WireFormat::int8 ? 127 : 7; }
 
-std::size_t group_count(std::size_t count, int group_size) {
-  return (count + static_cast<std::size_t>(group_size) - 1) / static_cast<std::size_t>(group_size);
-}
+std::size_t group_count(std::size_t count, int group_size) { return wire_group_count(count, group_size); }
 
 // Round half to even, as the hardware does: the same code on every machine.
 int code_of(float value, float inverse_scale, int qmax) {
@@ -72,6 +70,7 @@ struct IndexValue {
   std::uint32_t index;
   float value;
 };
+static_assert(sizeof(IndexValue) == kTopkPairBytes, "a top-k pair is the size wire_encoded_bytes counts");
 
 void encode_topk(const WireCodec& c, const float* x, std::size_t n, std::uint8_t* out) {
   const std::size_t k = c.topk_count(n);
@@ -101,26 +100,6 @@ void decode_topk(const WireCodec& c, const std::uint8_t* in, std::size_t n, floa
 }
 
 }  // namespace
-
-std::size_t WireCodec::topk_count(std::size_t count) const {
-  if (count == 0) return 0;
-  const auto k = static_cast<std::size_t>(std::ceil(topk_fraction * static_cast<double>(count)));
-  return std::clamp<std::size_t>(k, 1, count);
-}
-
-std::size_t WireCodec::encoded_bytes(std::size_t n) const {
-  switch (format) {
-    case WireFormat::fp32:
-      return n * sizeof(float);
-    case WireFormat::int8:
-      return group_count(n, group_size) * sizeof(float) + n;
-    case WireFormat::int4:
-      return group_count(n, group_size) * sizeof(float) + (n + 1) / 2;
-    case WireFormat::topk:
-      return topk_count(n) * sizeof(IndexValue);
-  }
-  return 0;
-}
 
 void WireCodec::encode(const float* values, std::size_t n, std::uint8_t* out) const {
   if (format == WireFormat::fp32) std::memcpy(out, values, n * sizeof(float));

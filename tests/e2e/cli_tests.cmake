@@ -119,6 +119,26 @@ add_test(NAME cli.plan.model-file
           _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
           ${CMAKE_CURRENT_BINARY_DIR})
 
+# Compressed traffic: plan and simulate price the same encoded volumes (GPT-2
+# 124M, pp 4: c_DP = 31,109,952 values, int8 groups of 64 -> 486,093 scales:
+# 33,054,324 bytes; c_PP = 201,326,592 values -> 213,909,504 bytes forward,
+# fp16 402,653,184 back), and simulate reports its utilisation and advice.
+add_test(NAME cli.simulate.compression
+  COMMAND sh -c "f='--compress-gradients int8 --compress-activations int8 --pp 4 --dp 4 --candidates 300 --seed 3 --json'; \"$1\" plan --scenario \"$2\" --model \"$3\" $f --no-baselines > \"$5/plan-int8.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/simulate-int8.json\" && \"$4\" -c \"import json,sys; p=json.load(open(sys.argv[1])); s=json.load(open(sys.argv[2])); assert p['c_dp_bytes']==33054324, p['c_dp_bytes']; assert p['c_pp_bytes']==213909504, p['c_pp_bytes']; assert p['c_pp_gradient_bytes']==402653184, p['c_pp_gradient_bytes']; assert abs(s['plan_cost_s']-p['cost_s'])<=1e-9*p['cost_s']; assert s['compression']['gradients']['format']=='int8' and s['compression']['activation_gradients'] is None; assert 0 < s['utilisation_min'] <= s['utilisation_mean'] <= 1; r=s['recommendation']; assert r['micro_batches_per_flush'] in [c['micro_batches_per_flush'] for c in r['candidates']], r\" \"$5/plan-int8.json\" \"$5/simulate-int8.json\""
+          _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
+          ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME cli.simulate.tied-head
+  COMMAND ${GT} simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 16 --lm-head on --candidates 50)
+set_tests_properties(cli.simulate.tied-head PROPERTIES
+  PASS_REGULAR_EXPRESSION "LM head on \\(tied.*tied embedding +[0-9.]+.*utilisation +[0-9.]+% +mean.*Recommendation: [0-9]+ micro-batches per flush")
+add_test(NAME cli.simulate.untied-head
+  COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --batch 16 --untied-head --json --candidates 50 | \"$4\" -c \"import json, sys; d = json.load(sys.stdin); assert d['lm_head'] and not d['tied_head'] and d['tied_exchange_s'] == 0, d\""
+          _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE})
+expect_input_error(simulate-untied-without-head "untied-head needs the LM head"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --lm-head off --untied-head)
+expect_input_error(simulate-bad-compression "command line.*--compress-activations"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --compress-activations topk)
+
 if(TARGET geotrain_runtime)
   add_test(NAME cli.train.resume-limits
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_resume_limits.sh ${GT} ${EXPECT} ${PROJECT_SOURCE_DIR})

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "geotrain/plan/cost_model.hpp"
+#include "geotrain/plan/plan.hpp"
 
 namespace geotrain::plan::testing {
 
@@ -24,6 +25,27 @@ inline Network example_a_network() {
     }
   }
   return net;
+}
+
+// Every link the same: latency 0 and the given bandwidth.
+inline Network uniform_network(int n, double bandwidth_bytes_per_s) {
+  Network net;
+  net.device_count = n;
+  net.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
+  net.bandwidth_bytes_per_s.assign(static_cast<size_t>(n) * n, bandwidth_bytes_per_s);
+  return net;
+}
+
+// Replica r at stage s runs on device s * dp + r (any bijection would do).
+inline Plan grid_plan(int pp, int dp) {
+  Plan plan;
+  plan.pipeline_stages = pp;
+  plan.data_parallel = dp;
+  for (int s = 0; s < pp; ++s) {
+    plan.stages.emplace_back();
+    for (int r = 0; r < dp; ++r) plan.stages.back().push_back(s * dp + r);
+  }
+  return plan;
 }
 
 inline Workload example_a_workload() {

@@ -24,26 +24,8 @@ std::string program_text(Schedule schedule, int stage, int stages, int m, int fl
   return text;
 }
 
-// Every link the same: latency 0 and the given bandwidth.
-Network uniform_network(int n, double bandwidth_bytes_per_s) {
-  Network net;
-  net.device_count = n;
-  net.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
-  net.bandwidth_bytes_per_s.assign(static_cast<size_t>(n) * n, bandwidth_bytes_per_s);
-  return net;
-}
-
-// Replica r at stage s runs on device s * dp + r (any bijection would do).
-Plan grid_plan(int pp, int dp) {
-  Plan plan;
-  plan.pipeline_stages = pp;
-  plan.data_parallel = dp;
-  for (int s = 0; s < pp; ++s) {
-    plan.stages.emplace_back();
-    for (int r = 0; r < dp; ++r) plan.stages.back().push_back(s * dp + r);
-  }
-  return plan;
-}
+using testing::grid_plan;
+using testing::uniform_network;
 
 PipelineWork equal_stages(int pp, int m, int flushes, double tf, double tb, Schedule schedule) {
   PipelineWork w;
@@ -374,9 +356,13 @@ TEST(Simulator, WorkFromFlops) {
   EXPECT_EQ(w.activation_bytes, 32768.0);
   // Parameters per layer 12h^2 + 13h = 198,272. Stage 0: two layers plus
   // embeddings (256 + 128) x 128 = 49,152 -> 445,696; stage 1: two layers plus
-  // the final norm 2h = 256 -> 396,800. Gradients in 4 bytes.
+  // the final norm 2h = 256 -> 396,800, plus (the head is on) its copy of the
+  // tied wte, 256 x 128 = 32,768 -> 429,568. Gradients in 4 bytes.
   EXPECT_EQ(w.gradient_bytes[0], 445696.0 * 4);
-  EXPECT_EQ(w.gradient_bytes[1], 396800.0 * 4);
+  EXPECT_EQ(w.gradient_bytes[1], 429568.0 * 4);
+  c.lm_head = false;
+  EXPECT_EQ(pipeline_work(c, 2, 2).gradient_bytes[1], 396800.0 * 4);
+  c.lm_head = true;
   // Uneven split: 4 layers on 3 stages -> 2, 1, 1.
   const PipelineWork uneven = pipeline_work(c, 3, 1);
   EXPECT_NEAR(uneven.forward_s[0], 2 * uneven.forward_s[1], 1e-18);

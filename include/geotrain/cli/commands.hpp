@@ -3,11 +3,23 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/common/wire_bytes.hpp"
+
 namespace CLI {
 class App;
 }
 
 namespace geotrain::cli {
+
+// --compress-* options of plan and simulate: the runtime's [compression]
+// keys, priced with the runtime's encoded sizes (common/wire_bytes.hpp).
+struct CompressionOptions {
+  std::string activations;           // "": the model's bytes per value (fp16); fp32 | int8 | int4
+  std::string activation_gradients;  // the same, for the activations' gradients going back
+  std::string gradients;             // "": fp32; fp32 | int8 | int4 | topk
+  double topk_fraction = kDefaultTopkFraction;  // as compression.topk_fraction
+  int group_size = kDefaultWireGroupSize;       // as compression.group_size
+};
 
 struct PlanCommandOptions {
   std::string scenario;
@@ -26,6 +38,7 @@ struct PlanCommandOptions {
   std::string rankfile;        // Open MPI rankfile: rank r on the host of device r
   std::string hostfile;        // Open MPI hostfile: each host with its device count
   std::string slurm_hostfile;  // one host per rank, for SLURM_HOSTFILE + srun --distribution=arbitrary
+  CompressionOptions compression;
 };
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& options);
@@ -49,7 +62,10 @@ struct SimulateCommandOptions {
   std::string dp_scheme;
   std::string overlap;             // "on" / "off"
   std::string recompute = "on";
-  std::string lm_head = "off";
+  std::string lm_head;             // "on" / "off"; "": off, or on with --untied-head
+  bool untied_head = false;        // the last stage holds its own head; no tied-embedding exchange
+  CompressionOptions compression;
+  double flush_tolerance = 0.02;   // the recommended flush: utilisation within this share of the best
   std::string flops_formula = "paper";
   unsigned long long seed = 1;
   int candidates = 5000;

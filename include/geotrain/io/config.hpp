@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "geotrain/common/run_choices.hpp"
+#include "geotrain/common/wire_bytes.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/simulator.hpp"
@@ -27,8 +28,8 @@ struct Config {
   // Pipeline messages (runtime/encoded_links.hpp), without error feedback.
   WireFormat activation_wire = WireFormat::fp32;           // fp32 | int8 | int4
   WireFormat activation_gradient_wire = WireFormat::fp32;  // fp32 | int8 | int4
-  int compression_group_size = 64;              // int8 / int4: values per fp32 scale
-  double compression_topk_fraction = 0.01;      // topk: share of the values sent
+  int compression_group_size = kDefaultWireGroupSize;        // int8 / int4: values per fp32 scale (64)
+  double compression_topk_fraction = kDefaultTopkFraction;   // topk: share of the values sent (0.01)
   double device_peak_tflops = 0;           // for MFU; 0: the backend's default
   // [data]
   std::string data_train = "inputs/data/corpus_train.bin";  // paths in a file: relative to the file

@@ -12,6 +12,10 @@
 //        link(u, v) = p(u->v) + p(v->u),   p(a->b) = alpha[a][b] + c_PP / beta[a][b]
 //    For a symmetric matrix link = 2*p, so summing bottleneck matchings of
 //    `link` along the path gives the paper's 2*PIPE exactly.      [§2.3, §2.4]
+//    With compressed traffic the gradients back may be smaller than the
+//    activations (Workload::c_pp_gradient_bytes); c_PP above is then the
+//    mean of the two sizes, which keeps link symmetric (paths have no
+//    direction in the search) and exact for a symmetric matrix.
 //  * TOTAL = DATAP + PIPELINE, PIPELINE = sum over path boundaries of
 //    E(A, B) = min over perfect matchings of max link.  Units: seconds.
 #pragma once

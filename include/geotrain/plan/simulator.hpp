@@ -12,6 +12,7 @@
 // Model, units and assumptions: src/plan/README.md, "Simulator".
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,12 @@ struct SimulationConfig {
   // starts when both ends have posted it; the device waits for the batch.
   bool overlap_communication = true;
   bool lm_head = false;              // logits (2 s h V per sequence) on the last stage
+  // With lm_head: the head is the token embedding wte (V x h, GPT-2's tied
+  // head). With D_pp > 1 the last stage holds a copy of wte and, once per
+  // iteration, the first and last stage of each replica swap its gradient
+  // (runtime/gradient_sync.cpp). false: the last stage holds its own V x h
+  // head, nothing is swapped.
+  bool tied_head = true;
   FlopsFormula flops_formula = FlopsFormula::paper;
 };
 
@@ -72,8 +79,12 @@ struct PipelineWork {
   int flushes = 1;                      // gradient-accumulation steps, each a full fill and drain
   std::vector<double> forward_s;        // per stage, one micro-batch
   std::vector<double> backward_s;       // per stage, one micro-batch (recomputation included)
-  double activation_bytes = 0;          // per micro-batch, forward; the gradient back has the same size
+  double activation_bytes = 0;          // per micro-batch, forward
+  std::optional<double> activation_gradient_bytes;  // per micro-batch, back; unset: activation_bytes
   std::vector<double> gradient_bytes;   // per stage: c_DP of that stage's parameters
+  // Per replica, swapped between its first and last stage once per
+  // iteration (the tied embedding's gradient); 0: nothing to swap.
+  double tied_embedding_bytes = 0;
   Schedule schedule = Schedule::gpipe;
   DataParallelScheme dp_scheme = DataParallelScheme::paper;
   bool overlap_communication = true;
@@ -89,7 +100,8 @@ PipelineWork pipeline_work(const SimulationConfig& config, int pipeline_stages, 
 double layer_forward_flops(const ModelShape& model, double sequences);
 // Reported FLOPs of one iteration under `formula` (B = global batch in sequences).
 double iteration_flops(const SimulationConfig& config, FlopsFormula formula);
-// Parameters held by stage `stage` of `pipeline_stages` (layers as pipeline_work splits them).
+// Parameters held by stage `stage` of `pipeline_stages` (layers as pipeline_work splits them),
+// without an LM head (pipeline_work adds V x h to the last stage where it holds one).
 double stage_parameters(const ModelShape& model, int stage, int pipeline_stages);
 
 // A timed step, for timelines (SimulationResult::trace).
@@ -106,6 +118,10 @@ struct SimulationResult {
   double pipeline_comm_s = 0;   // busiest device: time its links are busy sending (bytes/beta each) per iteration
   double datap_comm_s = 0;      // slowest stage group's gradient exchange
   double bubble_fraction = 0;   // 1 - (all devices' compute) / (devices * pipeline_phase_s)
+  // Compute utilisation: a device's forward + backward time / iteration_s,
+  // the mean and the least over all devices.
+  double utilisation_mean = 0, utilisation_min = 0;
+  double tied_exchange_s = 0;   // slowest replica's tied-embedding transfer (slower direction); 0: none
   std::vector<double> stage_datap_s;         // exchange time of each stage group
   std::vector<double> stage_last_backward_s; // when each group's last backward ends
   int micro_batches = 0;        // per replica per iteration
@@ -121,7 +137,10 @@ struct SimulationResult {
 // Simulates one iteration of `plan` on `network`. Every replica's pipeline
 // runs on its own devices and links (links between distinct pairs are
 // independent, a device sends and receives at the same time); throws
-// std::invalid_argument on inconsistent shapes.
+// std::invalid_argument on inconsistent shapes. The tied embedding: each
+// end of a replica sends its gradient of wte to the other once its stage
+// group's data-parallel exchange is done; the iteration ends no earlier
+// than both arrive.
 SimulationResult simulate(const Network& network, const Plan& plan, const PipelineWork& work,
                           bool record_trace = false);
 SimulationResult simulate(const Network& network, const Plan& plan, const SimulationConfig& config,

@@ -1,11 +1,25 @@
 // What is communicated per training iteration: the sizes c_PP and c_DP of
 // the paper's cost model (reference dtfm-paper.md §2.1), derived from a model.
 #pragma once
+#include <optional>
 #include <string>
 
 #include "geotrain/common/model_shape.hpp"
+#include "geotrain/common/wire_bytes.hpp"
 
 namespace geotrain::plan {
+
+// How the three classes of traffic are encoded on the wire (the runtime's
+// compression.activations / activation_gradients / gradients). Unset: the
+// model's activation_bytes / gradient_bytes per value, unencoded (fp16
+// activations, fp32 gradients: the paper's assumption).
+struct TrafficEncoding {
+  std::optional<WireEncoding> activations, activation_gradients, gradients;
+};
+
+// Bytes of `values` values of one class: the encoding's exact size
+// (wire_encoded_bytes, the runtime's formula), or values * value_bytes.
+double traffic_bytes(const std::optional<WireEncoding>& encoding, double values, int value_bytes);
 
 // A model as the cost model sees it: its shape, the tokens of one global
 // batch (every replica's micro-batches) and the bytes of a value on the wire.
@@ -20,16 +34,21 @@ struct TrainingShape : ModelShape {
   double tokens_per_step = 1024.0 * 2048.0;
   int activation_bytes = 2;  // fp16 activations on the wire
   int gradient_bytes = 4;    // fp32 gradients in the exchange
+  TrafficEncoding wire;      // compressed traffic, where set
 };
 
 struct Workload {
   int pipeline_stages = 1;  // D_pp
   int data_parallel = 1;    // D_dp
   double c_pp_bytes = 0;    // activations crossing one stage boundary, one replica, one iteration
+  // Their gradients coming back over the same boundary; unset: c_pp_bytes
+  // (the paper's model: both directions carry c_PP).
+  std::optional<double> c_pp_gradient_bytes;
   double c_dp_bytes = 0;    // gradient bytes of one stage
   std::string origin;       // "model" or "dtfm-original"
   TrainingShape model;
   int devices() const { return pipeline_stages * data_parallel; }
+  double c_pp_back_bytes() const { return c_pp_gradient_bytes.value_or(c_pp_bytes); }
 };
 
 // Parameter count of the decoder: 12*h^2 (+13h biases/norms) per layer, token
@@ -38,7 +57,14 @@ double model_parameters(const ModelShape& model);
 
 // c_PP = (tokens_per_step / D_dp) * hidden * activation_bytes
 // c_DP = model_parameters / D_pp * gradient_bytes
+// then model.wire applied (encode_traffic).
 Workload workload_from_model(const TrainingShape& model, int pipeline_stages, int data_parallel);
+
+// Re-prices c_PP (forward), the activation gradients back and c_DP under
+// `wire`: each volume's value count (bytes / the workload model's bytes per
+// value) encoded as wire_encoded_bytes encodes one message of that many
+// values. Classes `wire` leaves unset keep their bytes.
+void encode_traffic(Workload& workload, const TrafficEncoding& wire);
 
 // The constants of the original DT-FM scheduler, reproduced exactly so that
 // costs compare one-to-one with its published runs (reference §2.1, §8.2):

@@ -16,21 +16,23 @@
 #include <vector>
 
 #include "geotrain/common/run_choices.hpp"
+#include "geotrain/common/wire_bytes.hpp"
 
 namespace geotrain::runtime {
 
 struct WireCodec {
   WireFormat format = WireFormat::fp32;
-  int group_size = 64;          // int8 / int4: values per scale
-  double topk_fraction = 0.01;  // topk: the share of values sent
+  int group_size = kDefaultWireGroupSize;        // int8 / int4: values per scale
+  double topk_fraction = kDefaultTopkFraction;   // topk: the share of values sent
 
-  // Bytes of the encoding of `count` values (a function of count alone, so
-  // that receivers size their buffers without a header).
-  std::size_t encoded_bytes(std::size_t count) const;
+  WireEncoding encoding() const { return {format, group_size, topk_fraction}; }
+  // Bytes of the encoding of `count` values: wire_encoded_bytes
+  // (common/wire_bytes.hpp), the formula the planner prices links with.
+  std::size_t encoded_bytes(std::size_t count) const { return wire_encoded_bytes(encoding(), count); }
   void encode(const float* values, std::size_t count, std::uint8_t* out) const;
   // Overwrites values[0, count) with the decoded tensor.
   void decode(const std::uint8_t* in, std::size_t count, float* values) const;
-  std::size_t topk_count(std::size_t count) const;
+  std::size_t topk_count(std::size_t count) const { return wire_topk_count(count, topk_fraction); }
 };
 
 // Encodes `values` + the residual of the previous calls and keeps, as the
