@@ -37,12 +37,37 @@ double layer_forward_flops(const ModelShape& m, double sequences) {
   return 24.0 * sequences * s * h * h * (1.0 + s / (6.0 * h));
 }
 
-double stage_parameters(const ModelShape& m, int stage, int stages) {
+double stage_parameters(const ModelShape& m, int layers, bool first, bool last) {
   const double h = m.hidden;
-  double params = layers_of_stage(m.layers, stage, stages) * (12.0 * h * h + 13.0 * h);
-  if (stage == 0) params += (static_cast<double>(m.vocabulary) + m.sequence_length) * h;
-  if (stage == stages - 1) params += 2.0 * h;  // final layer norm
+  double params = layers * (12.0 * h * h + 13.0 * h);
+  if (first) params += (static_cast<double>(m.vocabulary) + m.sequence_length) * h;
+  if (last) params += 2.0 * h;  // final layer norm
   return params;
+}
+
+double stage_parameters(const ModelShape& m, int stage, int stages) {
+  return stage_parameters(m, layers_of_stage(m.layers, stage, stages), stage == 0, stage == stages - 1);
+}
+
+std::vector<int> stage_layers(const ModelShape& m, int stages, const std::vector<int>& given) {
+  std::vector<int> layers;
+  if (given.empty()) {
+    for (int s = 0; s < stages; ++s) layers.push_back(layers_of_stage(m.layers, s, stages));
+    return layers;
+  }
+  if (static_cast<int>(given.size()) != stages) {
+    throw std::invalid_argument(std::to_string(given.size()) + " layer counts for " + std::to_string(stages) + " stages");
+  }
+  long total = 0;
+  for (int l : given) {
+    if (l < 0) throw std::invalid_argument("a stage cannot hold " + std::to_string(l) + " layers");
+    total += l;
+  }
+  if (total != m.layers) {
+    throw std::invalid_argument("the stages hold " + std::to_string(total) + " layers but the model has " +
+                                std::to_string(m.layers));
+  }
+  return given;
 }
 
 double iteration_flops(const SimulationConfig& c, FlopsFormula formula) {
@@ -84,11 +109,12 @@ int checked_micro_batches(const SimulationConfig& c, int stages, int data_parall
 
 // Bytes on the wire: activations and their gradients per micro-batch, each
 // stage's gradient, the tied embedding; encoded as config.model.wire says.
-void add_traffic(const SimulationConfig& c, int stages, PipelineWork& w) {
+void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, PipelineWork& w) {
   const TrainingShape& m = c.model;
+  const int stages = static_cast<int>(layers.size());
   const double head = static_cast<double>(m.vocabulary) * m.hidden;  // V x h
   for (int s = 0; s < stages; ++s) {
-    double parameters = stage_parameters(m, s, stages);
+    double parameters = stage_parameters(m, layers[s], s == 0, s == stages - 1);
     // The last stage holds the head: a copy of wte if tied (with D_pp = 1 it is stage 0's own), or its own.
     if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += head;
     w.gradient_bytes.push_back(traffic_bytes(m.wire.gradients, parameters, m.gradient_bytes));
@@ -123,8 +149,9 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   const double rate = c.peak_tflops * 1e12 * c.efficiency;  // FLOP/s
   const double layer = layer_forward_flops(m, b);
   const double head = 2.0 * b * m.sequence_length * m.hidden * static_cast<double>(m.vocabulary);
+  const std::vector<int> layers = stage_layers(m, stages, c.layers_per_stage);
   for (int s = 0; s < stages; ++s) {
-    const int l = layers_of_stage(m.layers, s, stages);
+    const int l = layers[s];
     double forward = l * layer, backward = l * (c.recompute ? 3.0 : 2.0) * layer;
     if (c.lm_head && s == stages - 1) {
       forward += head;
@@ -133,7 +160,11 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
     w.forward_s.push_back(forward / rate);
     w.backward_s.push_back(backward / rate);
   }
-  add_traffic(c, stages, w);
+  add_traffic(c, layers, w);
+  for (double tflops : c.device_tflops) {
+    if (!(tflops > 0) || !std::isfinite(tflops)) throw std::invalid_argument("device TFLOPS must be finite and > 0");
+    w.device_time_scale.push_back(c.peak_tflops / tflops);
+  }
   return w;
 }
 
@@ -187,6 +218,10 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
       static_cast<int>(w.gradient_bytes.size()) != p) {
     throw std::invalid_argument("simulate: work has " + std::to_string(w.forward_s.size()) + " stages, plan has " +
                                 std::to_string(p));
+  }
+  if (!w.device_time_scale.empty() && static_cast<int>(w.device_time_scale.size()) != net.device_count) {
+    throw std::invalid_argument("simulate: " + std::to_string(w.device_time_scale.size()) +
+                                " device speeds for a network of " + std::to_string(net.device_count));
   }
   if (w.micro_batches_per_flush < 1 || w.flushes < 1) {
     throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
@@ -269,7 +304,8 @@ class ReplicaRun {
   }
 
   void compute(int s, const Step& step) {
-    const double duration = step.kind == StepKind::forward ? w_.forward_s[s] : w_.backward_s[s];
+    double duration = step.kind == StepKind::forward ? w_.forward_s[s] : w_.backward_s[s];
+    if (!w_.device_time_scale.empty()) duration *= w_.device_time_scale[plan_.stages[s][replica_]];
     if (trace_) trace_->push_back({replica_, s, step, clock_[s], clock_[s] + duration});
     clock_[s] += duration;
     busy_[s] += duration;
