@@ -500,6 +500,7 @@ FileWorkload read_file_workload(const Reader& r, const toml::table& root) {
 struct Degrees {
   int pipeline_stages = 0;
   int data_parallel = 0;
+  bool given = true;  // false: neither known and the caller chooses (degrees_optional)
 };
 
 // Precedence: command line, then file, then derived from the device count.
@@ -519,6 +520,7 @@ Degrees resolve_degrees(const Reader& r, const FileWorkload& file, const Workloa
   const std::string count = std::to_string(devices) + " devices";
 
   if (!pp && !dp) {
+    if (overrides.degrees_optional) return {1, devices, false};
     if (!file.present) {
       r.fail("workload.pp", "no [workload] table and no --pp/--dp given", "the network has " + count);
     }
@@ -549,10 +551,11 @@ Degrees resolve_degrees(const Reader& r, const FileWorkload& file, const Workloa
 }
 
 plan::Workload read_workload(const Reader& r, const toml::table& root, const WorkloadOverrides& overrides,
-                             int devices, bool* from_file) {
+                             int devices, Scenario& scenario) {
   const FileWorkload file = read_file_workload(r, root);
-  *from_file = file.present;
+  scenario.workload_from_file = file.present;
   const Degrees degrees = resolve_degrees(r, file, overrides, devices);
+  scenario.degrees_given = degrees.given;
   if (file.preset == "dtfm-original") {
     return plan::dtfm_original_workload(degrees.pipeline_stages, degrees.data_parallel);
   }
@@ -674,7 +677,8 @@ Scenario parse_toml_scenario(const Reader& r, const toml::table& root, const Wor
   }
   scenario.network = read_network(r, root);
   scenario.workload =
-      read_workload(r, root, overrides, scenario.network.device_count, &scenario.workload_from_file);
+      read_workload(r, root, overrides, scenario.network.device_count, scenario);
+
   return scenario;
 }
 

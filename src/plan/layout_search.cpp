@@ -281,6 +281,22 @@ Layout search_layout(const Network& net, const SimulationConfig& base, const Lay
   return result;
 }
 
+Layout evaluate_layout(const Network& net, const SimulationConfig& config, const Plan& plan,
+                       const LayoutOptions& options) {
+  using namespace layout;
+  const Context ctx = make_context(net, config, options);
+  Split split;
+  split.fits = true;
+  split.micro_batch = config.micro_batch_sequences;
+  const int per_replica = config.global_batch_sequences / (plan.data_parallel * std::max(1, split.micro_batch));
+  const int flush = config.micro_batches_per_flush;
+  split.flush = flush <= 0 || flush > per_replica ? per_replica : flush;
+  split.layers = stage_layers(config.model, plan.pipeline_stages, config.layers_per_stage);
+  Layout result = describe(ctx, plan, split);
+  result.placement_source = "given";
+  return result;
+}
+
 Layout complete_layout(const Network& net, const SimulationConfig& base, const Plan& plan, const LayoutOptions& options) {
   using namespace layout;
   const auto start = std::chrono::steady_clock::now();

@@ -64,6 +64,12 @@ struct Layout {
   SimulationResult simulation;
   std::vector<LayoutCandidate> candidates;
   double seconds = 0;                 // planner time
+  bool fits() const {
+    for (size_t s = 0; s < memory_bytes_per_stage.size(); ++s) {
+      if (memory_bytes_per_stage[s] > capacity_bytes_per_stage[s]) return false;
+    }
+    return true;
+  }
 };
 
 // Searches the layout for `base` (model, global batch, schedule, DP scheme,
@@ -74,6 +80,13 @@ Layout search_layout(const Network& network, const SimulationConfig& base, const
 // A given placement with the micro-batch, flush and layer split chosen as
 // the search chooses them (options.even_split: the even split), simulated.
 // Throws LayoutError when it does not fit.
+// A placement exactly as given (its stage order and matchings; the
+// config's layers or the even split, its micro-batch and flush),
+// simulated, with its memory per stage: no search and no memory check
+// (Layout::fits says). Throws std::invalid_argument where shapes do not fit.
+Layout evaluate_layout(const Network& network, const SimulationConfig& config, const Plan& plan,
+                       const LayoutOptions& options);
+
 Layout complete_layout(const Network& network, const SimulationConfig& base, const Plan& plan,
                        const LayoutOptions& options);
 
