@@ -30,7 +30,8 @@ struct Split {
 
 // refine: hill-climb the split by simulation (else the balanced split only,
 // for screening). options.even_split: the even split, if it fits.
-Split best_split(const Context& ctx, const Plan& plan, int micro_batch, bool refine);
+// flush > 0: only that flush size (else every one the schedule allows).
+Split best_split(const Context& ctx, const Plan& plan, int micro_batch, bool refine, int flush = 0);
 
 // Micro-batch sizes to try for dp replicas (each divides B / dp).
 std::vector<int> micro_batch_choices(const Context& ctx, int data_parallel);
@@ -38,9 +39,9 @@ std::vector<int> micro_batch_choices(const Context& ctx, int data_parallel);
 // The Layout of a placement and its split: memory per stage, idle devices, simulation.
 Layout describe(const Context& ctx, const Plan& plan, const Split& split);
 
-// The stage order refined by simulation (balanced split, micro-batch b):
-// the `keep` best plans, neighbours rematched (layout_order.cpp).
-std::vector<Plan> stage_orders(const Context& ctx, const Plan& plan, int micro_batch, int keep);
+// The stage order refined by simulation (balanced split, micro-batch b,
+// that flush): the `keep` best plans, neighbours rematched (layout_order.cpp).
+std::vector<Plan> stage_orders(const Context& ctx, const Plan& plan, int micro_batch, int flush, int keep);
 
 // The memory a stage of the split needs on each of its devices.
 std::vector<double> stage_memory_bytes(const Context& ctx, const Plan& plan, const Split& split);

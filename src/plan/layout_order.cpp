@@ -1,8 +1,8 @@
 // The order of the stage groups along the pipeline. The cost model orders
 // them by communication alone; with mixed devices the order also changes
 // the fill and drain (a 1F1B pipeline warms up longest on its first
-// stages), so the order is refined by simulation: every order of short
-// pipelines, swaps of two stages in long ones.
+// stages), so the order is refined by simulation: every order of up to 5
+// stages (120), swaps of two stages in longer ones.
 #include <algorithm>
 #include <numeric>
 
@@ -45,17 +45,17 @@ struct Scored {
 
 }  // namespace
 
-std::vector<Plan> stage_orders(const Context& ctx, const Plan& plan, int b, int keep) {
+std::vector<Plan> stage_orders(const Context& ctx, const Plan& plan, int b, int flush, int keep) {
   const int p = plan.pipeline_stages;
   const double bytes = static_cast<double>(b) * ctx.base.model.sequence_length * ctx.base.model.hidden *
                        ctx.base.model.activation_bytes;
   auto score = [&](const std::vector<int>& order) {
-    return Scored{best_split(ctx, reordered(ctx, plan, order, bytes), b, false).iteration_s, order};
+    return Scored{best_split(ctx, reordered(ctx, plan, order, bytes), b, false, flush).iteration_s, order};
   };
   std::vector<int> identity(p);
   std::iota(identity.begin(), identity.end(), 0);
   std::vector<Scored> seen{score(identity)};
-  if (p <= 6) {
+  if (p <= 5) {
     std::vector<int> order = identity;
     while (std::next_permutation(order.begin(), order.end())) seen.push_back(score(order));
   } else {

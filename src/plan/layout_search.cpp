@@ -184,7 +184,7 @@ Placed best_over_micro_batches(const Context& ctx, const Plan& plan, bool refine
   }
   if (!best.split.fits || !refine) return best;
   const int b = best.split.micro_batch;
-  for (const Plan& ordered : stage_orders(ctx, plan, b, 3)) {
+  for (const Plan& ordered : stage_orders(ctx, plan, b, best.split.flush, 3)) {
     const Split split = best_split(ctx, ordered, b, true);
     if (split.iteration_s < best.split.iteration_s * (1 - 1e-12) || !best.split.fits) best = {ordered, split};
   }

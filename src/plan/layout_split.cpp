@@ -165,13 +165,13 @@ std::vector<int> micro_batch_choices(const Context& ctx, int dp) {
   return usable;
 }
 
-Split best_split(const Context& ctx, const Plan& plan, int b, bool refine) {
+Split best_split(const Context& ctx, const Plan& plan, int b, bool refine, int only_flush) {
   const int p = stages_of(plan), dp = plan.data_parallel;
   Split best;
   if (ctx.base.global_batch_sequences % (dp * b) != 0 || p > ctx.base.model.layers) return best;
   const int micro_batches = ctx.base.global_batch_sequences / (dp * b);
   std::vector<int> best_limit;
-  for (int flush : flush_choices(ctx, micro_batches)) {
+  for (int flush : only_flush > 0 ? std::vector<int>{only_flush} : flush_choices(ctx, micro_batches)) {
     const std::vector<int> limit = max_layers(ctx, plan, b, activation_slots(ctx.base.schedule, flush, p));
     const std::vector<int> layers = ctx.options.even_split ? even_split(ctx, p, limit) : balanced_split(ctx, plan, b, limit);
     if (layers.empty()) continue;
