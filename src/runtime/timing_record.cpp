@@ -62,8 +62,17 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
   const double values = 1.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
   work.activation_bytes = encoded(config.activation_wire, values);
   work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
-  for (const auto& stage : job.plan.stages) {
-    work.gradient_bytes.push_back(encoded(config.gradient_wire, static_cast<double>(ranks[stage[0]].stage_parameters)));
+  const int last = static_cast<int>(job.plan.stages.size()) - 1;
+  for (int s = 0; s <= last; ++s) {
+    const double parameters = static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
+    work.gradient_bytes.push_back(encoded(config.gradient_wire, parameters));
+    // What the backward reports only at its end: wte (+ wpe on the first stage), see Stage::backward.
+    const double vocabulary = 1.0 * model.vocabulary * model.hidden, positions = 1.0 * model.sequence_length * model.hidden;
+    const double at_end = (s == 0 ? vocabulary + positions : 0.0) + (s == last && last > 0 ? vocabulary : 0.0);
+    work.layer_gradient_bytes.push_back(encoded(config.gradient_wire, std::max(parameters - at_end, 0.0)));
+  }
+  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1) {
+    work.bucket_bytes = encoded(config.gradient_wire, config.gradient_bucket_mb * (1 << 20) / sizeof(float));
   }
   work.schedule = config.pipeline_schedule;
   work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)

@@ -65,6 +65,7 @@ struct SimulateCommandOptions {
   std::string lm_head;             // "on" / "off"; "": off, or on with --untied-head
   bool untied_head = false;        // the last stage holds its own head; no tied-embedding exchange
   CompressionOptions compression;
+  double gradient_bucket_mb = -1;  // > 0: data-parallel sums start in buckets during the last backward; < 0: by --system
   double flush_tolerance = 0.02;   // the recommended flush: utilisation within this share of the best
   std::string flops_formula = "paper";
   unsigned long long seed = 1;
