@@ -133,8 +133,9 @@ def main():
                  "stage) and the optimizer. The peer beside each planned run is the same job with rank order "
                  "and with a random placement, measured in the same session.\n")
     lines.append("| scenario | schedule | placement | measured s/step | predicted s/step | prediction error | "
-                 "planned speedup | gradient exchange, measured / latency + size/bandwidth |")
-    lines.append("|---|---|---|---:|---:|---:|---:|---|")
+                 "compute utilisation mean (min) | planned speedup | gradient exchange, measured / latency + "
+                 "size/bandwidth |")
+    lines.append("|---|---|---|---:|---:|---:|---:|---:|---|")
     for scenario in SCENARIOS:
         for suffix in SUFFIXES:
             for placement in PLACEMENTS:
@@ -147,8 +148,10 @@ def main():
                 exchanges = gt.data_parallel_exchanges(run)
                 ratios = [x["measured_s"] / x["latency_bandwidth_s"] for x in exchanges]
                 exchange = f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else ""
+                utilisation = (f"{100 * s['compute_utilisation_mean']:.0f}% "
+                               f"({100 * s['compute_utilisation_min']:.0f}%)")
                 lines.append(f"| {scenario} | {run.attrs['schedule']} | {placement} | {s['measured_iteration_s']:.3f} | "
-                             f"{s['predicted_iteration_s']:.3f} | {error} | {speedup} | {exchange} |")
+                             f"{s['predicted_iteration_s']:.3f} | {error} | {utilisation} | {speedup} | {exchange} |")
     lines.append("")
     lines.append("Planned speedup = the placement's step time / the planned one's with the same schedule (the "
                  "paper's goal on world-wide: at least 2x over rank order). Gradient exchange: per stage group, the "

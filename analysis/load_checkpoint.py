@@ -22,14 +22,18 @@ h5py, np, torch, F = require("h5py", "numpy", "torch", "torch.nn.functional")
 
 
 class GPT(torch.nn.Module):
-    """Pre-LayerNorm decoder, tanh GELU, tied embedding and head: geotrain's model."""
+    """Pre-LayerNorm decoder, tanh GELU, the head tied to the embedding (or
+    its own matrix, lm_head.weight, with tied_head=False): geotrain's model."""
 
-    def __init__(self, layers, hidden, heads, vocabulary, sequence_length):
+    def __init__(self, layers, hidden, heads, vocabulary, sequence_length, tied_head=True):
         super().__init__()
+        self.tied_head = tied_head
         self.layers, self.hidden, self.heads = layers, hidden, heads
         self.vocabulary, self.sequence_length = vocabulary, sequence_length
         shapes = {"wte": (vocabulary, hidden), "wpe": (sequence_length, hidden),
                   "lnf.weight": (hidden,), "lnf.bias": (hidden,)}
+        if not tied_head:
+            shapes["lm_head.weight"] = (vocabulary, hidden)
         for l in range(layers):
             shapes.update({f"h.{l}.ln1.weight": (hidden,), f"h.{l}.ln1.bias": (hidden,),
                            f"h.{l}.attn.qkv.weight": (3 * hidden, hidden), f"h.{l}.attn.qkv.bias": (3 * hidden,),
@@ -65,7 +69,7 @@ class GPT(torch.nn.Module):
             h = F.gelu(h @ p("mlp.fc.weight").T + p("mlp.fc.bias"), approximate="tanh")
             x = x + h @ p("mlp.proj.weight").T + p("mlp.proj.bias")
         x = F.layer_norm(x, (C,), self.p("lnf.weight"), self.p("lnf.bias"), eps=1e-5)
-        return x @ self.p("wte").T
+        return x @ self.p("wte" if self.tied_head else "lm_head.weight").T
 
     def forward(self, tokens, targets):
         logits = self.logits(tokens)
@@ -77,8 +81,10 @@ def load_gpt(path, dtype=torch.float64):
         if int(f.attrs["format_version"]) != 1:
             raise ValueError(f"{path}: format_version {f.attrs['format_version']} is not 1")
         a = f.attrs
+        head = a.get("model_lm_head", "tied")
+        head = head.decode() if isinstance(head, bytes) else str(head)
         model = GPT(int(a["model_layers"]), int(a["model_hidden"]), int(a["model_heads"]),
-                    int(a["model_vocabulary"]), int(a["model_sequence_length"])).to(dtype)
+                    int(a["model_vocabulary"]), int(a["model_sequence_length"]), head == "tied").to(dtype)
         with torch.no_grad():
             for name, parameter in model.named_geotrain_parameters().items():
                 stored = f["params"][name]

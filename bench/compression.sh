@@ -45,7 +45,9 @@ declare -A bytes_per_value=([fp32]=4 [int8]=1.0625 [int4]=0.5625 [topk]=0.08 [al
   echo "What this measures is convergence at equal tokens. The tokens/s and utilisation columns are not a"
   echo "speed result: the 4 ranks share this machine's cores over loopback, where the wire is never the"
   echo "bottleneck, so they show the encoding's CPU cost and the machine's load at the time (it is shared);"
-  echo "the gain on slow links is for the emulated-WAN experiment."
+  echo "the gain on slow links is for the emulated-WAN experiment: [communication-emulation.md](communication-emulation.md)"
+  echo "(\`bash jobs/emulate/communication.sh\`: step time and compute utilisation with overlap, compression and"
+  echo "more micro-batches on the emulated world-wide network, beside today's planned and rank-order runs)."
   echo
 } > "$out"
 for entry in $models; do

@@ -25,11 +25,15 @@ struct Setting {
   int dtfm_flush;  // the DT-FM plan's flush (its runs: 64); 0: one flush
 };
 
-// geotrain's runtime: 1F1B, its direct exchange, fp32 activations kept.
+// geotrain's runtime (simulate --system geotrain, plan --layout auto's
+// defaults): 1F1B, its direct exchange in 25 MiB buckets, the tied head
+// (logits and the first-last swap), fp32 activations kept.
 Setting runtime_setting() {
   Setting s{"runtime", {}, {}, 0};
   s.config.schedule = plan::Schedule::one_f_one_b;
   s.config.dp_scheme = plan::DataParallelScheme::direct;
+  s.config.gradient_bucket_mb = 25;
+  s.config.lm_head = true;
   s.config.recompute = false;
   return s;
 }

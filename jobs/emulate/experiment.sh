@@ -24,24 +24,12 @@ steps=${1:-6}
 out=runs/emulate
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
+source jobs/emulate/run_emulated.sh
 scenarios=(
   "world-wide|inputs/scenarios/world-wide.toml|--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
   "regional|inputs/scenarios/regional.toml|--devices 2,2,2,2 --bandwidth-scale 0.05"
   "multi-dc|inputs/scenarios/multi-dc.toml|--devices 4,4 --bandwidth-scale 0.1"
 )
-run() {  # name file options placement schedule suffix
-  local name=$1 file=$2 options=$3 placement=$4 schedule=$5 suffix=$6
-  echo "== $name, $placement, $schedule"
-  # shellcheck disable=SC2086  # options are words
-  python3 jobs/emulate/emulate.py run "$file" $options --matrix-out "$out/$name-matrix.toml" --timeout 900 -- \
-    "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages=4 \
-    --model.file="$PWD/inputs/models/emulation.toml" --pipeline.schedule="$schedule" \
-    --pipeline.placement="$placement" --network.matrix="$PWD/$out/$name-matrix.toml" \
-    --train.steps="$steps" --optimizer.warmup_steps=2 --train.log_every_steps=1 --train.eval_every_steps=0 \
-    --train.eval_batches=1 --checkpoint.dir= --network.deadline_s=600 \
-    --timing.file="$PWD/$out/$name-$placement$suffix.h5" 2>&1 | grep -E "^(plan|  pipeline|time per step|emulate:)" || true
-  [[ -f $out/$name-$placement$suffix.h5 ]] || { echo "experiment.sh: $name $placement $schedule wrote no timing file" >&2; exit 1; }
-}
 for entry in "${scenarios[@]}"; do
   IFS='|' read -r name file options <<<"$entry"
   # GEOTRAIN_SCENARIOS="regional multi-dc" runs some only (the report reads whatever is there).

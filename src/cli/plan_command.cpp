@@ -31,8 +31,13 @@ void add_layout_options(CLI::App* plan, PlanCommandOptions& o) {
       ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
   plan->add_option("--recompute", o.recompute, "activation recomputation (off: the runtime keeps all activations)")
       ->check(CLI::IsMember({"on", "off"}));
-  plan->add_option("--lm-head", o.lm_head, "the head's compute on the last stage (memory always counts it)")
+  plan->add_option("--lm-head", o.lm_head,
+                   "the tied head's compute and first-last gradient swap (default on, as the runtime; memory always "
+                   "counts the head)")
       ->check(CLI::IsMember({"on", "off"}));
+  plan->add_option("--gradient-bucket-mb", o.gradient_bucket_mb,
+                   "DP sum in buckets during the backward, as network.gradient_bucket_mb (default 25; 0: after it)")
+      ->check(CLI::Range(0.0, 1e6));
   plan->add_option("--peak-tflops", o.peak_tflops, "TFLOPS of devices without a type (default: --model or 125)")
       ->check(CLI::Range(1e-6, 1e6));
   plan->add_option("--efficiency", o.efficiency, "achieved / peak (default: --model or 0.34)")->check(CLI::Range(1e-6, 1.0));

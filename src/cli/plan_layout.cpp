@@ -59,6 +59,8 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
   plan::parse_dp_scheme(o.dp_scheme, &c.dp_scheme);
   c.recompute = o.recompute == "on";
   c.lm_head = o.lm_head == "on";
+  c.tied_head = c.model.tied_head;
+  c.gradient_bucket_mb = o.gradient_bucket_mb;
   c.micro_batches_per_flush = o.pipeline_micro_batches;  // 0: one flush (fixed mode)
   if (o.micro_batch > 0) c.micro_batch_sequences = o.micro_batch;
 
@@ -95,7 +97,8 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
       << "\n  micro-batch " << l.micro_batch_sequences << " sequence" << (l.micro_batch_sequences > 1 ? "s" : "")
       << ", " << l.micro_batches << " micro-batches per replica in flushes of " << l.micro_batches_per_flush << " ("
       << plan::to_string(c.schedule) << "), batch " << c.global_batch_sequences << "; " << c.model.name << ", "
-      << c.model.layers << " layers; DP " << plan::to_string(c.dp_scheme) << ", recomputation "
+      << c.model.layers << " layers; DP " << plan::to_string(c.dp_scheme)
+      << (c.gradient_bucket_mb > 0 ? " in " + fmt("%g", c.gradient_bucket_mb) + " MiB buckets" : "") << ", recomputation "
       << (c.recompute ? "on" : "off") << ", LM head " << (c.lm_head ? "on" : "off") << "\n"
       << "  memory per device: parameters, gradients, AdamW (" << fmt("%g", s.options.memory.state_bytes_per_parameter)
       << " B/parameter), activations (" << s.options.memory.activation_bytes << " B/value), workspace, reserve "

@@ -63,19 +63,24 @@ void resolve_config(const SimulateCommandOptions& o, Resolved& r) {
   c.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : device.peak_tflops;
   c.efficiency = o.efficiency > 0 ? o.efficiency : device.efficiency;
 
-  // The two runtimes the paper compares (src/plan/README.md, "Simulator").
-  const bool megatron = o.system == "megatron";
-  c.schedule = megatron ? plan::Schedule::one_f_one_b : plan::Schedule::gpipe;
+  // The two runtimes the paper compares (src/plan/README.md, "Simulator"),
+  // and geotrain's own: 1F1B over one flush, sends overlapped, the direct
+  // exchange in 25 MiB buckets from the last backward, GPT-2's tied head.
+  const bool megatron = o.system == "megatron", geotrain = o.system == "geotrain";
+  c.schedule = megatron || geotrain ? plan::Schedule::one_f_one_b : plan::Schedule::gpipe;
   c.overlap_communication = !megatron;
-  c.dp_scheme = megatron ? plan::DataParallelScheme::ring : plan::DataParallelScheme::paper;
-  c.micro_batches_per_flush = megatron ? 0 : 64;
+  c.dp_scheme = megatron ? plan::DataParallelScheme::ring
+                         : (geotrain ? plan::DataParallelScheme::direct : plan::DataParallelScheme::paper);
+  c.micro_batches_per_flush = megatron || geotrain ? 0 : 64;
+  if (geotrain) c.gradient_bucket_mb = 25;
   if (!o.schedule.empty()) plan::parse_schedule(o.schedule, &c.schedule);
   if (!o.dp_scheme.empty()) plan::parse_dp_scheme(o.dp_scheme, &c.dp_scheme);
   if (!o.overlap.empty()) c.overlap_communication = on_off(o.overlap);
   if (o.pipeline_micro_batches >= 0) c.micro_batches_per_flush = o.pipeline_micro_batches;
   c.recompute = on_off(o.recompute);
+  if (o.gradient_bucket_mb >= 0) c.gradient_bucket_mb = o.gradient_bucket_mb;
   if (o.untied_head && o.lm_head == "off") throw InputError("--untied-head needs the LM head (--lm-head on)");
-  c.lm_head = o.lm_head.empty() ? o.untied_head : on_off(o.lm_head);
+  c.lm_head = o.lm_head.empty() ? (o.untied_head || geotrain) : on_off(o.lm_head);
   c.tied_head = !o.untied_head;
   plan::parse_flops_formula(o.flops_formula, &c.flops_formula);
 }
@@ -179,8 +184,10 @@ std::string render_table(const Resolved& r) {
   out << "); schedule " << plan::to_string(c.schedule) << ", " << res.micro_batches << " micro-batches per replica = "
       << res.flushes << " flush" << (res.flushes > 1 ? "es" : "") << " of " << res.micro_batches_per_flush << "\n"
       << "  communication " << (c.overlap_communication ? "overlapped with compute" : "blocking (batched p2p)")
-      << ", data parallel " << plan::to_string(c.dp_scheme) << ", recomputation " << (c.recompute ? "on" : "off")
-      << ", LM head " << head_text(c) << "\n"
+      << ", data parallel " << plan::to_string(c.dp_scheme)
+      << (c.gradient_bucket_mb > 0 ? " in buckets of " + fmt("%g", c.gradient_bucket_mb) + " MiB from the last backward"
+                                   : std::string(" after the backward"))
+      << ", recomputation " << (c.recompute ? "on" : "off") << ", LM head " << head_text(c) << "\n"
       << "  wire: "
       << describe_traffic(c.model, static_cast<double>(c.micro_batch_sequences) * c.model.sequence_length * c.model.hidden,
                           plan::stage_parameters(c.model, 0, plan.pipeline_stages))
@@ -257,6 +264,7 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["dp_scheme"] = plan::to_string(c.dp_scheme);
   j["overlap_communication"] = c.overlap_communication;
   j["recompute"] = c.recompute;
+  j["gradient_bucket_mb"] = c.gradient_bucket_mb;
   j["lm_head"] = c.lm_head;
   j["micro_batches"] = res.micro_batches;
   j["micro_batches_per_flush"] = res.micro_batches_per_flush;
@@ -319,14 +327,19 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   sim->add_option("--placement", o.placement, "planned, rank-order (Megatron/DeepSpeed), dtfm-rank-order, random")
       ->check(CLI::IsMember({"planned", "rank-order", "dtfm-rank-order", "random"}));
   sim->add_option("--system", o.system,
-                  "runtime preset: dtfm (GPipe, overlapped p2p, paper DP, flushes of 64) or megatron "
-                  "(1F1B, blocking p2p, ring all-reduce, one flush)")
-      ->check(CLI::IsMember({"dtfm", "megatron"}));
+                  "runtime preset: dtfm (GPipe, overlapped p2p, paper DP, flushes of 64), megatron "
+                  "(1F1B, blocking p2p, ring all-reduce, one flush) or geotrain (1F1B, overlapped p2p, direct DP "
+                  "in 25 MiB buckets from the last backward, one flush, tied LM head)")
+      ->check(CLI::IsMember({"dtfm", "megatron", "geotrain"}));
   sim->add_option("--schedule", o.schedule, "gpipe or 1f1b (default: by --system)")->check(CLI::IsMember({"gpipe", "1f1b"}));
   sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central or direct (default: by --system)")
       ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
   sim->add_option("--overlap", o.overlap, "on: sends overlap compute; off: blocking p2p (default: by --system)")
       ->check(CLI::IsMember({"on", "off"}));
+  sim->add_option("--gradient-bucket-mb", o.gradient_bucket_mb,
+                  "data-parallel sums start in buckets of this many MiB (fp32) during the last backward, as "
+                  "geotrain's network.gradient_bucket_mb; 0 = after the backward (default: by --system)")
+      ->check(CLI::Range(0.0, 1e6));
   sim->add_option("--recompute", o.recompute, "activation recomputation (on: backward = 3 forwards)")
       ->check(CLI::IsMember({"on", "off"}));
   sim->add_option("--lm-head", o.lm_head, "logits over the vocabulary on the last stage (default off)")

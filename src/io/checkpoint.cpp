@@ -238,6 +238,7 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
   write_int_attribute(file, "model_heads", c.model.heads, context);
   write_int_attribute(file, "model_vocabulary", c.model.vocabulary, context);
   write_int_attribute(file, "model_sequence_length", c.model.sequence_length, context);
+  if (!c.model.tied_head) write_string_attribute(file, "model_lm_head", "untied", context);
   write_string_attribute(file, "config", c.config_text, context);
   write_string_attribute(file, "plan", c.plan_text, context);
   if (!c.tokenizer_text.empty()) write_string_attribute(file, "tokenizer", c.tokenizer_text, context);
@@ -298,6 +299,11 @@ Checkpoint read_checkpoint_file(const std::string& path) {
   c.model.heads = static_cast<int>(read_int_attribute(file, "model_heads", path));
   c.model.vocabulary = static_cast<int>(read_int_attribute(file, "model_vocabulary", path));
   c.model.sequence_length = static_cast<int>(read_int_attribute(file, "model_sequence_length", path));
+  if (H5Aexists(file, "model_lm_head") > 0) {  // absent: tied (files before untied heads)
+    const std::string head = read_string_attribute(file, "model_lm_head", path);
+    if (head != "tied" && head != "untied") throw InputError(path + ": attribute model_lm_head: must be tied or untied");
+    c.model.tied_head = head == "tied";
+  }
   c.config_text = read_string_attribute(file, "config", path);
   c.plan_text = read_string_attribute(file, "plan", path);
   if (H5Aexists(file, "tokenizer") > 0) c.tokenizer_text = read_string_attribute(file, "tokenizer", path);

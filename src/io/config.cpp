@@ -16,7 +16,7 @@ namespace geotrain::io {
 namespace {
 
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
-                            MatmulPrecision*, Transport*, WireFormat*, plan::Schedule*, plan::Placement*>;
+                            MatmulPrecision*, Transport*, WireFormat*, LmHead*, plan::Schedule*, plan::Placement*>;
 
 // Every value of a closed choice, in declaration order: the choices are
 // enums numbered from 0 whose to_string says "?" past the last value.
@@ -56,6 +56,7 @@ std::vector<Field> fields(Config& c) {
       {"model.heads", &c.model_heads},
       {"model.vocabulary", &c.model_vocabulary},
       {"model.sequence_length", &c.model_sequence_length},
+      {"model.lm_head", &c.model_lm_head},
       {"device.kind", &c.device},
       {"device.matmul_precision", &c.matmul_precision},
       {"device.peak_tflops", &c.device_peak_tflops},
@@ -356,6 +357,7 @@ ModelFile load_model(const Config& config) {
   for (const auto& [value, target] : overrides) {
     if (value > 0) *target = value;
   }
+  if (config.model_lm_head != LmHead::model_file) file.model.tied_head = config.model_lm_head == LmHead::tied;
   // The file itself was checked; only an override can break hidden % heads.
   if (config.model_heads > 0 || config.model_hidden > 0) {
     check_model_shape(TomlReader(config.origin_of(config.model_heads > 0 ? "model.heads" : "model.hidden")), "model",

@@ -242,6 +242,9 @@ Checkpoint read_hf_gpt2(const std::string& dir, int sequence_length) {
 
 void write_hf_gpt2(Checkpoint checkpoint, const std::string& origin, const std::string& dir) {
   const ModelShape m = checkpoint.model;
+  if (!m.tied_head) {
+    throw InputError(origin + ": attribute model_lm_head: untied; a GPT-2 folder ties its head to wte (train with a tied head to export)");
+  }
   std::vector<SafetensorsTensor> tensors;
   for (const HfTensorName& t : hf_gpt2_tensor_names(m)) {
     auto stored = std::find_if(checkpoint.tensors.begin(), checkpoint.tensors.end(),

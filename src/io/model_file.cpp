@@ -78,12 +78,16 @@ ModelFile load_model_file(const std::string& path) {
   r.check_keys(root, "", {"model", "device", "batch"});
   const toml::table* model = r.optional_table(root, "model", "model");
   if (!model) r.fail("model", "missing [model] table");
-  r.check_keys(*model, "model", {"name", "layers", "hidden", "heads", "sequence_length", "vocabulary"});
+  r.check_keys(*model, "model", {"name", "layers", "hidden", "heads", "sequence_length", "vocabulary", "lm_head"});
 
   ModelFile file;
   file.path = path;
   file.model.name = std::filesystem::path(path).stem().string();
   read_model_shape(r, *model, "model", "name", true, file.model);
+  if (const std::optional<std::string> head = r.optional_string(*model, "lm_head", "model.lm_head")) {
+    if (*head != "tied" && *head != "untied") r.fail("model.lm_head", "must be \"tied\" or \"untied\", got \"" + *head + "\"");
+    file.model.tied_head = *head == "tied";
+  }
   if (const toml::table* device = r.optional_table(root, "device", "device")) file.device = read_device(r, *device);
   if (const toml::table* batch = r.optional_table(root, "batch", "batch")) file.batch = read_batch(r, *batch);
   return file;

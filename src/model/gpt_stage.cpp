@@ -40,8 +40,8 @@ std::vector<ParameterView> parameter_layout(const ModelShape& config, const Stag
     views.push_back({name, std::move(shape), offset, count, decays});
     offset += count;
   };
-  // The LM head is tied to wte: a stage that has either holds wte.
-  if (spec.has_embedding || spec.has_head) add("wte", {V, C}, true);
+  // A tied LM head is wte: a stage that has either holds wte.
+  if (spec.has_embedding || (spec.has_head && config.tied_head)) add("wte", {V, C}, true);
   if (spec.has_embedding) add("wpe", {T, C}, true);
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     add(layer_name(l, "ln1.weight"), {C}, false);
@@ -60,6 +60,7 @@ std::vector<ParameterView> parameter_layout(const ModelShape& config, const Stag
   if (spec.has_head) {
     add("lnf.weight", {C}, false);
     add("lnf.bias", {C}, false);
+    if (!config.tied_head) add("lm_head.weight", {V, C}, true);
   }
   return views;
 }
@@ -174,11 +175,12 @@ Stage::LayerWeights Stage::layer_weights_in(float* buffer, int l) const {
 
 Stage::EmbeddingHeadWeights Stage::embedding_head_weights_in(float* buffer) const {
   EmbeddingHeadWeights w;
-  if (spec_.has_embedding || spec_.has_head) w.wte = tensor_in(buffer, "wte");
+  if (find("wte") != nullptr) w.wte = tensor_in(buffer, "wte");
   if (spec_.has_embedding) w.wpe = tensor_in(buffer, "wpe");
   if (spec_.has_head) {
     w.lnf_weight = tensor_in(buffer, "lnf.weight");
     w.lnf_bias = tensor_in(buffer, "lnf.bias");
+    w.lm_head = config_.tied_head ? w.wte : tensor_in(buffer, "lm_head.weight");
   }
   return w;
 }
@@ -254,7 +256,7 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
   if (!spec_.has_head || targets == nullptr) return 0.0;
   const EmbeddingHeadWeights& w = embedding_head_params_;
   backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, w.lnf_weight, w.lnf_bias, N, C);
-  backend_.matmul_forward(slot.logits, slot.lnf, w.wte, nullptr, N, C, V_);
+  backend_.matmul_forward(slot.logits, slot.lnf, w.lm_head, nullptr, N, C, V_);
   backend_.upload_tokens(slot.targets, targets, N);
   backend_.crossentropy_forward(slot.losses, slot.logits, slot.targets, N, V_);
   std::vector<float> losses(N);
@@ -283,7 +285,7 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale, con
   if (spec_.has_head) {
     backend_.crossentropy_backward(dlogits_, slot.logits, slot.targets, loss_scale, N, V_);
     backend_.fill_zero(dln_, NC);
-    backend_.matmul_backward(dln_, g.wte, nullptr, dlogits_, slot.lnf, w.wte, N, C, V_);
+    backend_.matmul_backward(dln_, g.lm_head, nullptr, dlogits_, slot.lnf, w.lm_head, N, C, V_);
     backend_.fill_zero(dresidual_, NC);
     backend_.layernorm_backward(dresidual_, g.lnf_weight, g.lnf_bias, dln_, last_input, w.lnf_weight, slot.lnf_mean,
                                 slot.lnf_rstd, N, C);

@@ -28,8 +28,10 @@ double head_activation_values(const ModelShape& m, double b) {
 double stage_parameters_of(const ModelShape& m, const StagePart& part, bool head) {
   const double C = m.hidden;
   double count = part.layers * (12.0 * C * C + 13.0 * C);
-  const bool holds_wte = part.first || (part.last && head);  // the tied head is a copy of wte
+  const bool head_here = part.last && head;
+  const bool holds_wte = part.first || (head_here && m.tied_head);  // a tied head is (a copy of) wte
   if (holds_wte) count += static_cast<double>(m.vocabulary) * C;
+  if (head_here && !m.tied_head) count += static_cast<double>(m.vocabulary) * C;  // its own lm_head.weight
   if (part.first) count += static_cast<double>(m.sequence_length) * C;  // wpe
   if (part.last && head) count += 2.0 * C;                              // final layernorm
   return count;

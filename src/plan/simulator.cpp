@@ -130,6 +130,15 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
   if (m.wire.activations || m.wire.activation_gradients) {
     w.activation_gradient_bytes = traffic_bytes(m.wire.activation_gradients, values, m.activation_bytes);
   }
+  if (c.gradient_bucket_mb > 0) {
+    const double per_layer = 12.0 * m.hidden * m.hidden + 13.0 * m.hidden;  // GPT-2 block: weights and biases
+    const double bucket_values = c.gradient_bucket_mb * (1 << 20) / 4.0;  // the runtime's fp32 floats
+    w.bucket_bytes = traffic_bytes(m.wire.gradients, bucket_values, m.gradient_bytes);
+    for (int s = 0; s < stages; ++s) {
+      const double values = layers[s] * per_layer;  // this stage's layers, even or as the layout splits them
+      w.layer_gradient_bytes.push_back(traffic_bytes(m.wire.gradients, values, m.gradient_bytes));
+    }
+  }
   // The runtime sums the tied embedding unencoded (fp32 gradients).
   if (c.lm_head && c.tied_head && stages > 1) w.tied_embedding_bytes = head * m.gradient_bytes;
 }
@@ -432,10 +441,40 @@ std::vector<double> replica_signature(const Network& net, const Plan& plan, cons
 
 // Each stage group exchanges its gradient once its last backward is done
 // in every replica; the iteration ends with the slowest group.
+// When stage s's data-parallel sum ends, its last backward ending at
+// `finish`. With buckets (runtime/gradient_buckets.hpp) the layers' gradient
+// becomes ready evenly over that backward, a bucket starts once it is full,
+// and the buckets' bytes queue on the group's links while their latencies
+// overlap (all are in flight together): the sum ends one exchange latency
+// after the last bytes, which are the rest (embeddings, head and any partial
+// bucket) sent from the backward's end.
+double datap_end_s(const Network& net, const Plan& plan, const PipelineWork& w, int s, double finish) {
+  const std::vector<int>& group = plan.stages[s];
+  const double total = w.gradient_bytes[s];
+  if (!(w.bucket_bytes > 0) || w.layer_gradient_bytes.size() != w.gradient_bytes.size()) {
+    return finish + datap_exchange_s(net, group, total, w.dp_scheme);
+  }
+  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
+  auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
+  const double layers = std::min(w.layer_gradient_bytes[s], total);
+  // Mixed devices: the group's slowest device runs the longest last backward.
+  double slowest = w.device_time_scale.empty() ? 1.0 : 0.0;
+  for (int d : w.device_time_scale.empty() ? std::vector<int>{} : group) slowest = std::max(slowest, w.device_time_scale[d]);
+  const double backward = w.backward_s[s] * slowest;
+  double link_free = finish - backward, sent = 0;
+  while (layers - sent >= w.bucket_bytes) {
+    sent += w.bucket_bytes;
+    const double ready = finish - backward + backward * sent / layers;
+    link_free = std::max(link_free, ready) + bytes_s(w.bucket_bytes);
+  }
+  return std::max(link_free, finish) + bytes_s(total - sent) + latency;
+}
+
 void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   result->iteration_s = result->pipeline_phase_s;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
-    const double exchange = datap_exchange_s(net, plan.stages[s], w.gradient_bytes[s], w.dp_scheme);
+    // What the step waits for after the backward: the exposed part of the sum.
+    const double exchange = datap_end_s(net, plan, w, s, result->stage_last_backward_s[s]) - result->stage_last_backward_s[s];
     result->stage_datap_s.push_back(exchange);
     result->datap_comm_s = std::max(result->datap_comm_s, exchange);
     result->iteration_s = std::max(result->iteration_s, result->stage_last_backward_s[s] + exchange);

@@ -35,6 +35,11 @@ void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& w
                        " (a checkpoint of another model?)");
     }
   }
+  if (have.tied_head != want.tied_head) {
+    const char* name[] = {"untied", "tied"};
+    throw InputError(path + ": attribute model_lm_head: the checkpoint's LM head is " + name[have.tied_head] +
+                     " but the model being trained has a " + name[want.tied_head] + " one (model.lm_head)");
+  }
   for (const model::ParameterView& view : model::parameter_layout(want, model::StageSpec::whole(want))) {
     const io::CheckpointTensor* t = checkpoint.find(view.name);
     if (t == nullptr) throw InputError(path + ": /params/" + view.name + ": missing (a checkpoint of another model?)");

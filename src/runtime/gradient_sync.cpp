@@ -42,7 +42,7 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
     });
   }
   const model::ParameterView* wte = stage.find("wte");
-  const bool split_embedding = pipeline_stages > 1 && wte != nullptr;
+  const bool split_embedding = pipeline_stages > 1 && wte != nullptr && stage.config().tied_head;
   const std::int64_t wte_bytes = split_embedding ? static_cast<std::int64_t>(sizeof(float) * wte->count) : 0;
   // The tied parameter is counted in the norm on the first stage only.
   const bool counts_wte = !(split_embedding && stage.spec().has_head);

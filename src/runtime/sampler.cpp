@@ -95,7 +95,7 @@ std::vector<float> Sampler::logits_at(int position) {
   const float* hidden = stage_.output(0) + static_cast<std::size_t>(position) * C;
   backend_.layernorm_forward(normed_, mean_, rstd_, hidden, params + stage_.find("lnf.weight")->offset,
                              params + stage_.find("lnf.bias")->offset, 1, C);
-  backend_.matmul_forward(logits_, normed_, params + stage_.find("wte")->offset, nullptr, 1, C, V);
+  backend_.matmul_forward(logits_, normed_, params + stage_.lm_head()->offset, nullptr, 1, C, V);
   std::vector<float> host(static_cast<std::size_t>(V));
   backend_.download(host.data(), logits_, host.size());
   return host;

@@ -33,7 +33,7 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
     std::vector<int> chain;
     for (int s = 0; s < pp; ++s) chain.push_back(plan.stages[s][r]);
     std::vector<double> sends = ready;
-    if (pp > 1) {
+    if (pp > 1 && embedding_bytes > 0) {  // 0: an untied head, nothing swapped
       sends[0] = std::max(ready[0], ready[pp - 1] + network.transfer_s(chain.back(), chain.front(), embedding_bytes));
     }
     for (int s = 0; s < pp; ++s) {
@@ -41,7 +41,9 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
         if (s != t) end = std::max(end, sends[s] + network.latency(chain[s], chain[t]));
       }
     }
-    if (pp > 1) end = std::max(end, ready[0] + network.transfer_s(chain.front(), chain.back(), embedding_bytes));
+    if (pp > 1 && embedding_bytes > 0) {
+      end = std::max(end, ready[0] + network.transfer_s(chain.front(), chain.back(), embedding_bytes));
+    }
   }
   return end;
 }
@@ -62,8 +64,18 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
   const double values = 1.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
   work.activation_bytes = encoded(config.activation_wire, values);
   work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
-  for (const auto& stage : job.plan.stages) {
-    work.gradient_bytes.push_back(encoded(config.gradient_wire, static_cast<double>(ranks[stage[0]].stage_parameters)));
+  const int last = static_cast<int>(job.plan.stages.size()) - 1;
+  for (int s = 0; s <= last; ++s) {
+    const double parameters = static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
+    work.gradient_bytes.push_back(encoded(config.gradient_wire, parameters));
+    // What the backward reports only at its end: wte (+ wpe on the first stage), see Stage::backward.
+    const double vocabulary = 1.0 * model.vocabulary * model.hidden, positions = 1.0 * model.sequence_length * model.hidden;
+    const double tied_copy = s == last && last > 0 && model.tied_head ? vocabulary : 0.0;
+    const double at_end = (s == 0 ? vocabulary + positions : 0.0) + tied_copy;
+    work.layer_gradient_bytes.push_back(encoded(config.gradient_wire, std::max(parameters - at_end, 0.0)));
+  }
+  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1) {
+    work.bucket_bytes = encoded(config.gradient_wire, config.gradient_bucket_mb * (1 << 20) / sizeof(float));
   }
   work.schedule = config.pipeline_schedule;
   work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)
@@ -169,7 +181,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   const plan::PipelineWork work = predicted_work(config, model, job, ranks, measured);
   if (!run.events.empty()) {
     const plan::SimulationResult predicted = plan::simulate(job.network, job.plan, work);
-    const double embedding_bytes = 4.0 * model.vocabulary * model.hidden;
+    const double embedding_bytes = model.tied_head ? 4.0 * model.vocabulary * model.hidden : 0.0;
     run.predicted_iteration_s = step_end_s(job.network, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }

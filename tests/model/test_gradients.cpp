@@ -5,6 +5,7 @@
 // (a sum over the whole tensor) rather than single entries.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -20,6 +21,9 @@ const ModelShape kSmall{.name = "gradient-check", .layers = 2, .hidden = 16, .he
 // and threading paths that the small shapes do not reach.
 const ModelShape kBytes{.name = "gradient-check-bytes", .layers = 1, .hidden = 32, .heads = 4, .vocabulary = 256,
                        .sequence_length = 64};
+// The small shape with its own LM head matrix (model.lm_head = "untied").
+const ModelShape kSmallUntied{.name = "gradient-check-untied", .layers = 2, .hidden = 16, .heads = 2,
+                              .vocabulary = 11, .sequence_length = 6, .tied_head = false};
 // The shipped tiny model itself (inputs/models/tiny.toml).
 const ModelShape kTiny{.name = "tiny", .layers = 4, .hidden = 128, .heads = 4, .vocabulary = 256,
                       .sequence_length = 128};
@@ -82,7 +86,49 @@ TEST_P(ModelGradients, MatchFiniteDifferencesForEveryTensor) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ModelGradients,
                          ::testing::Values(std::make_pair(kSmall, 2), std::make_pair(kBytes, 4),
-                                           std::make_pair(kTiny, 1)));
+                                           std::make_pair(kTiny, 1), std::make_pair(kSmallUntied, 2)));
+
+// An untied head that starts as a copy of wte computes the tied model: the
+// same loss, and the tied wte's gradient is the sum of the untied model's
+// wte and lm_head gradients (the two uses of one matrix).
+TEST(ModelStages, AnUntiedHeadEqualToWteIsTheTiedModel) {
+  auto backend = kernels::make_cpu_backend();
+  const int B = 2;
+  std::mt19937 rng(8);
+  const Batch batch = random_batch(kSmall, B, rng);
+  const float scale = 1.0f / static_cast<float>(B * kSmall.sequence_length);
+  Stage tied(kSmall, StageSpec::whole(kSmall), *backend, B, 1), untied(kSmallUntied, StageSpec::whole(kSmallUntied), *backend, B, 1);
+  tied.initialize(4);
+  untied.initialize(4);
+  ASSERT_EQ(tied.find("lm_head.weight"), nullptr);
+  const ParameterView *wte = untied.find("wte"), *head = untied.find("lm_head.weight");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(untied.parameter_count(), tied.parameter_count() + head->count);
+  std::vector<float> copy(wte->count);
+  backend->download(copy.data(), tied.params() + tied.find("wte")->offset, copy.size());
+  backend->upload(untied.params() + head->offset, copy.data(), copy.size());
+  double losses[2];
+  Stage* stages[2] = {&tied, &untied};
+  for (int k = 0; k < 2; ++k) {
+    stages[k]->zero_grads();
+    losses[k] = stages[k]->forward(0, batch.tokens.data(), nullptr, batch.targets.data());
+    stages[k]->backward(0, nullptr, scale);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-6 * losses[0]);
+  auto gradient = [&](Stage& stage, const ParameterView& view) {
+    std::vector<float> g(view.count);
+    backend->download(g.data(), stage.grads() + view.offset, view.count);
+    return g;
+  };
+  const std::vector<float> whole = gradient(tied, *tied.find("wte")), embedding = gradient(untied, *wte),
+                           projection = gradient(untied, *head);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_NEAR(embedding[i] + projection[i], whole[i], 1e-5f + 1e-4f * std::abs(whole[i])) << "element " << i;
+  }
+  // A last stage of an untied pipeline holds no wte at all.
+  const std::vector<ParameterView> last = parameter_layout(kSmallUntied, {1, 2, false, true});
+  EXPECT_TRUE(std::none_of(last.begin(), last.end(), [](const ParameterView& v) { return v.name == "wte"; }));
+}
 
 TEST(ModelStages, PipelineStagesChainToTheWholeModel) {
   // Two stages (layers [0,1) with the embedding, [1,2) with the head) fed

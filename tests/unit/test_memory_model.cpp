@@ -38,6 +38,10 @@ TEST(MemoryModelByHand, EmbeddingAndTiedHead) {
   EXPECT_EQ(stage_memory(m, {2, true, false}, 1, 1, s).parameters, 2 * layer + 256 * 128 + 128 * 128);
   EXPECT_EQ(stage_memory(m, {2, false, true}, 1, 1, s).parameters, 2 * layer + 256 * 128 + 2 * 128);
   EXPECT_EQ(stage_memory(m, {4, true, true}, 1, 1, s).parameters, 4 * layer + 256 * 128 + 128 * 128 + 2 * 128);
+  ModelShape untied = m;
+  untied.tied_head = false;  // the last stage's own V x C head; a single stage holds wte and it
+  EXPECT_EQ(stage_memory(untied, {2, false, true}, 1, 1, s).parameters, 2 * layer + 256 * 128 + 2 * 128);
+  EXPECT_EQ(stage_memory(untied, {4, true, true}, 1, 1, s).parameters, 4 * layer + 2 * 256 * 128 + 128 * 128 + 2 * 128);
   MemorySettings no_head = s;
   no_head.head = false;
   EXPECT_EQ(stage_memory(m, {2, false, true}, 1, 1, no_head).parameters, 2 * layer);

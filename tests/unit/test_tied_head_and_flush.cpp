@@ -166,3 +166,38 @@ TEST(FlushRecommendation, MatchesABruteForceOverDivisors) {
 
 }  // namespace
 }  // namespace geotrain::plan
+
+namespace geotrain::plan {
+namespace {
+
+// One stage, two replicas on a 10 ms, 1e6 B/s pair (direct: one swap costs
+// 0.01 + bytes / 1e6). Forward 0.1 s, backward 0.1 -> 0.5 s; gradient 3e5 B,
+// of which the layers' 2e5 B appear evenly over the backward.
+TEST(GradientBuckets, OverlapWithTheLastBackwardByHand) {
+  PipelineWork w;
+  w.forward_s = {0.1};
+  w.backward_s = {0.4};
+  w.gradient_bytes = {3e5};
+  w.layer_gradient_bytes = {2e5};
+  w.dp_scheme = DataParallelScheme::direct;
+  Network net = testing::uniform_network(2, 1e6);
+  net.latency_s = {0.0, 0.01, 0.01, 0.0};
+  const Plan plan = testing::grid_plan(1, 2);
+  // After the backward: 0.5 + 0.01 + 0.3 = 0.81.
+  EXPECT_NEAR(simulate(net, plan, w).iteration_s, 0.81, 1e-12);
+  // Buckets of 1e5 B (0.1 s of bytes each; in flight together, so one 10 ms
+  // latency at the end): the first is ready at 0.1 + 0.4 x 1/2 = 0.3, its
+  // bytes leave by 0.4; the second is ready at 0.5, out by 0.6; the rest
+  // (1e5 B of embeddings) by 0.7, arriving 0.71: 0.21 s after the backward.
+  w.bucket_bytes = 1e5;
+  const SimulationResult bucketed = simulate(net, plan, w);
+  EXPECT_NEAR(bucketed.iteration_s, 0.71, 1e-12);
+  ASSERT_EQ(bucketed.stage_datap_s.size(), 1u);
+  EXPECT_NEAR(bucketed.stage_datap_s[0], 0.21, 1e-12);
+  // A bucket larger than the layers' gradient never fills early: 0.81 again.
+  w.bucket_bytes = 2.5e5;
+  EXPECT_NEAR(simulate(net, plan, w).iteration_s, 0.81, 1e-12);
+}
+
+}  // namespace
+}  // namespace geotrain::plan

@@ -50,7 +50,8 @@ struct PlanCommandOptions {
   std::string schedule = "1f1b";   // the runtime's default
   std::string dp_scheme = "direct";  // geotrain's MPI exchange
   std::string recompute = "off";   // the runtime keeps all activations
-  std::string lm_head = "off";
+  std::string lm_head = "on";      // the runtime computes the loss with the tied head (simulate --system geotrain)
+  double gradient_bucket_mb = 25;  // the runtime's network.gradient_bucket_mb
   double peak_tflops = 0;          // untyped devices; 0: model file [device] or V100
   double efficiency = 0;           // 0: model file [device] or the calibrated constant
   double device_memory_gib = 0;    // untyped devices; 0: unlimited
@@ -81,6 +82,7 @@ struct SimulateCommandOptions {
   std::string lm_head;             // "on" / "off"; "": off, or on with --untied-head
   bool untied_head = false;        // the last stage holds its own head; no tied-embedding exchange
   CompressionOptions compression;
+  double gradient_bucket_mb = -1;  // > 0: data-parallel sums start in buckets during the last backward; < 0: by --system
   double flush_tolerance = 0.02;   // the recommended flush: utilisation within this share of the best
   std::string flops_formula = "paper";
   unsigned long long seed = 1;

@@ -17,6 +17,9 @@ struct ModelShape {
   int heads = 4;
   int vocabulary = 256;
   int sequence_length = 128;
+  // The LM head is the token embedding wte (GPT-2); false: its own V x H
+  // matrix "lm_head.weight" on the last stage.
+  bool tied_head = true;
 };
 
 // GPT3-XL as the paper plans it (reference dtfm-paper.md §2.1): the

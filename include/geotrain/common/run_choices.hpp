@@ -18,6 +18,10 @@ enum class MatmulPrecision { fp32, bf16 };
 // How a tensor goes over a slow link (runtime/wire_codec.hpp): as is, or
 // quantised to 8 / 4 bits per value, or its largest values only.
 enum class WireFormat { fp32, int8, int4, topk };
+// model.lm_head: the LM head as the model file says, tied to the token
+// embedding (GPT-2: with 2+ stages its gradient crosses from the last stage
+// to the first every step), or the last stage's own V x H matrix.
+enum class LmHead { model_file, tied, untied };
 
 // Names as config files and messages spell them; "?" for no value.
 inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
@@ -30,7 +34,11 @@ inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPre
 inline constexpr EnumName<WireFormat> kWireFormatNames[] = {
     {WireFormat::fp32, "fp32"}, {WireFormat::int8, "int8"}, {WireFormat::int4, "int4"}, {WireFormat::topk, "topk"}};
 
+inline constexpr EnumName<LmHead> kLmHeadNames[] = {
+    {LmHead::model_file, "model-file"}, {LmHead::tied, "tied"}, {LmHead::untied, "untied"}};
+
 inline std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }
+inline std::string to_string(LmHead head) { return name_in(kLmHeadNames, head); }
 inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }
 inline std::string to_string(Transport transport) { return name_in(kTransportNames, transport); }
 inline std::string to_string(MatmulPrecision precision) { return name_in(kMatmulPrecisionNames, precision); }

@@ -19,6 +19,7 @@ struct Config {
   // (0: the file's value); load_model() applies them.
   std::string model_file = "inputs/models/tiny.toml";  // defaults: relative to the working directory
   int model_layers = 0, model_hidden = 0, model_heads = 0, model_vocabulary = 0, model_sequence_length = 0;
+  LmHead model_lm_head = LmHead::model_file;  // model-file | tied | untied
   // [device]
   DeviceRequest device = DeviceRequest::automatic;         // auto | cpu | cuda
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;  // fp32 | bf16

@@ -64,6 +64,8 @@ class Stage {
   float* params() { return params_; }
   float* grads() { return grads_; }
   const ParameterView* find(const std::string& name) const;
+  // The last stage's LM head matrix (wte when tied); null elsewhere.
+  const ParameterView* lm_head() const { return find(config_.tied_head ? "wte" : "lm_head.weight"); }
 
   // GPT-2 initialisation, each tensor from its own stream seeded by (seed,
   // name): identical values whatever the stage layout.
@@ -102,6 +104,7 @@ class Stage {
   // The tensors outside the layers; null where the stage does not hold them.
   struct EmbeddingHeadWeights {
     float *wte = nullptr, *wpe = nullptr, *lnf_weight = nullptr, *lnf_bias = nullptr;
+    float* lm_head = nullptr;  // the head's V x H matrix: wte when tied
   };
   struct LayerActivations;
   struct SlotActivations;

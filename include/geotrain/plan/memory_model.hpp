@@ -16,8 +16,9 @@ struct MemorySettings {
   // micro-batch. true: only each layer's input does; one layer's full
   // activations are rebuilt in the workspace during its backward.
   bool recompute = false;
-  // The last stage holds the LM head (tied to wte: a copy of it), its
-  // logits and their gradient; the runtime always does (it computes the loss).
+  // The last stage holds the LM head (tied to wte: a copy of it; untied,
+  // ModelShape::tied_head false: its own V x C matrix), its logits and their
+  // gradient; the runtime always does (it computes the loss).
   bool head = true;
   // Per device, outside the model: CUDA context, communication libraries'
   // buffers, allocator slack. Not derived from anything: a planning margin.

@@ -75,6 +75,10 @@ struct SimulationConfig {
   // Per device of the network (by id): its TFLOPS in place of peak_tflops
   // (mixed devices; Network::device_tflops); empty: every device peak_tflops.
   std::vector<double> device_tflops;
+  // > 0: each stage's data-parallel sum starts in buckets of this many MiB
+  // of fp32 gradient (geotrain's network.gradient_bucket_mb) while its last
+  // backward produces the layers' gradient; 0: after the backward (the paper).
+  double gradient_bucket_mb = 0;
 };
 
 // What one replica's pipeline does per iteration, in seconds and bytes: the
@@ -91,6 +95,12 @@ struct PipelineWork {
   // Per replica, swapped between its first and last stage once per
   // iteration (the tied embedding's gradient); 0: nothing to swap.
   double tied_embedding_bytes = 0;
+  // Overlap of the data-parallel sum with the last backward: the bucket size
+  // on the wire (0: none) and, per stage, the part of gradient_bytes the
+  // layers produce during that backward (the rest, embeddings and head, is
+  // ready only at its end).
+  double bucket_bytes = 0;
+  std::vector<double> layer_gradient_bytes;
   Schedule schedule = Schedule::gpipe;
   DataParallelScheme dp_scheme = DataParallelScheme::paper;
   bool overlap_communication = true;

@@ -93,27 +93,4 @@ class ExchangeInFlight {
   std::vector<std::uint8_t> summed_bytes_;
 };
 
-// The two-member sum in halves: start() sends a copy of this member's floats
-// and posts the receive; finish() waits and adds the other's into `data`,
-// which must stay untouched in between. Meanwhile the rank may take part in
-// other sums. The copy and the receive buffer are the object's own, so an
-// exception between the halves frees nothing MPI still reads.
-class PendingPairSum {
- public:
-  PendingPairSum() = default;
-  PendingPairSum(const PendingPairSum&) = delete;
-  PendingPairSum& operator=(const PendingPairSum&) = delete;
-  ~PendingPairSum();
-  void start(const ExchangeGroup& group, float* data, std::size_t count);
-  void finish();
-  bool pending() const { return data_ != nullptr; }
-
- private:
-  const ExchangeGroup* group_ = nullptr;
-  float* data_ = nullptr;
-  std::size_t count_ = 0;
-  std::vector<float> sent_, received_;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-};
-
 }  // namespace geotrain::runtime

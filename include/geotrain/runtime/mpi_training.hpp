@@ -86,7 +86,7 @@ class MpiCollectives : public Collectives {
   EncodedSumState gradient_state_;              // the sum of a whole tensor
   std::vector<EncodedSumState> bucket_states_;  // bucket b's, by its place in the step
   std::deque<ExchangeInFlight> buckets_;         // this step's, in flight (a deque: they must not move)
-  PendingPairSum tied_in_flight_;
+  ExchangeInFlight tied_in_flight_;  // the last stage's half of the tied embedding
 };
 
 }  // namespace geotrain::runtime

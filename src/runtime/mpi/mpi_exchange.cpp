@@ -284,35 +284,4 @@ void EncodedSumState::restore(const WireCodec& codec,
   }
 }
 
-PendingPairSum::~PendingPairSum() {
-  // Only on an exception path: the requests must not outlive their buffers.
-  for (MPI_Request& request : requests_) {
-    if (request != MPI_REQUEST_NULL) {
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-    }
-  }
-}
-
-void PendingPairSum::start(const ExchangeGroup& group, float* data, std::size_t count) {
-  int self = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(group.comm, &self));
-  GT_MPI_CHECK(MPI_Comm_size(group.comm, &size));
-  if (size != 2) abort_all(group.what + ": a pair sum over " + std::to_string(size) + " ranks");
-  if (data_ != nullptr) abort_all(group.what + ": started twice");
-  group_ = &group;
-  data_ = data;
-  count_ = count;
-  sent_.assign(data, data + count);
-  received_.resize(count);
-  post_swap(group, self, sent_.data(), received_.data(), count, &requests_[0], &requests_[1], kPairTag);
-}
-
-void PendingPairSum::finish() {
-  if (data_ == nullptr) return;
-  wait_all_or_abort(requests_, group_->deadline_s, group_->what, -1, 2e-4, group_->world_ranks);
-  for (std::size_t i = 0; i < count_; ++i) data_[i] += received_[i];
-  data_ = nullptr;
-}
-
 }  // namespace geotrain::runtime

@@ -208,7 +208,7 @@ const ExchangeGroup& MpiCollectives::tied_group() const {
 void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) { exchange_sum(tied_group(), data, count); }
 
 void MpiCollectives::start_tied_embedding(float* data, std::size_t count) {
-  tied_in_flight_.start(tied_group(), data, count);
+  tied_in_flight_.start(tied_group(), 0, data, count, nullptr, 0, nullptr, nullptr);
 }
 
 void MpiCollectives::finish_tied_embedding() { tied_in_flight_.finish(); }

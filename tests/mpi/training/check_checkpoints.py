@@ -23,6 +23,7 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 and ends elsewhere (so the residuals are what makes it exact).
   interop       analysis/load_checkpoint.py (h5py + PyTorch) on the step-20
                 checkpoint gives geotrain's final validation loss within 1e-5.
+  interop-untied  the same with model.lm_head = untied (lm_head.weight).
 
 usage: check_checkpoints.py CASE GEOTRAIN CONFIG WORKDIR -- MPIRUN...
 """
@@ -238,6 +239,8 @@ def main():
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     r = Runner(geotrain, config, workdir, mpirun)
+    if case == "interop-untied":
+        r.common.append("--model.lm_head=untied")
     if case == "compressed":
         check_compressed_resume(r)
         print("ok: " + case)
@@ -270,7 +273,7 @@ def main():
         done = r.run(r.command("mpi", ranks=2, stages=2, extra=["--checkpoint.resume=auto"]))
         compare_losses(losses_of(done.stdout), golden_losses, step + 1, TOLERANCE)
         compare_tensors(checkpoint(r.dir("mpi"), STEPS), golden_end, exact=False)
-    elif case == "interop":
+    elif case in ("interop", "interop-untied"):
         model = subprocess.run([sys.executable, LOAD_CHECKPOINT, golden_end,
                                 os.path.join(os.path.dirname(config), "data", "corpus_val.bin"),
                                 "--batch-size", "2", "--batches", "4", "--json"],

@@ -14,8 +14,9 @@ Overlap: the rank-order runs sum gradients after the backward
 64 KiB buckets (several start during the backward) must give the same
 losses bit for bit.
 
-usage: check_trajectories.py GEOTRAIN CONFIG CASES -- MPIRUN...
-  CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp)
+usage: check_trajectories.py GEOTRAIN CONFIG CASES [TRAIN FLAGS...] -- MPIRUN...
+  CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp); TRAIN FLAGS go to every run
+  (e.g. --model.lm_head=untied)
 """
 import json
 import os
@@ -51,8 +52,8 @@ def relative(a, b):
 
 
 def main():
-    (geotrain, config, cases), mpirun = arguments_and_mpirun()
-    common = short_run_flags(config, STEPS, 4)
+    (geotrain, config, cases, *flags), mpirun = arguments_and_mpirun()
+    common = short_run_flags(config, STEPS, 4) + flags
     reference, reference_final, _ = run([geotrain, "train", *common, "--pipeline.stages=1",
                                          f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES}"])
     print(f"single rank: losses {reference[0]:.6f} .. {reference[-1]:.6f}, validation {reference_final:.6f}")

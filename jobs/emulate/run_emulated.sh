@@ -1,0 +1,19 @@
+# The emulation experiments' one training run, sourced by experiment.sh and
+# communication.sh: `run NAME SCENARIO_FILE "EMULATE OPTIONS" PLACEMENT
+# SCHEDULE SUFFIX [GEOTRAIN OPTIONS...]` trains inputs/models/emulation.toml
+# as 4 stages x 2 replicas in jobs/emulate/emulate.py's emulated network and
+# writes $out/NAME-PLACEMENTSUFFIX.h5 (needs $out and $steps).
+run() {
+  local name=$1 file=$2 options=$3 placement=$4 schedule=$5 suffix=$6
+  shift 6
+  echo "== $name, $placement, $schedule${suffix:+ ($suffix)}"
+  # shellcheck disable=SC2086  # options are words
+  python3 jobs/emulate/emulate.py run "$file" $options --matrix-out "$out/$name-matrix.toml" --timeout 900 -- \
+    "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages=4 \
+    --model.file="$PWD/inputs/models/emulation.toml" --pipeline.schedule="$schedule" \
+    --pipeline.placement="$placement" --network.matrix="$PWD/$out/$name-matrix.toml" \
+    --train.steps="$steps" --optimizer.warmup_steps=2 --train.log_every_steps=1 --train.eval_every_steps=0 \
+    --train.eval_batches=1 --checkpoint.dir= --network.deadline_s=600 \
+    --timing.file="$PWD/$out/$name-$placement$suffix.h5" "$@" 2>&1 | grep -E "^(plan|  pipeline|time per step|emulate:)" || true
+  [[ -f $out/$name-$placement$suffix.h5 ]] || { echo "$0: $name $placement $schedule$suffix wrote no timing file" >&2; exit 1; }
+}
