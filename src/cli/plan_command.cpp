@@ -7,9 +7,57 @@
 #include "compression_options.hpp"
 #include "geotrain/plan/search.hpp"
 #include "launch_files.hpp"
+#include "plan_layout.hpp"
 #include "plan_report.hpp"
 
 namespace geotrain::cli {
+
+namespace {
+
+void add_layout_options(CLI::App* plan, PlanCommandOptions& o) {
+  plan->add_option("--layout", o.layout,
+                   "auto: search pp, dp, micro-batch, layers per stage and idle devices (only --pp/--dp fix "
+                   "degrees); fixed: the given degrees (default: auto when no pp/dp is given anywhere)")
+      ->check(CLI::IsMember({"auto", "fixed"}));
+  plan->add_option("--batch", o.batch, "global batch in sequences (default: --model's [batch], else the scenario's)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch (default: searched; fixed layout 1)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--pipeline-micro-batches", o.pipeline_micro_batches,
+                   "micro-batches per flush (default: searched for GPipe, one flush for 1F1B)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--schedule", o.schedule, "1f1b (the runtime's default) or gpipe")->check(CLI::IsMember({"gpipe", "1f1b"}));
+  plan->add_option("--dp-scheme", o.dp_scheme, "direct (geotrain's exchange), ring, central or paper")
+      ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
+  plan->add_option("--recompute", o.recompute, "activation recomputation (off: the runtime keeps all activations)")
+      ->check(CLI::IsMember({"on", "off"}));
+  plan->add_option("--lm-head", o.lm_head,
+                   "the tied head's compute and first-last gradient swap (default on, as the runtime; memory always "
+                   "counts the head)")
+      ->check(CLI::IsMember({"on", "off"}));
+  plan->add_option("--gradient-bucket-mb", o.gradient_bucket_mb,
+                   "DP sum in buckets during the backward, as network.gradient_bucket_mb (default 25; 0: after it)")
+      ->check(CLI::Range(0.0, 1e6));
+  plan->add_option("--peak-tflops", o.peak_tflops, "TFLOPS of devices without a type (default: --model or 125)")
+      ->check(CLI::Range(1e-6, 1e6));
+  plan->add_option("--efficiency", o.efficiency, "achieved / peak (default: --model or 0.34)")->check(CLI::Range(1e-6, 1.0));
+  plan->add_option("--device-memory-gib", o.device_memory_gib, "memory of devices without a type (default: unlimited)")
+      ->check(CLI::Range(0.0, 1e9));
+  plan->add_option("--memory-reserve-gib", o.memory_reserve_gib, "per device, outside the model (default 1)")
+      ->check(CLI::Range(0.0, 1e9));
+}
+
+int run_layout_search(const PlanCommandOptions& o, const io::Scenario& scenario, const std::string& why) {
+  const LayoutSettings settings = layout_settings(o, scenario);
+  const plan::Layout layout = search_layout_for(scenario, settings);
+  const std::string json = render_layout_plan_json(scenario, layout, settings);
+  std::cout << (o.json ? json : render_layout_plan_table(scenario, layout, settings, why));
+  if (!o.json_out.empty()) write_text_file(o.json_out, json, "--out");
+  write_launch_files(scenario.network, o.scenario, {o.rankfile, o.hostfile, o.slurm_hostfile});
+  return 0;
+}
+
+}  // namespace
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   CLI::App* plan = app.add_subcommand("plan", "Compute the tasklet allocation for a network scenario");
@@ -18,8 +66,11 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--pp", o.pp, "pipeline stages D_pp (default: the file's [workload])")->check(CLI::PositiveNumber);
   plan->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the file's [workload])")->check(CLI::PositiveNumber);
   plan->add_option("--seed", o.seed, "random seed; the same seed gives the same plan");
-  plan->add_option("--candidates", o.candidates, "evaluated candidates per island (initial population included)")
-      ->check(CLI::Range(2, 100000000));
+  plan->add_option("--candidates", o.candidates,
+                   "evaluated candidates per island (initial population included); the layout search: per "
+                   "placement search (default 1000)")
+      ->check(CLI::Range(2, 100000000))
+      ->each([&o](const std::string&) { o.candidates_given = true; });
   plan->add_option("--random-samples", o.random_samples, "random placements for the random-best baseline")
       ->check(CLI::Range(1, 100000000));
   plan->add_option("--local-search", o.local_search, "swap (geotrain), paper (the original's), none")
@@ -31,6 +82,7 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--threads", o.threads, "threads running islands (does not change the result)")
       ->check(CLI::Range(1, 1024));
   add_compression_options(plan, o.compression);
+  add_layout_options(plan, o);
   plan->add_flag("--json", o.json, "print one JSON object instead of the table");
   plan->add_flag("--no-baselines", o.skip_baselines, "skip the baselines (faster on large networks)");
   plan->add_option("--out", o.json_out, "also write the plan as JSON to this file");
@@ -45,7 +97,13 @@ int run_plan_command(const PlanCommandOptions& o) {
   io::WorkloadOverrides overrides;
   if (o.pp > 0) overrides.pipeline_stages = o.pp;
   if (o.dp > 0) overrides.data_parallel = o.dp;
+  // --layout auto: only the command line fixes degrees, the file's are not checked.
+  overrides.network_only = o.layout == "auto";
+  overrides.degrees_optional = o.layout.empty();
   io::Scenario scenario = io::load_scenario(o.scenario, overrides);
+  if (o.layout == "auto" || !scenario.degrees_given) {
+    return run_layout_search(o, scenario, o.layout == "auto" ? "--layout auto" : "no pp or dp given");
+  }
   if (!o.model.empty()) {
     const int pp = scenario.workload.pipeline_stages, dp = scenario.workload.data_parallel;
     scenario.workload = plan::workload_from_model(io::training_shape(io::load_model_file(o.model)), pp, dp);
@@ -81,6 +139,16 @@ int run_plan_command(const PlanCommandOptions& o) {
     without.structured_seeds = false;
     report.baselines.no_local_search_cost_s = plan::search_plan(model, without).plan.cost.total_s();
     report.baselines.computed = true;
+  }
+  // The placement's predicted iteration and memory, even split, as given.
+  const LayoutSettings settings = layout_settings(o, scenario);
+  plan::Layout layout;
+  try {
+    layout = plan::evaluate_layout(scenario.network, settings.config, result.plan, settings.options);
+    report.layout = &layout;
+    report.layout_settings = &settings;
+  } catch (const std::invalid_argument& e) {
+    report.layout_note = e.what();
   }
   std::cout << (o.json ? render_plan_json(report) : render_plan_table(report));
   if (!o.json_out.empty()) write_text_file(o.json_out, render_plan_json(report), "--out");

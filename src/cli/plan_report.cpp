@@ -1,5 +1,8 @@
 #include "plan_report.hpp"
 
+#include "plan_layout.hpp"
+
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -89,8 +92,55 @@ std::string render_plan_table(const PlanReport& r) {
         << "  genetic search without local search (scheduled)      " << format("%10.5f", b.no_local_search_cost_s)
         << format("   %.2fx ours\n", b.no_local_search_cost_s / total);
   }
+  if (r.layout != nullptr) {
+    out << "\nPredicted with the model, even layer split (geotrain plan --layout auto searches the layout):\n"
+        << render_layout_section(*r.layout, *r.scenario, *r.layout_settings);
+  } else if (!r.layout_note.empty()) {
+    out << "\nNo iteration prediction: " << r.layout_note << "\n";
+  }
   out << "\nPlanner time: " << format("%.3f s", r.result->seconds) << "\n";
   return out.str();
+}
+
+std::string render_layout_plan_table(const io::Scenario& scenario, const plan::Layout& layout,
+                                     const LayoutSettings& settings, const std::string& why_auto) {
+  const auto& plan = layout.plan;
+  std::ostringstream out;
+  out << "geotrain plan: " << (scenario.name.empty() ? scenario.path : scenario.name) << ", layout search ("
+      << why_auto << ")\n\n"
+      << render_layout_section(layout, scenario, settings) << render_layout_reasons(layout)
+      << "\nCost model of this placement (DT-FM, seconds): total " << format("%.5f", plan.cost.total_s()) << " = DATAP "
+      << format("%.5f", plan.cost.datap_s) << " + pipeline " << format("%.5f", plan.cost.pipeline_s) << "\n"
+      << "\nPlanner time: " << format("%.3f s", layout.seconds) << "\n";
+  return out.str();
+}
+
+std::string render_layout_plan_json(const io::Scenario& scenario, const plan::Layout& layout,
+                                    const LayoutSettings& settings) {
+  nlohmann::json j;
+  j["scenario"] = scenario.path;
+  j["name"] = scenario.name;
+  j["devices"] = scenario.network.device_count;
+  j["layout"] = "auto";
+  add_layout_json(layout, settings, j);
+  j["placement_source"] = layout.placement_source;
+  j["cost_s"] = layout.plan.cost.total_s();
+  j["datap_cost_s"] = layout.plan.cost.datap_s;
+  j["pipeline_cost_s"] = layout.plan.cost.pipeline_s;
+  j["stages"] = layout.plan.stages;
+  j["plan_hash"] = layout.plan.hash();
+  j["planner_seconds"] = layout.seconds;
+  j["seed"] = settings.options.placement.seed;
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const auto& c : layout.candidates) {
+    candidates.push_back({{"pp", c.pipeline_stages},
+                          {"dp", c.data_parallel},
+                          {"micro_batch_sequences", c.micro_batch_sequences},
+                          {"screened_iteration_s", std::isfinite(c.iteration_s) ? nlohmann::json(c.iteration_s) : nullptr},
+                          {"finalist", c.finalist}});
+  }
+  j["layout_candidates"] = candidates;
+  return j.dump(2) + "\n";
 }
 
 std::string render_plan_json(const PlanReport& r) {
@@ -120,6 +170,13 @@ std::string render_plan_json(const PlanReport& r) {
   j["paper_exact"] = r.options->paper_bugs;
   j["stages"] = plan.stages;
   j["plan_hash"] = plan.hash();
+  j["layout"] = "fixed";
+  if (r.layout != nullptr) {
+    add_layout_json(*r.layout, *r.layout_settings, j);
+  } else {
+    j["predicted_iteration_s"] = nullptr;
+    j["layout_note"] = r.layout_note;
+  }
   if (r.baselines.computed) {
     j["baselines"] = {{"rank_order_cost_s", r.baselines.rank_order_cost_s},
                       {"dtfm_rank_order_cost_s", r.baselines.dtfm_rank_order_cost_s},

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "geotrain/io/scenario.hpp"
+#include "geotrain/plan/layout_search.hpp"
 #include "geotrain/plan/search.hpp"
 
 namespace geotrain::cli {
@@ -17,17 +18,29 @@ struct PlanBaselines {
   bool computed = false;
 };
 
+struct LayoutSettings;
+
 struct PlanReport {
   const io::Scenario* scenario;
   const plan::SearchOptions* options;
   const plan::SearchResult* result;
   PlanBaselines baselines;
   double lower_bound_s = 0;
+  // The searched placement's predicted iteration and memory (even split);
+  // null where its shapes do not fit the model (layout_note says why).
+  const plan::Layout* layout = nullptr;
+  const LayoutSettings* layout_settings = nullptr;
+  std::string layout_note;
 };
 
 std::string render_plan_table(const PlanReport& report);
 // "4 12 20 28": a stage's devices in replica order, for tables.
 std::string device_list(const std::vector<int>& devices);
 std::string render_plan_json(const PlanReport& report);
+// --layout auto: the searched layout as a table or JSON.
+std::string render_layout_plan_table(const io::Scenario& scenario, const plan::Layout& layout,
+                                     const LayoutSettings& settings, const std::string& why_auto);
+std::string render_layout_plan_json(const io::Scenario& scenario, const plan::Layout& layout,
+                                    const LayoutSettings& settings);
 
 }  // namespace geotrain::cli

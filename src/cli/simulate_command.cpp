@@ -94,6 +94,8 @@ Resolved resolve(const SimulateCommandOptions& o) {
   for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
   r.model_file = io::load_model_file(o.model);
   resolve_config(o, r);
+  // Typed devices (the scenario's [device_types]) run at their own TFLOPS.
+  if (r.scenario.network.typed()) r.config.device_tflops = r.scenario.network.device_tflops(r.config.peak_tflops);
   const plan::SimulationConfig& c = r.config;
   plan::parse_placement(o.placement, &r.placement);
 

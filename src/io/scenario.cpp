@@ -22,6 +22,7 @@
 
 #include "geotrain/common/errors.hpp"
 #include "model_table.hpp"
+#include "scenario_devices.hpp"
 #include "toml_reader.hpp"
 
 namespace geotrain::io {
@@ -124,8 +125,9 @@ void normalise_diagonal(plan::Network& network) {
 // ---------------------------------------------------------------------------
 // [network]: the full-matrix form.
 
-plan::Network read_full_matrix_network(const Reader& r, const toml::table& table) {
-  r.check_keys(table, "network", {"latency_ms", "bandwidth_gbps", "sites"});
+plan::Network read_full_matrix_network(const Reader& r, const toml::table& table,
+                                       const std::vector<plan::DeviceType>& types) {
+  r.check_keys(table, "network", {"latency_ms", "bandwidth_gbps", "sites", "device_type"});
   size_t n = 0;
   size_t bandwidth_side = 0;
   const std::vector<double> latency_ms =
@@ -166,6 +168,8 @@ plan::Network read_full_matrix_network(const Reader& r, const toml::table& table
              std::to_string(n) + " devices", "one site name per device");
     }
   }
+  network.type_of_device = read_device_type_list(r, table, "network.device_type", n, "device", types);
+  if (network.typed()) network.device_types = types;
   return network;
 }
 
@@ -396,10 +400,11 @@ SiteLinks read_site_links(const Reader& r, const toml::table& table, const SiteL
   return links;
 }
 
-plan::Network read_site_network(const Reader& r, const toml::table& table) {
+plan::Network read_site_network(const Reader& r, const toml::table& table,
+                                const std::vector<plan::DeviceType>& types) {
   r.check_keys(table, "sites",
                {"names", "devices", "device_order", "latency_ms", "bandwidth_gbps", "intra_latency_ms",
-                "intra_bandwidth_gbps", "inter_latency_ms", "inter_bandwidth_gbps", "link"});
+                "intra_bandwidth_gbps", "inter_latency_ms", "inter_bandwidth_gbps", "link", "device_type"});
   SiteLayout layout;
   layout.names = read_site_names(r, table);
   layout.devices = read_site_devices(r, table, layout.names.size());
@@ -416,6 +421,12 @@ plan::Network read_site_network(const Reader& r, const toml::table& table) {
   }
   plan::Network network = plan::network_from_sites(layout.site_of_device, layout.names, latency_s, bandwidth);
   normalise_diagonal(network);
+  // One type per site, then per device through the site each device is in.
+  const std::vector<int> site_type = read_device_type_list(r, table, "sites.device_type", s, "site", types);
+  if (!site_type.empty()) {
+    network.device_types = types;
+    for (int site : layout.site_of_device) network.type_of_device.push_back(site_type[site]);
+  }
   return network;
 }
 
@@ -425,8 +436,9 @@ plan::Network read_network(const Reader& r, const toml::table& root) {
   if (full != nullptr && sites != nullptr) {
     r.fail("sites", "cannot be combined with [network]", "describe the network either as [network] matrices or as [sites]");
   }
-  if (full != nullptr) return read_full_matrix_network(r, *full);
-  if (sites != nullptr) return read_site_network(r, *sites);
+  const std::vector<plan::DeviceType> types = read_device_types(r, root);
+  if (full != nullptr) return read_full_matrix_network(r, *full, types);
+  if (sites != nullptr) return read_site_network(r, *sites, types);
   r.fail("network", "missing required field", "add a [network] table with matrices or a [sites] table");
 }
 
@@ -488,6 +500,7 @@ FileWorkload read_file_workload(const Reader& r, const toml::table& root) {
 struct Degrees {
   int pipeline_stages = 0;
   int data_parallel = 0;
+  bool given = true;  // false: neither known and the caller chooses (degrees_optional)
 };
 
 // Precedence: command line, then file, then derived from the device count.
@@ -507,6 +520,7 @@ Degrees resolve_degrees(const Reader& r, const FileWorkload& file, const Workloa
   const std::string count = std::to_string(devices) + " devices";
 
   if (!pp && !dp) {
+    if (overrides.degrees_optional) return {1, devices, false};
     if (!file.present) {
       r.fail("workload.pp", "no [workload] table and no --pp/--dp given", "the network has " + count);
     }
@@ -537,10 +551,11 @@ Degrees resolve_degrees(const Reader& r, const FileWorkload& file, const Workloa
 }
 
 plan::Workload read_workload(const Reader& r, const toml::table& root, const WorkloadOverrides& overrides,
-                             int devices, bool* from_file) {
+                             int devices, Scenario& scenario) {
   const FileWorkload file = read_file_workload(r, root);
-  *from_file = file.present;
+  scenario.workload_from_file = file.present;
   const Degrees degrees = resolve_degrees(r, file, overrides, devices);
+  scenario.degrees_given = degrees.given;
   if (file.preset == "dtfm-original") {
     return plan::dtfm_original_workload(degrees.pipeline_stages, degrees.data_parallel);
   }
@@ -627,13 +642,29 @@ void write_matrix(std::ostringstream& out, const char* key, int n, Cell cell) {
   out << "]\n";
 }
 
+// device_type inside [network], then one [device_types.NAME] table per type.
+// memory_gib is bytes / 2^30, exact both ways.
+void write_device_types(std::ostringstream& out, const plan::Network& network) {
+  if (!network.typed()) return;
+  out << "device_type = [";
+  for (int d = 0; d < network.device_count; ++d) {
+    out << (d == 0 ? "" : (d % 8 == 0 ? ",\n  " : ", ")) << toml_string(network.device_type(d)->name);
+  }
+  out << "]\n";
+  for (const plan::DeviceType& type : network.device_types) {
+    out << "\n[device_types." << toml_string(type.name) << "]\n"
+        << "tflops = " << toml_number(type.tflops) << "\n"
+        << "memory_gib = " << toml_number(type.memory_bytes / plan::kBytesPerGib) << "\n";
+  }
+}
+
 }  // namespace
 
 namespace {
 
 Scenario parse_toml_scenario(const Reader& r, const toml::table& root, const WorkloadOverrides& overrides) {
   const std::string& path = r.path();
-  r.check_keys(root, "", {"scenario", "network", "sites", "workload"});
+  r.check_keys(root, "", {"scenario", "device_types", "network", "sites", "workload"});
 
   Scenario scenario;
   scenario.path = path;
@@ -646,7 +677,8 @@ Scenario parse_toml_scenario(const Reader& r, const toml::table& root, const Wor
   }
   scenario.network = read_network(r, root);
   scenario.workload =
-      read_workload(r, root, overrides, scenario.network.device_count, &scenario.workload_from_file);
+      read_workload(r, root, overrides, scenario.network.device_count, scenario);
+
   return scenario;
 }
 
@@ -688,6 +720,7 @@ std::string network_to_toml(const plan::Network& network) {
     }
     out << "]\n";
   }
+  write_device_types(out, network);
   return out.str();
 }
 

@@ -38,14 +38,28 @@ Network subnetwork(const Network& network, const std::vector<int>& devices) {
   sub.device_count = k;
   sub.latency_s.reserve(static_cast<size_t>(k) * k);
   sub.bandwidth_bytes_per_s.reserve(static_cast<size_t>(k) * k);
+  sub.device_types = network.device_types;
   for (int u : devices) {
     if (!network.site_of_device.empty()) sub.site_of_device.push_back(network.site_of_device[u]);
+    if (network.typed()) sub.type_of_device.push_back(network.type_of_device[u]);
     for (int v : devices) {
       sub.latency_s.push_back(network.latency(u, v));
       sub.bandwidth_bytes_per_s.push_back(network.bandwidth(u, v));
     }
   }
   return sub;
+}
+
+std::vector<double> Network::device_tflops(double untyped_tflops) const {
+  std::vector<double> tflops(device_count, untyped_tflops);
+  for (int d = 0; d < device_count && typed(); ++d) tflops[d] = device_type(d)->tflops;
+  return tflops;
+}
+
+std::vector<double> Network::device_memory_bytes(double untyped_bytes) const {
+  std::vector<double> bytes(device_count, untyped_bytes);
+  for (int d = 0; d < device_count && typed(); ++d) bytes[d] = device_type(d)->memory_bytes;
+  return bytes;
 }
 
 }  // namespace geotrain::plan

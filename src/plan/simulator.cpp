@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -17,15 +18,20 @@ int layers_of_stage(int layers, int stage, int stages) {
 }
 
 
-// The cost model's DATAP (§2.2) of one group alone: a one-stage workload on
-// the group's own links, whose c_DP is this stage's gradient.
+// The cost model's DATAP (§2.2) of one group alone: CostModel::datap on the
+// group's own links with this stage's gradient as c_DP, summed in the same
+// order (so bit for bit the same), without building a subnetwork per call.
 double paper_datap_s(const Network& network, const std::vector<int>& members, double bytes) {
-  Workload group;
-  group.data_parallel = static_cast<int>(members.size());
-  group.c_dp_bytes = bytes;
-  Assignment in_order(members.size());
-  std::iota(in_order.begin(), in_order.end(), 0);
-  return CostModel(subnetwork(network, members), group).datap(in_order);
+  const double shard = bytes / static_cast<double>(members.size());
+  double worst = 0;
+  for (int u : members) {
+    double sum = 0;
+    for (int v : members) {
+      if (v != u) sum += network.transfer_s(u, v, shard) + network.transfer_s(v, u, shard);
+    }
+    worst = std::max(worst, sum);
+  }
+  return worst;
 }
 
 }  // namespace
@@ -37,12 +43,37 @@ double layer_forward_flops(const ModelShape& m, double sequences) {
   return 24.0 * sequences * s * h * h * (1.0 + s / (6.0 * h));
 }
 
-double stage_parameters(const ModelShape& m, int stage, int stages) {
+double stage_parameters(const ModelShape& m, int layers, bool first, bool last) {
   const double h = m.hidden;
-  double params = layers_of_stage(m.layers, stage, stages) * (12.0 * h * h + 13.0 * h);
-  if (stage == 0) params += (static_cast<double>(m.vocabulary) + m.sequence_length) * h;
-  if (stage == stages - 1) params += 2.0 * h;  // final layer norm
+  double params = layers * (12.0 * h * h + 13.0 * h);
+  if (first) params += (static_cast<double>(m.vocabulary) + m.sequence_length) * h;
+  if (last) params += 2.0 * h;  // final layer norm
   return params;
+}
+
+double stage_parameters(const ModelShape& m, int stage, int stages) {
+  return stage_parameters(m, layers_of_stage(m.layers, stage, stages), stage == 0, stage == stages - 1);
+}
+
+std::vector<int> stage_layers(const ModelShape& m, int stages, const std::vector<int>& given) {
+  std::vector<int> layers;
+  if (given.empty()) {
+    for (int s = 0; s < stages; ++s) layers.push_back(layers_of_stage(m.layers, s, stages));
+    return layers;
+  }
+  if (static_cast<int>(given.size()) != stages) {
+    throw std::invalid_argument(std::to_string(given.size()) + " layer counts for " + std::to_string(stages) + " stages");
+  }
+  long total = 0;
+  for (int l : given) {
+    if (l < 0) throw std::invalid_argument("a stage cannot hold " + std::to_string(l) + " layers");
+    total += l;
+  }
+  if (total != m.layers) {
+    throw std::invalid_argument("the stages hold " + std::to_string(total) + " layers but the model has " +
+                                std::to_string(m.layers));
+  }
+  return given;
 }
 
 double iteration_flops(const SimulationConfig& c, FlopsFormula formula) {
@@ -84,11 +115,12 @@ int checked_micro_batches(const SimulationConfig& c, int stages, int data_parall
 
 // Bytes on the wire: activations and their gradients per micro-batch, each
 // stage's gradient, the tied embedding; encoded as config.model.wire says.
-void add_traffic(const SimulationConfig& c, int stages, PipelineWork& w) {
+void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, PipelineWork& w) {
   const TrainingShape& m = c.model;
+  const int stages = static_cast<int>(layers.size());
   const double head = static_cast<double>(m.vocabulary) * m.hidden;  // V x h
   for (int s = 0; s < stages; ++s) {
-    double parameters = stage_parameters(m, s, stages);
+    double parameters = stage_parameters(m, layers[s], s == 0, s == stages - 1);
     // The last stage holds the head: a copy of wte if tied (with D_pp = 1 it is stage 0's own), or its own.
     if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += head;
     w.gradient_bytes.push_back(traffic_bytes(m.wire.gradients, parameters, m.gradient_bytes));
@@ -103,8 +135,8 @@ void add_traffic(const SimulationConfig& c, int stages, PipelineWork& w) {
     const double bucket_values = c.gradient_bucket_mb * (1 << 20) / 4.0;  // the runtime's fp32 floats
     w.bucket_bytes = traffic_bytes(m.wire.gradients, bucket_values, m.gradient_bytes);
     for (int s = 0; s < stages; ++s) {
-      const double layers = layers_of_stage(m.layers, s, stages) * per_layer;
-      w.layer_gradient_bytes.push_back(traffic_bytes(m.wire.gradients, layers, m.gradient_bytes));
+      const double values = layers[s] * per_layer;  // this stage's layers, even or as the layout splits them
+      w.layer_gradient_bytes.push_back(traffic_bytes(m.wire.gradients, values, m.gradient_bytes));
     }
   }
   // The runtime sums the tied embedding unencoded (fp32 gradients).
@@ -132,8 +164,9 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   const double rate = c.peak_tflops * 1e12 * c.efficiency;  // FLOP/s
   const double layer = layer_forward_flops(m, b);
   const double head = 2.0 * b * m.sequence_length * m.hidden * static_cast<double>(m.vocabulary);
+  const std::vector<int> layers = stage_layers(m, stages, c.layers_per_stage);
   for (int s = 0; s < stages; ++s) {
-    const int l = layers_of_stage(m.layers, s, stages);
+    const int l = layers[s];
     double forward = l * layer, backward = l * (c.recompute ? 3.0 : 2.0) * layer;
     if (c.lm_head && s == stages - 1) {
       forward += head;
@@ -142,7 +175,11 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
     w.forward_s.push_back(forward / rate);
     w.backward_s.push_back(backward / rate);
   }
-  add_traffic(c, stages, w);
+  add_traffic(c, layers, w);
+  for (double tflops : c.device_tflops) {
+    if (!(tflops > 0) || !std::isfinite(tflops)) throw std::invalid_argument("device TFLOPS must be finite and > 0");
+    w.device_time_scale.push_back(c.peak_tflops / tflops);
+  }
   return w;
 }
 
@@ -196,6 +233,10 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
       static_cast<int>(w.gradient_bytes.size()) != p) {
     throw std::invalid_argument("simulate: work has " + std::to_string(w.forward_s.size()) + " stages, plan has " +
                                 std::to_string(p));
+  }
+  if (!w.device_time_scale.empty() && static_cast<int>(w.device_time_scale.size()) != net.device_count) {
+    throw std::invalid_argument("simulate: " + std::to_string(w.device_time_scale.size()) +
+                                " device speeds for a network of " + std::to_string(net.device_count));
   }
   if (w.micro_batches_per_flush < 1 || w.flushes < 1) {
     throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
@@ -278,7 +319,8 @@ class ReplicaRun {
   }
 
   void compute(int s, const Step& step) {
-    const double duration = step.kind == StepKind::forward ? w_.forward_s[s] : w_.backward_s[s];
+    double duration = step.kind == StepKind::forward ? w_.forward_s[s] : w_.backward_s[s];
+    if (!w_.device_time_scale.empty()) duration *= w_.device_time_scale[plan_.stages[s][replica_]];
     if (trace_) trace_->push_back({replica_, s, step, clock_[s], clock_[s] + duration});
     clock_[s] += duration;
     busy_[s] += duration;
@@ -383,6 +425,20 @@ class ReplicaRun {
   std::vector<double> link_free_;
 };
 
+// Everything a replica's timing depends on: its devices' speeds and the
+// latency and bandwidth of its links both ways.
+std::vector<double> replica_signature(const Network& net, const Plan& plan, const PipelineWork& w, int r) {
+  std::vector<double> key;
+  for (int s = 0; s < plan.pipeline_stages; ++s) {
+    const int u = plan.stages[s][r];
+    key.push_back(w.device_time_scale.empty() ? 1.0 : w.device_time_scale[u]);
+    if (s + 1 == plan.pipeline_stages) continue;
+    const int v = plan.stages[s + 1][r];
+    key.insert(key.end(), {net.latency(u, v), net.bandwidth(u, v), net.latency(v, u), net.bandwidth(v, u)});
+  }
+  return key;
+}
+
 // Each stage group exchanges its gradient once its last backward is done
 // in every replica; the iteration ends with the slowest group.
 // When stage s's data-parallel sum ends, its last backward ending at
@@ -400,7 +456,11 @@ double datap_end_s(const Network& net, const Plan& plan, const PipelineWork& w, 
   }
   const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
   auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
-  const double layers = std::min(w.layer_gradient_bytes[s], total), backward = w.backward_s[s];
+  const double layers = std::min(w.layer_gradient_bytes[s], total);
+  // Mixed devices: the group's slowest device runs the longest last backward.
+  double slowest = w.device_time_scale.empty() ? 1.0 : 0.0;
+  for (int d : w.device_time_scale.empty() ? std::vector<int>{} : group) slowest = std::max(slowest, w.device_time_scale[d]);
+  const double backward = w.backward_s[s] * slowest;
   double link_free = finish - backward, sent = 0;
   while (layers - sent >= w.bucket_bytes) {
     sent += w.bucket_bytes;
@@ -452,16 +512,23 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
   result.flushes = w.flushes;
   result.stage_last_backward_s.assign(p, 0.0);
   double total_compute = 0, least_compute = std::numeric_limits<double>::infinity();
+  // Replicas whose devices and links are alike time alike: play each kind once.
+  std::map<std::vector<double>, std::vector<double>> played;
   for (int r = 0; r < d; ++r) {
-    ReplicaRun replica(net, plan, w, programs, r, record_trace ? &result.trace : nullptr);
-    replica.run();
+    std::vector<double>& times = played[record_trace ? std::vector<double>{double(r)} : replica_signature(net, plan, w, r)];
+    if (times.empty()) {
+      ReplicaRun replica(net, plan, w, programs, r, record_trace ? &result.trace : nullptr);
+      replica.run();
+      for (int s = 0; s < p; ++s) times.insert(times.end(), {replica.finish_s(s), replica.compute_s(s), replica.sending_s(s)});
+    }
     for (int s = 0; s < p; ++s) {
-      result.stage_last_backward_s[s] = std::max(result.stage_last_backward_s[s], replica.finish_s(s));
-      result.pipeline_phase_s = std::max(result.pipeline_phase_s, replica.finish_s(s));
-      result.compute_s = std::max(result.compute_s, replica.compute_s(s));
-      result.pipeline_comm_s = std::max(result.pipeline_comm_s, replica.sending_s(s));
-      total_compute += replica.compute_s(s);
-      least_compute = std::min(least_compute, replica.compute_s(s));
+      const double finish = times[3 * s], compute = times[3 * s + 1], sending = times[3 * s + 2];
+      result.stage_last_backward_s[s] = std::max(result.stage_last_backward_s[s], finish);
+      result.pipeline_phase_s = std::max(result.pipeline_phase_s, finish);
+      result.compute_s = std::max(result.compute_s, compute);
+      result.pipeline_comm_s = std::max(result.pipeline_comm_s, sending);
+      total_compute += compute;
+      least_compute = std::min(least_compute, compute);
     }
   }
   add_datap_exchanges(net, plan, w, &result);

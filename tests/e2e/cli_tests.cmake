@@ -27,6 +27,16 @@ add_test(NAME cli.plan.asymmetric-with-pp COMMAND ${GT} plan --scenario ${SCN}/a
 add_test(NAME cli.plan.paper-exact COMMAND ${GT} plan --scenario ${SCN}/world-wide.toml --paper-exact --candidates 300 --no-baselines)
 set_tests_properties(cli.plan.paper-exact PROPERTIES PASS_REGULAR_EXPRESSION "paper local search.*paper-exact")
 
+# The layout search (issue 18): its JSON keys, memory respected; chosen
+# automatically when no pp/dp is given anywhere, and said so.
+add_test(NAME cli.plan.layout-auto
+  COMMAND sh -c "\"$1\" plan --scenario \"$2\" --layout auto --json --candidates 200 > \"$3\" && \"$4\" \"$5\" \"$3\" 64 24"
+          _ ${GT} ${SCN}/regional-mixed.toml ${CMAKE_CURRENT_BINARY_DIR}/plan-layout-auto.json ${Python3_EXECUTABLE}
+          ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_layout_json.py)
+add_test(NAME cli.plan.layout-when-no-degrees COMMAND ${GT} plan --scenario ${SCN}/asymmetric-4.toml --candidates 50)
+set_tests_properties(cli.plan.layout-when-no-degrees PROPERTIES
+  PASS_REGULAR_EXPRESSION "layout search \\(no pp or dp given\\).*Layout: pp [0-9]+ x dp [0-9]+.*Predicted iteration")
+
 # Bad input: exit code 2, one line naming the file and the field.
 function(expect_input_error name pattern)
   add_test(NAME cli.bad.${name} COMMAND ${EXPECT} 2 "${pattern}" -- ${GT} ${ARGN})
@@ -42,6 +52,8 @@ expect_input_error(negative-latency "negative-latency\\.toml.*latency_ms\\[0\\]\
 expect_input_error(pp-dp-mismatch "tiny-2x2\\.toml.*(pp|dp)" plan --scenario ${SCN}/tiny-2x2.toml --pp 3)
 expect_input_error(unknown-option "command line.*--bogus" plan --scenario ${SCN}/tiny-2x2.toml --bogus)
 expect_input_error(missing-scenario "command line.*--scenario" plan)
+expect_input_error(layout-does-not-fit "asymmetric-4\\.toml: no layout fits in device memory.*GiB"
+                   plan --scenario ${SCN}/asymmetric-4.toml --layout auto --device-memory-gib 2)
 
 # geotrain simulate: the JSON has every documented key; the table its sections.
 set(MOD ${PROJECT_SOURCE_DIR}/inputs/models)

@@ -69,6 +69,8 @@ const Shipped kShipped[] = {
     {"four-sites-16.toml", 16, 4, 4, "model", true},
     {"asymmetric-4.toml", 4, 2, 2, "model", false, false},
     {"emulation-test.toml", 4, 2, 2, "model", true},
+    {"regional-mixed.toml", 64, 8, 8, "model", true},
+    {"world-wide-mixed.toml", 64, 8, 8, "model", true},
 };
 
 Scenario load_shipped(const Shipped& s) {

@@ -39,6 +39,23 @@ struct PlanCommandOptions {
   std::string hostfile;        // Open MPI hostfile: each host with its device count
   std::string slurm_hostfile;  // one host per rank, for SLURM_HOSTFILE + srun --distribution=arbitrary
   CompressionOptions compression;
+  bool candidates_given = false;  // --candidates on the command line (the layout search's default is smaller)
+  // The layout (src/plan/README.md, "Layout search"): "auto" searches pp,
+  // dp, micro-batch, layers per stage and idle devices; "fixed" keeps the
+  // given degrees; "": auto when neither the command line nor the file gives them.
+  std::string layout;
+  int batch = 0;                   // global batch in sequences; 0: model file [batch] or the scenario's
+  int micro_batch = 0;             // fixed micro-batch; 0: searched (fixed mode: model file or 1)
+  int pipeline_micro_batches = 0;  // fixed flush; 0: searched (GPipe) or one flush
+  std::string schedule = "1f1b";   // the runtime's default
+  std::string dp_scheme = "direct";  // geotrain's MPI exchange
+  std::string recompute = "off";   // the runtime keeps all activations
+  std::string lm_head = "on";      // the runtime computes the loss with the tied head (simulate --system geotrain)
+  double gradient_bucket_mb = 25;  // the runtime's network.gradient_bucket_mb
+  double peak_tflops = 0;          // untyped devices; 0: model file [device] or V100
+  double efficiency = 0;           // 0: model file [device] or the calibrated constant
+  double device_memory_gib = 0;    // untyped devices; 0: unlimited
+  double memory_reserve_gib = 1.0; // per device, outside the model
 };
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& options);

@@ -17,6 +17,10 @@ struct WorkloadOverrides {
   // the job sets the degrees): the file's [workload] is neither required
   // nor checked against the device count.
   bool network_only = false;
+  // Neither the command line nor the file gives pp or dp: not an error,
+  // the caller chooses them (geotrain plan's layout search). The workload
+  // is then 1 x N and Scenario::degrees_given false.
+  bool degrees_optional = false;
 };
 
 struct Scenario {
@@ -27,6 +31,7 @@ struct Scenario {
   plan::Network network;
   plan::Workload workload;
   bool workload_from_file = false;  // false: from overrides + default model
+  bool degrees_given = true;        // false: see WorkloadOverrides::degrees_optional
 };
 
 // Throws InputError naming `path` and the offending field. Validates: square

@@ -5,6 +5,17 @@
 
 namespace geotrain::plan {
 
+// A kind of device (scenario files: [device_types.NAME]). `tflops` is the
+// device's dense throughput at the run's precision, in the same sense as the
+// simulator's peak_tflops: the simulator multiplies it by the model's
+// efficiency, so a type with the default 125 TFLOPS computes exactly as an
+// untyped device does.
+struct DeviceType {
+  std::string name;
+  double tflops = 0;
+  double memory_bytes = 0;
+};
+
 // N devices; latency and bandwidth of every ordered pair (row = sender,
 // column = receiver). Measured matrices are not symmetric, so the planner
 // never assumes they are. The diagonal is ignored everywhere.
@@ -13,6 +24,10 @@ struct Network {
   std::vector<double> latency_s;            // N*N, seconds
   std::vector<double> bandwidth_bytes_per_s;  // N*N, bytes per second
   std::vector<std::string> site_of_device;  // optional: site name per device
+  // Optional: device_types[type_of_device[d]] is device d's type. Empty:
+  // every device is the same (the simulator's and the caller's defaults).
+  std::vector<DeviceType> device_types;
+  std::vector<int> type_of_device;
 
   double latency(int from, int to) const { return latency_s[from * device_count + to]; }
   double bandwidth(int from, int to) const {
@@ -25,6 +40,15 @@ struct Network {
   std::string site(int device) const {
     return site_of_device.empty() ? std::string() : site_of_device[device];
   }
+  bool typed() const { return !type_of_device.empty(); }
+  // Device d's type; null on an untyped network.
+  const DeviceType* device_type(int device) const {
+    return typed() ? &device_types[type_of_device[device]] : nullptr;
+  }
+  // Per device: its type's TFLOPS, or `untyped_tflops` for every device.
+  std::vector<double> device_tflops(double untyped_tflops) const;
+  // Per device: its type's memory in bytes, or `untyped_bytes` (0: unknown, unlimited).
+  std::vector<double> device_memory_bytes(double untyped_bytes) const;
 };
 
 // Builds a network from per-device site labels and site-to-site link tables
@@ -35,9 +59,11 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
                            const std::vector<double>& site_latency_s,
                            const std::vector<double>& site_bandwidth_bytes_per_s);
 
-// The links among `devices` alone, renumbered 0..k-1 in the order given.
+// The links (and device types) among `devices` alone, renumbered 0..k-1 in
+// the order given.
 Network subnetwork(const Network& network, const std::vector<int>& devices);
 
 constexpr double kBytesPerGbit = 1e9 / 8.0;  // 1 Gbit/s = 1.25e8 bytes/s
+constexpr double kBytesPerGib = 1024.0 * 1024.0 * 1024.0;
 
 }  // namespace geotrain::plan

@@ -69,6 +69,12 @@ struct SimulationConfig {
   // head, nothing is swapped.
   bool tied_head = true;
   FlopsFormula flops_formula = FlopsFormula::paper;
+  // Layers of each pipeline stage, in pipeline order; empty: the even split
+  // (the first L mod D_pp stages one more).
+  std::vector<int> layers_per_stage;
+  // Per device of the network (by id): its TFLOPS in place of peak_tflops
+  // (mixed devices; Network::device_tflops); empty: every device peak_tflops.
+  std::vector<double> device_tflops;
   // > 0: each stage's data-parallel sum starts in buckets of this many MiB
   // of fp32 gradient (geotrain's network.gradient_bucket_mb) while its last
   // backward produces the layers' gradient; 0: after the backward (the paper).
@@ -98,11 +104,15 @@ struct PipelineWork {
   Schedule schedule = Schedule::gpipe;
   DataParallelScheme dp_scheme = DataParallelScheme::paper;
   bool overlap_communication = true;
+  // Per device of the network (by id): multiplies forward_s and backward_s
+  // on that device (reference rate / the device's rate); empty: 1 everywhere.
+  std::vector<double> device_time_scale;
 };
 
-// Per-micro-batch compute of one stage from FLOPs: layers split as evenly as
-// possible (the first L mod D_pp stages get one more), embeddings on stage 0,
-// the head (if any) on the last stage.
+// Per-micro-batch compute of one stage from FLOPs: layers as
+// config.layers_per_stage says, or split as evenly as possible (the first L
+// mod D_pp stages get one more), embeddings on stage 0, the head (if any) on
+// the last stage; at peak_tflops, scaled per device by device_time_scale.
 PipelineWork pipeline_work(const SimulationConfig& config, int pipeline_stages, int data_parallel);
 
 // FLOPs of one transformer layer's forward pass over `sequences` sequences:
@@ -113,6 +123,11 @@ double iteration_flops(const SimulationConfig& config, FlopsFormula formula);
 // Parameters held by stage `stage` of `pipeline_stages` (layers as pipeline_work splits them),
 // without an LM head (pipeline_work adds V x h to the last stage where it holds one).
 double stage_parameters(const ModelShape& model, int stage, int pipeline_stages);
+// The same for a stage of `layers` layers that is first and/or last.
+double stage_parameters(const ModelShape& model, int layers, bool first, bool last);
+// Layers of each stage: `layers_per_stage` checked (D_pp counts >= 0 adding up
+// to the model's layers; std::invalid_argument otherwise), or the even split.
+std::vector<int> stage_layers(const ModelShape& model, int pipeline_stages, const std::vector<int>& layers_per_stage);
 
 // A timed step, for timelines (SimulationResult::trace).
 struct TraceEvent {

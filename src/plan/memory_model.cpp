@@ -1,0 +1,103 @@
+// Sizes mirror model::parameter_layout and the allocations of the Stage
+// constructor (src/model/gpt_stage.cpp), AdamW (two moments) and
+// PipelineStep (one receive buffer); tests/model/test_memory_model.cpp
+// checks them against a backend that counts what those allocate.
+#include "geotrain/plan/memory_model.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace geotrain::plan {
+namespace {
+
+// Values saved per layer per micro-batch of N = b*T tokens: ln1, qkv (3),
+// attention output, residual, ln2, fc (4), gelu (4), layer output = 16 NC;
+// four layernorm statistics per token; the attention matrix B*NH*T*T.
+double layer_activation_values(const ModelShape& m, double b) {
+  const double N = b * m.sequence_length, C = m.hidden;
+  return 16.0 * N * C + 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length) * m.sequence_length;
+}
+
+// The head's saved values: final layernorm output and statistics, logits
+// N*V, per-token losses.
+double head_activation_values(const ModelShape& m, double b) {
+  const double N = b * m.sequence_length;
+  return N * m.hidden + 3.0 * N + N * m.vocabulary;
+}
+
+double stage_parameters_of(const ModelShape& m, const StagePart& part, bool head) {
+  const double C = m.hidden;
+  double count = part.layers * (12.0 * C * C + 13.0 * C);
+  const bool head_here = part.last && head;
+  const bool holds_wte = part.first || (head_here && m.tied_head);  // a tied head is (a copy of) wte
+  if (holds_wte) count += static_cast<double>(m.vocabulary) * C;
+  if (head_here && !m.tied_head) count += static_cast<double>(m.vocabulary) * C;  // its own lm_head.weight
+  if (part.first) count += static_cast<double>(m.sequence_length) * C;  // wpe
+  if (part.last && head) count += 2.0 * C;                              // final layernorm
+  return count;
+}
+
+// Per micro-batch: the stage input (embedding output or received
+// activations), the layers' saved values, the head's, the token ids.
+double slot_bytes(const ModelShape& m, const StagePart& part, double b, const MemorySettings& s) {
+  const double N = b * m.sequence_length, C = m.hidden;
+  const double per_layer = s.recompute ? N * C : layer_activation_values(m, b);  // recompute: the layer's input
+  double values = N * C + part.layers * per_layer;
+  if (part.last && s.head && !s.recompute) values += head_activation_values(m, b);
+  double token_bytes = 0;
+  if (part.first) token_bytes += 4.0 * N;            // input token ids (int32)
+  if (part.last && s.head) token_bytes += 4.0 * N;   // targets
+  return values * s.activation_bytes + token_bytes;
+}
+
+// Backward scratch shared by all micro-batches: residual and layernorm
+// gradients, qkv (3), attention matrix, attention output, fc and gelu (4 +
+// 4) = 14 NC + B*NH*T*T; the logits' gradient on the head; the pipeline's
+// receive buffer NC. With recomputation, one layer's (and the head's) full
+// activations are rebuilt here too.
+double workspace_bytes(const ModelShape& m, const StagePart& part, double b, const MemorySettings& s) {
+  const double N = b * m.sequence_length, C = m.hidden;
+  const double attention = b * m.heads * static_cast<double>(m.sequence_length) * m.sequence_length;
+  double values = 14.0 * N * C + attention + N * C;
+  if (part.last && s.head) values += N * m.vocabulary;
+  if (s.recompute) {
+    if (part.layers > 0) values += layer_activation_values(m, b);
+    if (part.last && s.head) values += head_activation_values(m, b);
+  }
+  return values * s.activation_bytes + s.reserved_bytes;
+}
+
+}  // namespace
+
+StageMemory stage_memory(const ModelShape& model, const StagePart& part, int micro_batch_sequences, int slots,
+                         const MemorySettings& settings) {
+  StageMemory memory;
+  const double b = micro_batch_sequences;
+  memory.parameters = stage_parameters_of(model, part, settings.head);
+  memory.state_bytes = memory.parameters * settings.state_bytes_per_parameter;
+  memory.activation_bytes = slots * slot_bytes(model, part, b, settings);
+  memory.workspace_bytes = workspace_bytes(model, part, b, settings);
+  return memory;
+}
+
+int max_layers_within(const ModelShape& model, bool first, bool last, int micro_batch_sequences, int slots,
+                      const MemorySettings& settings, double capacity_bytes) {
+  const double base = stage_memory(model, {0, first, last}, micro_batch_sequences, slots, settings).total_bytes();
+  if (base > capacity_bytes) return -1;
+  // The first layer can add recomputation's one-layer workspace; later ones add the same amount each.
+  const double one = stage_memory(model, {1, first, last}, micro_batch_sequences, slots, settings).total_bytes();
+  const double two = stage_memory(model, {2, first, last}, micro_batch_sequences, slots, settings).total_bytes();
+  if (one > capacity_bytes) return 0;
+  const double step = two - one;
+  const double extra = std::floor((capacity_bytes - one) / step);
+  int layers = static_cast<int>(std::min(extra + 1.0, static_cast<double>(std::numeric_limits<int>::max() / 2)));
+  // The division may round across the boundary: settle it with the model itself.
+  auto fits = [&](int l) {
+    return stage_memory(model, {l, first, last}, micro_batch_sequences, slots, settings).total_bytes() <= capacity_bytes;
+  };
+  while (layers > 1 && !fits(layers)) --layers;
+  while (fits(layers + 1) && layers < std::numeric_limits<int>::max() / 2) ++layers;
+  return layers;
+}
+
+}  // namespace geotrain::plan

@@ -1,0 +1,125 @@
+// The planner's memory model (plan/memory_model.hpp) against what the
+// runtime really allocates for a stage: model::Stage, its AdamW moments and
+// the pipeline's receive buffer, counted by a backend that only allocates.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "geotrain/kernels/backend.hpp"
+#include "geotrain/model/gpt.hpp"
+#include "geotrain/model/optimizer.hpp"
+#include "geotrain/model/stage_split.hpp"
+#include "geotrain/plan/memory_model.hpp"
+#include "geotrain/plan/pipeline_schedule.hpp"
+#include "geotrain/runtime/pipeline.hpp"
+
+namespace geotrain {
+namespace {
+
+// Allocates host memory and counts its bytes; computing is not needed to
+// build a stage, so every op fails loudly.
+class CountingBackend final : public kernels::Backend {
+ public:
+  ~CountingBackend() override = default;
+  kernels::DeviceKind kind() const override { return kernels::DeviceKind::cpu; }
+  std::string description() const override { return "counting"; }
+  float* alloc(std::size_t count) override { return static_cast<float*>(take(count * sizeof(float))); }
+  int* alloc_tokens(std::size_t count) override { return static_cast<int*>(take(count * sizeof(int))); }
+  void release(void* p) override {
+    live_ -= sizes_.at(p);
+    sizes_.erase(p);
+    std::free(p);
+  }
+  double live_bytes() const { return static_cast<double>(live_); }
+
+  [[noreturn]] static void no_op() { throw std::logic_error("CountingBackend: no compute"); }
+  void upload(float*, const float*, std::size_t) override { no_op(); }
+  void upload_tokens(int*, const int*, std::size_t) override { no_op(); }
+  void download(float*, const float*, std::size_t) override { no_op(); }
+  void fill_zero(float*, std::size_t) override { no_op(); }
+  void synchronize() override {}
+  void embedding_forward(float*, const int*, const float*, const float*, int, int, int) override { no_op(); }
+  void embedding_backward(float*, float*, const float*, const int*, int, int, int) override { no_op(); }
+  void layernorm_forward(float*, float*, float*, const float*, const float*, const float*, int, int) override {
+    no_op();
+  }
+  void layernorm_backward(float*, float*, float*, const float*, const float*, const float*, const float*,
+                          const float*, int, int) override {
+    no_op();
+  }
+  void matmul_forward(float*, const float*, const float*, const float*, int, int, int) override { no_op(); }
+  void matmul_backward(float*, float*, float*, const float*, const float*, const float*, int, int, int) override {
+    no_op();
+  }
+  void set_matmul_precision(MatmulPrecision) override {}
+  void attention_forward(float*, float*, const float*, int, int, int, int) override { no_op(); }
+  void attention_backward(float*, float*, const float*, const float*, const float*, int, int, int, int) override {
+    no_op();
+  }
+  void gelu_forward(float*, const float*, std::size_t) override { no_op(); }
+  void gelu_backward(float*, const float*, const float*, std::size_t) override { no_op(); }
+  void residual_forward(float*, const float*, const float*, std::size_t) override { no_op(); }
+  void accumulate(float*, const float*, std::size_t) override { no_op(); }
+  void scale(float*, float, std::size_t) override { no_op(); }
+  double sum_of_squares(const float*, std::size_t) override { no_op(); }
+  void crossentropy_forward(float*, const float*, const int*, int, int) override { no_op(); }
+  void crossentropy_backward(float*, const float*, const int*, float, int, int) override { no_op(); }
+  void adamw_update(float*, const float*, float*, float*, std::size_t, float, float, float, float, float,
+                    int) override {
+    no_op();
+  }
+
+ private:
+  void* take(std::size_t bytes) {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    sizes_[p] = bytes;
+    live_ += bytes;
+    return p;
+  }
+  std::unordered_map<void*, std::size_t> sizes_;
+  std::size_t live_ = 0;
+};
+
+struct Case {
+  int layers, stages, micro_batch, micro_batches;
+  plan::Schedule schedule;
+};
+
+// Every stage of every case, tied and untied head: the model's total equals
+// the runtime's bytes.
+void check_against_runtime(const ModelShape& shape) {
+  plan::MemorySettings settings;  // the runtime's: fp32, no recomputation
+  settings.reserved_bytes = 0;
+  for (const Case& c : {Case{5, 1, 2, 3, plan::Schedule::gpipe}, Case{5, 2, 1, 4, plan::Schedule::gpipe},
+                        Case{5, 3, 2, 6, plan::Schedule::one_f_one_b}, Case{5, 2, 3, 1, plan::Schedule::one_f_one_b}}) {
+    const auto specs = model::split_layers(c.layers, c.stages, c.stages == 3 ? std::vector<int>{1, 3, 1}
+                                                                           : std::vector<int>{});
+    for (int s = 0; s < c.stages; ++s) {
+      SCOPED_TRACE("stages " + std::to_string(c.stages) + ", stage " + std::to_string(s));
+      CountingBackend backend;
+      const int slots = plan::activation_slots(c.schedule, c.micro_batches, c.stages);
+      {
+        model::Stage stage(shape, specs[s], backend, c.micro_batch, slots);
+        model::AdamW optimizer(backend, stage, {});
+        runtime::PipelineStep step(stage, backend, c.schedule, s, c.stages, c.micro_batches);
+        const plan::StagePart part{specs[s].last_layer - specs[s].first_layer, s == 0, s == c.stages - 1};
+        const plan::StageMemory predicted = plan::stage_memory(shape, part, c.micro_batch, slots, settings);
+        EXPECT_EQ(predicted.parameters, static_cast<double>(stage.parameter_count()));
+        EXPECT_EQ(predicted.total_bytes(), backend.live_bytes());
+      }
+      EXPECT_EQ(backend.live_bytes(), 0.0);  // and the counter saw every release
+    }
+  }
+}
+
+TEST(MemoryModel, EqualsWhatTheRuntimeAllocatesPerStage) {
+  ModelShape shape{"small", 5, 64, 4, 97, 32};
+  check_against_runtime(shape);
+  shape.tied_head = false;
+  check_against_runtime(shape);
+}
+
+}  // namespace
+}  // namespace geotrain
