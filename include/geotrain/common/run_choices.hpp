@@ -18,6 +18,10 @@ enum class MatmulPrecision { fp32, bf16 };
 // How a tensor goes over a slow link (runtime/wire_codec.hpp): as is, or
 // quantised to 8 / 4 bits per value, or its largest values only.
 enum class WireFormat { fp32, int8, int4, topk };
+// checkpoint.form (io/checkpoint.hpp): one file written by rank 0 after a
+// gather, or one shard per writing rank plus a manifest; auto = single for
+// one rank, sharded for several.
+enum class CheckpointForm { automatic, single, sharded };
 
 // Names as config files and messages spell them; "?" for no value.
 inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
@@ -30,6 +34,10 @@ inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPre
 inline constexpr EnumName<WireFormat> kWireFormatNames[] = {
     {WireFormat::fp32, "fp32"}, {WireFormat::int8, "int8"}, {WireFormat::int4, "int4"}, {WireFormat::topk, "topk"}};
 
+inline constexpr EnumName<CheckpointForm> kCheckpointFormNames[] = {
+    {CheckpointForm::automatic, "auto"}, {CheckpointForm::single, "single"}, {CheckpointForm::sharded, "sharded"}};
+
+inline std::string to_string(CheckpointForm form) { return name_in(kCheckpointFormNames, form); }
 inline std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }
 inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }
 inline std::string to_string(Transport transport) { return name_in(kTransportNames, transport); }
