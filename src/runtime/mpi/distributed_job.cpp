@@ -239,17 +239,16 @@ class MpiCheckpointSink : public CheckpointSink {
   }
 
   void save_shard(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
-    metadata.tensors = std::move(tensors);
-    wrote_ = !metadata.tensors.empty() || !metadata.residuals.empty();
     if (rank_ == 0) {
-      manifest_ = metadata;  // the attributes only
-      manifest_.tensors.clear();
+      manifest_ = metadata;  // the attributes (the tensors are not in it yet: no copy of them)
       manifest_.residuals.clear();
       // A manifest of this step left by an earlier run (killed before
       // `latest` named it) must not describe the shards written now.
       std::error_code ignored;
       std::filesystem::remove(std::filesystem::path(pending_) / "manifest.h5", ignored);
     }
+    metadata.tensors = std::move(tensors);
+    wrote_ = !metadata.tensors.empty() || !metadata.residuals.empty();
     if (!wrote_) return;
     auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
     worker_.start([snapshot, dir = dir_, rank = rank_] { io::write_checkpoint_shard(dir, *snapshot, rank); });
