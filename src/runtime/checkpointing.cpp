@@ -105,7 +105,7 @@ void LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::Checkpoi
   });
 }
 
-std::string LocalCheckpointSink::finish() {
+std::string LocalCheckpointSink::advance() {
   if (pending_.empty()) return "";
   try {
     worker_.wait();

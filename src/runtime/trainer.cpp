@@ -388,7 +388,10 @@ class RankTrainer {
     with_.collectives.sum_over_pipeline_values(flags, 2);
     with_.collectives.sum_data_parallel_values(flags, 2);
     const bool stop = flags[0] > 0 && !last;
-    if (checkpoint_in_flight_ > 0 && flags[1] == 0) publish_checkpoint();  // every part written: make it visible
+    if (checkpoint_in_flight_ > 0 && flags[1] == 0) {  // no rank writes: the next phase, or visible
+      const std::string path = with_.checkpoints->advance();
+      if (!path.empty()) report_checkpoint(path);
+    }
     if (stop || last || (config_.checkpoint_every_steps > 0 && (step + 1) % config_.checkpoint_every_steps == 0)) {
       publish_checkpoint();  // the next checkpoint waits for the one in flight
       save(step + 1);
@@ -403,10 +406,12 @@ class RankTrainer {
 
   // Waits for the checkpoint in flight, if any (collective), and reports it.
   void publish_checkpoint() {
-    if (checkpoint_in_flight_ == 0) return;
-    const int step = std::exchange(checkpoint_in_flight_, 0);
-    result_.last_checkpoint = with_.checkpoints->finish();
-    progress_.checkpoint(step, result_.last_checkpoint);
+    if (checkpoint_in_flight_ > 0) report_checkpoint(with_.checkpoints->finish());
+  }
+
+  void report_checkpoint(const std::string& path) {
+    result_.last_checkpoint = path;
+    progress_.checkpoint(std::exchange(checkpoint_in_flight_, 0), path);
   }
 
   void save(int completed_steps) {

@@ -71,11 +71,23 @@ class CheckpointSink {
   virtual void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) = 0;
   // This rank is still writing (local: no communication).
   virtual bool writing() const = 0;
-  // Collective: waits for the checkpoint in flight on every rank, makes it
-  // visible (`latest`) and returns its path on every rank ("" when none is in
-  // flight). A failed write throws RunError naming the file (one rank), or
-  // under MPI one rank prints it and every rank throws ReportedFailure.
-  virtual std::string finish() = 0;
+  // A checkpoint was saved and is not visible yet.
+  virtual bool in_flight() const = 0;
+  // Collective, best called once writing() is false on every rank (else it
+  // waits): takes the checkpoint in flight one phase on and returns its path
+  // once it is visible (`latest` names it), "" before that. Phases: every
+  // rank's part written; sharded, then rank 0's manifest (in the background
+  // too: writing() turns true on rank 0 again). A failed write throws
+  // RunError naming the file (one rank), or under MPI one rank prints it and
+  // every rank throws ReportedFailure.
+  virtual std::string advance() = 0;
+  // Collective: waits for the checkpoint in flight on every rank, through
+  // every phase; its path ("" when none is in flight).
+  std::string finish() {
+    std::string path;
+    while (in_flight() && path.empty()) path = advance();
+    return path;
+  }
 };
 
 // One rank: writes the file (or shard and manifest) itself.
@@ -84,7 +96,8 @@ class LocalCheckpointSink : public CheckpointSink {
   LocalCheckpointSink(std::string dir, int keep, bool sharded) : dir_(std::move(dir)), keep_(keep), sharded_(sharded) {}
   void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override;
   bool writing() const override { return worker_.busy(); }
-  std::string finish() override;
+  bool in_flight() const override { return !pending_.empty(); }
+  std::string advance() override;  // one phase: the file, or the shard and the manifest
 
  private:
   std::string dir_;

@@ -168,8 +168,8 @@ std::vector<int> gather_flags(int flag, double deadline_s, const std::string& wh
 //    writes the one file in the background.
 //  - sharded: each rank that holds something to write (its stage's tensors
 //    when it is the stage's writing replica, its error-feedback residuals)
-//    writes its shard in the background; finish() agrees that every shard
-//    is there, then rank 0 writes the manifest and `latest`.
+//    writes its shard in the background; once every rank agrees its shard
+//    is there, rank 0 writes the manifest and `latest`, in the background too.
 class MpiCheckpointSink : public CheckpointSink {
  public:
   MpiCheckpointSink(std::string dir, int keep, bool sharded, double deadline_s)
@@ -189,7 +189,12 @@ class MpiCheckpointSink : public CheckpointSink {
 
   bool writing() const override { return worker_.busy(); }
 
-  std::string finish() override {
+  bool in_flight() const override { return !pending_.empty(); }
+
+  // One phase: every rank's part written (single form: rank 0's file, then
+  // visible); sharded, a second: rank 0's manifest, also written in the
+  // background, so that no rank waits for its fsyncs and the pruning.
+  std::string advance() override {
     if (pending_.empty()) return "";
     std::string error;
     try {
@@ -197,13 +202,17 @@ class MpiCheckpointSink : public CheckpointSink {
     } catch (const std::exception& e) {
       error = std::string("checkpoint not written: ") + e.what();
     }
-    settle(error, "waiting for every rank to write its part of the checkpoint");
-    if (sharded_) {
-      const std::vector<int> wrote = gather_flags(wrote_ ? 1 : 0, deadline_s_, "listing the checkpoint's shards");
-      if (rank_ == 0) error = publish(wrote);
-      settle(error, "waiting for rank 0 to write the checkpoint's manifest");
+    if (!sharded_ || manifest_queued_) {
+      settle(error, sharded_ ? "waiting for rank 0 to write the checkpoint's manifest"
+                             : "waiting for rank 0 to write the checkpoint");
+      manifest_queued_ = false;
+      return std::exchange(pending_, "");
     }
-    return std::exchange(pending_, "");
+    settle(error, "waiting for every rank to write its part of the checkpoint");
+    const std::vector<int> wrote = gather_flags(wrote_ ? 1 : 0, deadline_s_, "listing the checkpoint's shards");
+    if (rank_ == 0) queue_manifest(wrote);
+    manifest_queued_ = true;
+    return "";
   }
 
  private:
@@ -211,6 +220,7 @@ class MpiCheckpointSink : public CheckpointSink {
   void settle(const std::string& error, const std::string& what) {
     if (const int code = agree_on_failure(error, kExitRunError, deadline_s_, what)) {
       pending_.clear();
+      manifest_queued_ = false;
       throw ReportedFailure(code);
     }
   }
@@ -254,18 +264,16 @@ class MpiCheckpointSink : public CheckpointSink {
     worker_.start([snapshot, dir = dir_, rank = rank_] { io::write_checkpoint_shard(dir, *snapshot, rank); });
   }
 
-  // Rank 0, once every shard is written: the manifest, then `latest`.
-  std::string publish(const std::vector<int>& wrote) {
+  // Rank 0, once every shard is written: the manifest, then `latest`, in the background.
+  void queue_manifest(const std::vector<int>& wrote) {
     std::vector<std::string> shards;
     for (std::size_t r = 0; r < wrote.size(); ++r) {
       if (wrote[r]) shards.push_back(io::shard_name(static_cast<int>(r)));
     }
-    try {
-      io::publish_sharded_checkpoint(dir_, manifest_, shards, keep_);
-    } catch (const std::exception& e) {
-      return std::string("checkpoint not written: ") + e.what();
-    }
-    return "";
+    auto metadata = std::make_shared<const io::Checkpoint>(std::move(manifest_));
+    worker_.start([metadata, shards = std::move(shards), dir = dir_, keep = keep_] {
+      io::publish_sharded_checkpoint(dir, *metadata, shards, keep);
+    });
   }
 
   std::string dir_;
@@ -275,6 +283,7 @@ class MpiCheckpointSink : public CheckpointSink {
   int rank_ = 0;
   std::string pending_;     // the path of the checkpoint in flight ("" when none)
   bool wrote_ = false;      // sharded: this rank writes a shard of it
+  bool manifest_queued_ = false;  // sharded: every shard is written; rank 0 writes the manifest
   io::Checkpoint manifest_;  // sharded, rank 0: the manifest's attributes
   BackgroundWorker worker_;  // last: destroyed (waiting for its jobs) first
 };
