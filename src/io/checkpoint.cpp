@@ -363,7 +363,7 @@ std::int64_t step_of(const std::string& entry) {
 // (left by a run killed mid-write; newer ones may be being written).
 void prune(const std::string& dir, int keep, const std::string& current) {
   std::vector<std::pair<std::int64_t, std::string>> complete;
-  std::error_code error;
+  std::vector<std::string> doomed;  // removed after the listing, not while it runs
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     const std::int64_t step = step_of(name);
@@ -371,14 +371,16 @@ void prune(const std::string& dir, int keep, const std::string& current) {
     if (!entry.is_directory() || fs::exists(entry.path() / kManifestName)) {
       complete.emplace_back(step, name);
     } else if (step < step_of(current)) {
-      fs::remove_all(entry.path(), error);
+      doomed.push_back(name);
     }
   }
   std::sort(complete.begin(), complete.end());
   // `current` is the newest and counts as one of the `keep`.
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < complete.size() + 1; ++i) {
-    fs::remove_all(fs::path(dir) / complete[i].second, error);
+    doomed.push_back(complete[i].second);
   }
+  std::error_code error;
+  for (const std::string& name : doomed) fs::remove_all(fs::path(dir) / name, error);
 }
 
 // `latest` names `name` (replaced atomically), then older ones are pruned.
