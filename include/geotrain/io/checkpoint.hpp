@@ -1,4 +1,5 @@
-// Checkpoints: one self-contained HDF5 file per checkpoint.
+// Checkpoints: HDF5, one self-contained file per checkpoint or (sharded form)
+// one folder of shards plus a manifest.
 //
 // Layout (format version 1; `h5dump -H FILE` shows it):
 //   /params/<name>           float32, the parameter's global shape, e.g. /params/h.3.attn.qkv.weight [384, 128]
