@@ -4,7 +4,10 @@ architecture and compute its validation loss on a token shard, in the order
 geotrain evaluates: batch i holds the windows i*B .. i*B+B-1 of the shard
 (window k = tokens k*T .. k*T+T), one replica.
 
-usage: load_checkpoint.py CHECKPOINT.h5 VALIDATION.bin [--batch-size B] [--batches N] [--json]
+Both forms: a single file (step_N.h5), or a sharded checkpoint's folder
+(step_N/, or its manifest.h5), whose shards the manifest lists.
+
+usage: load_checkpoint.py CHECKPOINT VALIDATION.bin [--batch-size B] [--batches N] [--json]
 
 As a library: `model = load_gpt(path)` gives a torch.nn.Module whose
 parameters carry geotrain's names (h.3.attn.qkv.weight, ...).
@@ -76,21 +79,54 @@ class GPT(torch.nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.vocabulary), targets.reshape(-1))
 
 
+def text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def checkpoint_files(path):
+    """(the file with the root attributes, the files with the tensors): a
+    single file is both; a sharded checkpoint gives its manifest and the
+    shards it lists. A missing manifest or shard: ValueError naming it."""
+    if os.path.isdir(path):
+        folder = path
+    elif os.path.basename(path) == "manifest.h5":
+        folder = os.path.dirname(path)
+    else:
+        return path, [path]
+    manifest = os.path.join(folder, "manifest.h5")
+    if not os.path.exists(manifest):
+        raise ValueError(f"{manifest}: missing (an incomplete sharded checkpoint)")
+    with h5py.File(manifest, "r") as f:
+        shards = [os.path.join(folder, name) for name in text(f.attrs["shards"]).split("\n") if name]
+    for shard in shards:
+        if not os.path.exists(shard):
+            raise ValueError(f"{shard}: missing (a shard that {manifest} lists)")
+    return manifest, shards
+
+
 def load_gpt(path, dtype=torch.float64):
-    with h5py.File(path, "r") as f:
+    root, files = checkpoint_files(path)
+    with h5py.File(root, "r") as f:
         if int(f.attrs["format_version"]) != 1:
-            raise ValueError(f"{path}: format_version {f.attrs['format_version']} is not 1")
+            raise ValueError(f"{root}: format_version {f.attrs['format_version']} is not 1")
         a = f.attrs
         head = a.get("model_lm_head", "tied")
         head = head.decode() if isinstance(head, bytes) else str(head)
         model = GPT(int(a["model_layers"]), int(a["model_hidden"]), int(a["model_heads"]),
                     int(a["model_vocabulary"]), int(a["model_sequence_length"]), head == "tied").to(dtype)
-        with torch.no_grad():
-            for name, parameter in model.named_geotrain_parameters().items():
-                stored = f["params"][name]
-                if tuple(stored.shape) != tuple(parameter.shape):
-                    raise ValueError(f"{path}: /params/{name}: shape {stored.shape}, model {tuple(parameter.shape)}")
-                parameter.copy_(torch.from_numpy(np.asarray(stored, dtype=np.float32)).to(dtype))
+    wanted = model.named_geotrain_parameters()
+    with torch.no_grad():
+        for file in files:
+            with h5py.File(file, "r") as f:
+                for name, stored in f["params"].items():
+                    if name not in wanted:
+                        continue
+                    parameter = wanted.pop(name)
+                    if tuple(stored.shape) != tuple(parameter.shape):
+                        raise ValueError(f"{file}: /params/{name}: shape {stored.shape}, model {tuple(parameter.shape)}")
+                    parameter.copy_(torch.from_numpy(np.asarray(stored, dtype=np.float32)).to(dtype))
+    if wanted:
+        raise ValueError(f"{path}: /params/{sorted(wanted)[0]}: missing")
     return model
 
 
@@ -125,9 +161,13 @@ def main():
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    model = load_gpt(args.checkpoint)
+    try:
+        model = load_gpt(args.checkpoint)
+    except ValueError as e:  # bad input: exit 2, one line naming the file
+        print(f"load_checkpoint.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
     loss = validation_loss(model, read_shard(args.validation), args.batch_size, args.batches)
-    with h5py.File(args.checkpoint, "r") as f:
+    with h5py.File(checkpoint_files(args.checkpoint)[0], "r") as f:
         step = int(f.attrs["completed_steps"])
     if args.json:
         print(json.dumps({"validation_loss": loss, "completed_steps": step}))

@@ -41,7 +41,7 @@ int from_hf(const ConvertCommandOptions& o) {
 }
 
 int to_hf(const ConvertCommandOptions& o) {
-  io::Checkpoint checkpoint = io::read_checkpoint_file(o.to_hf);
+  io::Checkpoint checkpoint = io::read_checkpoint(o.to_hf);
   const ModelShape model = checkpoint.model;
   const std::int64_t steps = checkpoint.completed_steps;
   io::write_hf_gpt2(std::move(checkpoint), o.to_hf, o.out);

@@ -49,7 +49,7 @@ void check_options(const SampleCommandOptions& o, DeviceRequest* device) {
 int run_sample_command(const SampleCommandOptions& o) {
   DeviceRequest device = DeviceRequest::automatic;
   check_options(o, &device);
-  const io::Checkpoint checkpoint = io::read_checkpoint_file(o.checkpoint);
+  const io::Checkpoint checkpoint = io::read_checkpoint(o.checkpoint);
   const auto tokenizer = io::tokenizer_from_text(checkpoint.tokenizer_text, o.checkpoint + ": attribute tokenizer");
   std::vector<int> prompt =
       runtime::encode_prompt(*tokenizer, o.prompt, checkpoint.model.vocabulary, "command line: --prompt");

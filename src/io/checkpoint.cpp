@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 
 #include "geotrain/common/errors.hpp"
@@ -213,19 +214,9 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-}  // namespace
+// ---- the parts of a file, shared by the single file, the shards and the manifest
 
-const CheckpointTensor* Checkpoint::find(const std::string& name) const {
-  for (const CheckpointTensor& t : tensors) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
-void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
-  quiet_hdf5();
-  const std::string context = path;
-  Handle file(GT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Fclose);
+void write_metadata(hid_t file, const Checkpoint& c, const std::string& context) {
   write_int_attribute(file, "format_version", c.format_version, context);
   write_int_attribute(file, "completed_steps", c.completed_steps, context);
   write_int_attribute(file, "global_batch_sequences", c.global_batch_sequences, context);
@@ -244,45 +235,52 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
   if (!c.tokenizer_text.empty()) write_string_attribute(file, "tokenizer", c.tokenizer_text, context);
   if (c.weights_only) write_int_attribute(file, "weights_only", 1, context);
   write_string_attribute(file, "writer", "geotrain 0.1.0", context);
-  Handle params(GT_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
-  if (c.weights_only) {
-    for (const CheckpointTensor& t : c.tensors) {
-      if (t.value.size() != element_count(t.shape)) {
-        throw std::invalid_argument("write_checkpoint_file: tensor " + t.name + " has the wrong size");
-      }
-      write_dataset(params, t.name, t.shape, t.value, context + ": /params/" + t.name);
-    }
-    GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), context, false);
-    return;
-  }
-  Handle optimizer(GT_H5_CHECK(H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
-  Handle m(GT_H5_CHECK(H5Gcreate2(optimizer, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
-  Handle v(GT_H5_CHECK(H5Gcreate2(optimizer, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+}
+
+Handle create_group(hid_t parent, const char* name, const std::string& context) {
+  return Handle(GT_H5_CHECK(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+}
+
+// /params (and /optimizer/m, /optimizer/v unless weights only), then /error_feedback.
+void write_tensors(hid_t file, const Checkpoint& c, const std::string& context) {
+  Handle params = create_group(file, "params", context);
+  Handle optimizer = c.weights_only ? Handle() : create_group(file, "optimizer", context);
+  Handle m = c.weights_only ? Handle() : create_group(optimizer, "m", context);
+  Handle v = c.weights_only ? Handle() : create_group(optimizer, "v", context);
   for (const CheckpointTensor& t : c.tensors) {
     const std::size_t n = element_count(t.shape);
-    if (t.value.size() != n || t.first_moment.size() != n || t.second_moment.size() != n) {
+    if (t.value.size() != n || (!c.weights_only && (t.first_moment.size() != n || t.second_moment.size() != n))) {
       throw std::invalid_argument("write_checkpoint_file: tensor " + t.name + " has the wrong size");
     }
     write_dataset(params, t.name, t.shape, t.value, context + ": /params/" + t.name);
+    if (c.weights_only) continue;
     write_dataset(m, t.name, t.shape, t.first_moment, context + ": /optimizer/m/" + t.name);
     write_dataset(v, t.name, t.shape, t.second_moment, context + ": /optimizer/v/" + t.name);
   }
-  write_residuals(file, c, context);
-  GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), context, false);
+  if (!c.weights_only) write_residuals(file, c, context);
 }
 
-Checkpoint read_checkpoint_file(const std::string& path) {
-  quiet_hdf5();
+Handle open_checkpoint_file(const std::string& path) {
   if (!fs::exists(path)) throw InputError(path + ": cannot open file (no such checkpoint)");
   if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file (truncated or not a checkpoint)");
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (file < 0) throw InputError(path + ": cannot be opened as HDF5 (truncated or damaged)");
-  Checkpoint c;
-  c.format_version = static_cast<int>(read_int_attribute(file, "format_version", path));
-  if (c.format_version != kCheckpointFormatVersion) {
-    throw InputError(path + ": attribute format_version: " + std::to_string(c.format_version) +
+  return file;
+}
+
+std::int64_t read_format_version(hid_t file, const std::string& path) {
+  const std::int64_t version = read_int_attribute(file, "format_version", path);
+  if (version != kCheckpointFormatVersion) {
+    throw InputError(path + ": attribute format_version: " + std::to_string(version) +
                      " is not supported (this geotrain reads version " + std::to_string(kCheckpointFormatVersion) + ")");
   }
+  return version;
+}
+
+// The root attributes (write_metadata's) of a single file or a manifest.
+Checkpoint read_metadata(hid_t file, const std::string& path) {
+  Checkpoint c;
+  c.format_version = static_cast<int>(read_format_version(file, path));
   c.completed_steps = read_int_attribute(file, "completed_steps", path);
   if (H5Aexists(file, "global_batch_sequences") > 0) {
     c.global_batch_sequences = read_int_attribute(file, "global_batch_sequences", path);
@@ -312,7 +310,11 @@ Checkpoint read_checkpoint_file(const std::string& path) {
     if (weights_only != 0 && weights_only != 1) throw InputError(path + ": attribute weights_only: must be 0 or 1");
     c.weights_only = weights_only == 1;
   }
-  if (c.weights_only) return read_weights(file, path, std::move(c));
+  return c;
+}
+
+// Every /params tensor with its two moments, appended to c.tensors.
+void read_moment_tensors(hid_t file, const std::string& path, Checkpoint& c) {
   for (const char* group : {"params", "optimizer/m", "optimizer/v"}) {
     if (H5Lexists(file, "optimizer", H5P_DEFAULT) <= 0 && std::string(group) != "params") {
       throw InputError(path + ": /optimizer: missing");
@@ -331,6 +333,148 @@ Checkpoint read_checkpoint_file(const std::string& path) {
     t.second_moment = read_dataset(v, name, path + ": /optimizer/v/" + name, shape, t.shape);
     c.tensors.push_back(std::move(t));
   }
+}
+
+// ---- the checkpoint directory
+
+constexpr const char* kManifestName = "manifest.h5";
+
+void make_folder(const std::string& folder, const std::string& what) {
+  std::error_code error;
+  fs::create_directories(folder, error);
+  if (error) throw RunError(folder + ": cannot create " + what + ": " + error.message());
+}
+
+// `write` fills `path`.tmp, which is then flushed to disk and renamed to
+// `path`: a reader never sees a partly written file under its final name.
+void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write) {
+  const std::string temporary = path + ".tmp";
+  write(temporary);
+  fsync_path(temporary);
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) throw RunError(temporary + ": cannot rename to " + path + ": " + error.message());
+}
+
+// The step of a checkpoint entry of the directory (step_N.h5, or a step_N
+// folder); -1 for anything else.
+std::int64_t step_of(const std::string& entry) {
+  static const std::regex pattern("step_([0-9]{8})(\\.h5)?");
+  std::smatch match;
+  return std::regex_match(entry, match, pattern) ? std::stoll(match[1].str()) : -1;
+}
+
+// Deletes all but the newest `keep` complete checkpoints (a file, or a folder
+// with its manifest), and the incomplete folders older than `current`
+// (left by a run killed mid-write; newer ones may be being written).
+void prune(const std::string& dir, int keep, const std::string& current) {
+  std::vector<std::pair<std::int64_t, std::string>> complete;
+  std::vector<std::string> doomed;  // removed after the listing, not while it runs
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const std::int64_t step = step_of(name);
+    if (step < 0 || name == current) continue;
+    if (!entry.is_directory() || fs::exists(entry.path() / kManifestName)) {
+      complete.emplace_back(step, name);
+    } else if (step < step_of(current)) {
+      doomed.push_back(name);
+    }
+  }
+  std::sort(complete.begin(), complete.end());
+  // `current` is the newest and counts as one of the `keep`.
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < complete.size() + 1; ++i) {
+    doomed.push_back(complete[i].second);
+  }
+  std::error_code error;
+  for (const std::string& name : doomed) fs::remove_all(fs::path(dir) / name, error);
+}
+
+// `latest` names `name` (replaced atomically), then older ones are pruned.
+void publish_latest(const std::string& dir, const std::string& name, int keep) {
+  const std::string latest = (fs::path(dir) / "latest").string();
+  {
+    std::ofstream out(latest + ".tmp", std::ios::trunc);
+    out << name << "\n";
+    out.close();
+    if (!out) throw RunError(latest + ".tmp: cannot write");
+  }
+  fsync_path(latest + ".tmp");
+  std::error_code error;
+  fs::rename(latest + ".tmp", latest, error);
+  if (error) throw RunError(latest + ": cannot replace: " + error.message());
+  fsync_path(dir);
+  prune(dir, keep, name);  // only after `latest` moved on
+}
+
+// A shard's tensors and residuals into `c`, after checking it belongs to it.
+void read_shard(const std::string& path, const std::string& manifest, Checkpoint& c) {
+  if (!fs::exists(path)) {
+    throw InputError(path + ": missing (a shard that " + manifest + " lists; the checkpoint is incomplete)");
+  }
+  const Handle file = open_checkpoint_file(path);
+  read_format_version(file, path);
+  if (H5Aexists(file, "shard") <= 0) throw InputError(path + ": attribute shard: missing (not a checkpoint shard)");
+  if (read_int_attribute(file, "completed_steps", path) != c.completed_steps) {
+    throw InputError(path + ": attribute completed_steps: differs from " + manifest + "'s " +
+                     std::to_string(c.completed_steps) + " (a shard of another checkpoint)");
+  }
+  read_moment_tensors(file, path, c);
+  read_residuals(file, path, c);
+}
+
+// A step folder: the manifest's attributes, then every shard it lists.
+Checkpoint read_sharded(const fs::path& folder) {
+  quiet_hdf5();
+  const std::string manifest = (folder / kManifestName).string();
+  if (!fs::exists(manifest)) {
+    throw InputError(manifest + ": missing (an incomplete sharded checkpoint: its manifest is written last)");
+  }
+  const Handle file = open_checkpoint_file(manifest);
+  Checkpoint c = read_metadata(file, manifest);
+  std::istringstream shards(read_string_attribute(file, "shards", manifest));
+  for (std::string shard; std::getline(shards, shard);) {
+    if (shard.empty() || shard.find('/') != std::string::npos) {
+      throw InputError(manifest + ": attribute shards: '" + shard + "' is not a file name");
+    }
+    read_shard((folder / shard).string(), manifest, c);
+  }
+  std::vector<std::string> names;
+  for (const CheckpointTensor& t : c.tensors) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  if (const auto twice = std::adjacent_find(names.begin(), names.end()); twice != names.end()) {
+    throw InputError(manifest + ": /params/" + *twice + ": held by two shards");
+  }
+  if (c.tensors.empty()) throw InputError(manifest + ": attribute shards: no shard holds a parameter");
+  return c;
+}
+
+}  // namespace
+
+const CheckpointTensor* Checkpoint::find(const std::string& name) const {
+  for (const CheckpointTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
+  quiet_hdf5();
+  Handle file(GT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path, false), H5Fclose);
+  write_metadata(file, c, path);
+  write_tensors(file, c, path);
+  GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), path, false);
+}
+
+Checkpoint read_checkpoint_file(const std::string& path) {
+  quiet_hdf5();
+  const Handle file = open_checkpoint_file(path);
+  if (H5Aexists(file, "shard") > 0) {
+    throw InputError(path + ": attribute shard: one shard of a sharded checkpoint (open its folder, " +
+                     fs::path(path).parent_path().string() + ")");
+  }
+  Checkpoint c = read_metadata(file, path);
+  if (c.weights_only) return read_weights(file, path, std::move(c));
+  read_moment_tensors(file, path, c);
   if (c.tensors.empty()) throw InputError(path + ": /params: empty");
   read_residuals(file, path, c);
   return c;
@@ -396,42 +540,77 @@ std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t
   return tensors;
 }
 
-std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) throw RunError(dir + ": cannot create the checkpoint directory: " + error.message());
+std::string step_name(std::int64_t completed_steps, bool sharded) {
   char name[64];
-  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(checkpoint.completed_steps));
+  std::snprintf(name, sizeof name, "step_%08lld%s", static_cast<long long>(completed_steps), sharded ? "" : ".h5");
+  return name;
+}
+
+std::string shard_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank_%05d.h5", rank);
+  return name;
+}
+
+std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep) {
+  make_folder(dir, "the checkpoint directory");
+  const std::string name = step_name(checkpoint.completed_steps, false);
   const std::string final_path = (fs::path(dir) / name).string();
-  const std::string temporary = final_path + ".tmp";
-  write_checkpoint_file(temporary, checkpoint);
-  fsync_path(temporary);
-  fs::rename(temporary, final_path, error);
-  if (error) throw RunError(temporary + ": cannot rename to " + final_path + ": " + error.message());
+  write_then_rename(final_path, [&](const std::string& temporary) { write_checkpoint_file(temporary, checkpoint); });
   fsync_path(dir);
-  const std::string latest = (fs::path(dir) / "latest").string();
-  {
-    std::ofstream out(latest + ".tmp", std::ios::trunc);
-    out << name << "\n";
-    out.close();
-    if (!out) throw RunError(latest + ".tmp: cannot write");
-  }
-  fsync_path(latest + ".tmp");
-  fs::rename(latest + ".tmp", latest, error);
-  if (error) throw RunError(latest + ": cannot replace: " + error.message());
-  fsync_path(dir);
-  // Only after `latest` moved on: delete all but the newest `keep`.
-  std::vector<std::string> steps;
-  const std::regex pattern("step_[0-9]{8}\\.h5");
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, pattern)) steps.push_back(file);
-  }
-  std::sort(steps.begin(), steps.end());
-  for (std::size_t i = 0; keep > 0 && i + static_cast<std::size_t>(keep) < steps.size(); ++i) {
-    if (steps[i] != name) fs::remove(fs::path(dir) / steps[i], error);
-  }
+  publish_latest(dir, name, keep);
   return final_path;
+}
+
+std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank) {
+  const fs::path folder = fs::path(dir) / step_name(part.completed_steps, true);
+  make_folder(folder.string(), "the checkpoint's folder");
+  const std::string path = (folder / shard_name(rank)).string();
+  write_then_rename(path, [&](const std::string& temporary) {
+    quiet_hdf5();
+    Handle file(GT_H5_CHECK(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), temporary, false),
+                H5Fclose);
+    write_int_attribute(file, "format_version", part.format_version, temporary);
+    write_int_attribute(file, "completed_steps", part.completed_steps, temporary);
+    write_int_attribute(file, "shard", 1, temporary);
+    write_tensors(file, part, temporary);
+    GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), temporary, false);
+  });
+  fsync_path(folder.string());
+  return path;
+}
+
+std::string publish_sharded_checkpoint(const std::string& dir, const Checkpoint& metadata,
+                                       const std::vector<std::string>& shards, int keep) {
+  const std::string name = step_name(metadata.completed_steps, true);
+  const fs::path folder = fs::path(dir) / name;
+  std::string listed;
+  for (const std::string& shard : shards) {
+    if (!fs::exists(folder / shard)) {
+      throw RunError((folder / shard).string() + ": missing where the manifest is written (checkpoint.form = sharded "
+                     "needs checkpoint.dir on a file system that every rank shares; else checkpoint.form = single)");
+    }
+    listed += (listed.empty() ? "" : "\n") + shard;
+  }
+  write_then_rename((folder / kManifestName).string(), [&](const std::string& temporary) {
+    quiet_hdf5();
+    Handle file(GT_H5_CHECK(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), temporary, false),
+                H5Fclose);
+    write_metadata(file, metadata, temporary);
+    write_string_attribute(file, "shards", listed, temporary);
+    GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), temporary, false);
+  });
+  fsync_path(folder.string());
+  fsync_path(dir);
+  publish_latest(dir, name, keep);
+  return folder.string();
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  const fs::path given(path);
+  if (fs::is_directory(given)) return read_sharded(given);
+  if (given.filename() == kManifestName) return read_sharded(given.parent_path());
+  return read_checkpoint_file(path);
 }
 
 std::string resolve_resume(const std::string& dir, const std::string& resume) {
@@ -442,7 +621,8 @@ std::string resolve_resume(const std::string& dir, const std::string& resume) {
   std::string name;
   std::getline(in, name);
   const fs::path target = fs::path(dir) / name;
-  if (name.empty() || name.find('/') != std::string::npos || !fs::exists(target)) {
+  if (name.empty() || name.find('/') != std::string::npos || !fs::exists(target) ||
+      (fs::is_directory(target) && !fs::exists(target / kManifestName))) {
     throw InputError(latest.string() + ": names '" + name + "', which is not a checkpoint in " + dir);
   }
   return target.string();

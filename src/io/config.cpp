@@ -16,7 +16,8 @@ namespace geotrain::io {
 namespace {
 
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
-                            MatmulPrecision*, Transport*, WireFormat*, LmHead*, plan::Schedule*, plan::Placement*>;
+                            MatmulPrecision*, Transport*, WireFormat*, LmHead*, CheckpointForm*, plan::Schedule*,
+                            plan::Placement*>;
 
 // Every value of a closed choice, in declaration order: the choices are
 // enums numbered from 0 whose to_string says "?" past the last value.
@@ -96,6 +97,8 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint.keep", &c.checkpoint_keep},
       {"checkpoint.resume", &c.checkpoint_resume},
       {"checkpoint.init_from", &c.checkpoint_init_from},
+      {"checkpoint.asynchronous", &c.checkpoint_asynchronous},
+      {"checkpoint.form", &c.checkpoint_form},
       {"timing.file", &c.timing_file},
       {"timing.max_event_steps", &c.timing_max_event_steps},
       {"optimizer.learning_rate", &c.learning_rate},

@@ -30,7 +30,9 @@ void h5_failed(const CallSite& site, const std::string& context, bool reading) {
 }
 
 void quiet_hdf5() {
-  static const bool done = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  // Per thread: a thread-safe HDF5 keeps one error stack (and its printer)
+  // per thread, and checkpoints are also written by a background thread.
+  static thread_local const bool done = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
   (void)done;
 }
 

@@ -58,6 +58,7 @@ class Handle {
 };
 
 // HDF5 prints its own error stack by default; ours say what and where once.
+// Call it on every thread that uses HDF5.
 void quiet_hdf5();
 
 hid_t utf8_string_type();  // caller closes

@@ -34,9 +34,10 @@
 // outlines parallel-loop bodies into separate functions that do not inherit
 // the attribute, so a marked function must be called from inside the loop.
 // GCC >= 12 only (the version this was checked with, the project's compiler), not
-// under the sanitizers, where plain code is what the sanitizer preset tests.
+// under the sanitizers, where plain code is what the sanitizer presets test
+// (an ifunc resolver runs before ThreadSanitizer is set up and crashes).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define GEOTRAIN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define GEOTRAIN_SIMD_CLONES

@@ -1,5 +1,8 @@
 #include "geotrain/runtime/checkpointing.hpp"
 
+#include <filesystem>
+#include <utility>
+
 #include "geotrain/common/errors.hpp"
 
 namespace geotrain::runtime {
@@ -92,9 +95,30 @@ void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io
   upload_parameters(stage, backend, checkpoint);
 }
 
-std::string LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
+void LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
   metadata.tensors = std::move(tensors);
-  return io::save_checkpoint(dir_, metadata, keep_);
+  pending_ = (std::filesystem::path(dir_) / io::step_name(metadata.completed_steps, sharded_)).string();
+  // Shared: std::function must be copyable; the job is its only other owner.
+  auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
+  worker_.start([snapshot, dir = dir_, keep = keep_, sharded = sharded_] {
+    if (!sharded) {
+      io::save_checkpoint(dir, *snapshot, keep);
+      return;
+    }
+    io::write_checkpoint_shard(dir, *snapshot, 0);
+    io::publish_sharded_checkpoint(dir, *snapshot, {io::shard_name(0)}, keep);
+  });
+}
+
+std::string LocalCheckpointSink::advance() {
+  if (pending_.empty()) return "";
+  try {
+    worker_.wait();
+  } catch (const std::exception& e) {
+    pending_.clear();
+    throw RunError(std::string("checkpoint not written: ") + e.what());
+  }
+  return std::exchange(pending_, "");
 }
 
 }  // namespace geotrain::runtime

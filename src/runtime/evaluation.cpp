@@ -36,7 +36,7 @@ RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
   if (c.checkpoint_resume.empty()) return inputs;
   inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
   if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: the initialised model
-  const io::Checkpoint& checkpoint = inputs.resume.emplace(io::read_checkpoint_file(inputs.resume_path));
+  const io::Checkpoint& checkpoint = inputs.resume.emplace(io::read_checkpoint(inputs.resume_path));
   check_checkpoint_fits(checkpoint, model, inputs.resume_path);
   // Another tokenizer's ids mean other text: the loss would be meaningless.
   if (io::tokenizer_text_for_shard(c.data_validation) != checkpoint.tokenizer_text) {

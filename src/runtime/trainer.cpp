@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <utility>
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
@@ -184,6 +185,7 @@ class RankTrainer {
         break;
       }
     }
+    if (with_.checkpoints) publish_checkpoint();  // (the loop's last step already waited; kept for safety)
     summarize();
     progress_.end(run_end(result_));
     return std::move(result_);
@@ -389,14 +391,35 @@ class RankTrainer {
     const auto start = Clock::now();
     timeline_.pause(true);
     // Every rank must take the same decision: the signal may reach some only.
-    const bool stop = sum_over_job(with_.collectives, termination_requested ? 1.0 : 0.0) > 0 && !last;
+    // The same sum says whether any rank still writes the checkpoint in flight.
+    double flags[2] = {termination_requested ? 1.0 : 0.0, with_.checkpoints->writing() ? 1.0 : 0.0};
+    with_.collectives.sum_over_pipeline_values(flags, 2);
+    with_.collectives.sum_data_parallel_values(flags, 2);
+    const bool stop = flags[0] > 0 && !last;
+    if (checkpoint_in_flight_ > 0 && flags[1] == 0) {  // no rank writes: the next phase, or visible
+      const std::string path = with_.checkpoints->advance();
+      if (!path.empty()) report_checkpoint(path);
+    }
     if (stop || last || (config_.checkpoint_every_steps > 0 && (step + 1) % config_.checkpoint_every_steps == 0)) {
+      publish_checkpoint();  // the next checkpoint waits for the one in flight
       save(step + 1);
-      progress_.checkpoint(step + 1, result_.last_checkpoint);
+      checkpoint_in_flight_ = step + 1;
+      // Synchronous writes, a stop and the end of training wait for this one.
+      if (!config_.checkpoint_asynchronous || stop || last) publish_checkpoint();
     }
     timeline_.pause(false);
     timeline_.record(io::EventKind::checkpoint, start, Clock::now());
     return stop;
+  }
+
+  // Waits for the checkpoint in flight, if any (collective), and reports it.
+  void publish_checkpoint() {
+    if (checkpoint_in_flight_ > 0) report_checkpoint(with_.checkpoints->finish());
+  }
+
+  void report_checkpoint(const std::string& path) {
+    result_.last_checkpoint = path;
+    progress_.checkpoint(std::exchange(checkpoint_in_flight_, 0), path);
   }
 
   void save(int completed_steps) {
@@ -415,10 +438,10 @@ class RankTrainer {
       metadata.residuals.push_back({residual_prefix() + part, {count}, std::move(residual), {}, {}});
     }
     std::vector<io::CheckpointTensor> tensors;
-    if (role_.replica == 0) {
+    if (role_.replica == writing_replica(role_.stage, role_.replicas)) {
       tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head);
     }
-    result_.last_checkpoint = with_.checkpoints->save(std::move(metadata), std::move(tensors));
+    with_.checkpoints->save(std::move(metadata), std::move(tensors));
   }
 
   // The job's means, every rank's compute utilisation and a fingerprint of
@@ -475,6 +498,7 @@ class RankTrainer {
   TrainResult result_;
   StepBreakdown own_;  // this rank, summed over the timed steps
   bool resumed_ = false;
+  int checkpoint_in_flight_ = 0;  // its step; 0: none
   std::string resume_notes_;
   const std::string tokenizer_text_;
   const std::vector<int> sample_prompt_;
@@ -510,11 +534,11 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
   if (inputs.resume_path.empty()) {  // no resume, or auto and nothing written yet: a fresh start
     if (!c.checkpoint_init_from.empty()) {
       inputs.init_path = c.checkpoint_init_from;
-      check_checkpoint_fits(inputs.init.emplace(io::read_checkpoint_file(inputs.init_path)), model, inputs.init_path);
+      check_checkpoint_fits(inputs.init.emplace(io::read_checkpoint(inputs.init_path)), model, inputs.init_path);
     }
     return inputs;
   }
-  const io::Checkpoint& resume = inputs.resume.emplace(io::read_checkpoint_file(inputs.resume_path));
+  const io::Checkpoint& resume = inputs.resume.emplace(io::read_checkpoint(inputs.resume_path));
   if (resume.weights_only) {
     throw InputError(inputs.resume_path + ": attribute weights_only: the file holds weights only (no optimizer "
                      "state, e.g. from geotrain convert): start from it with checkpoint.init_from, not checkpoint.resume");
@@ -556,7 +580,9 @@ TrainResult train_single_rank(RunInputs& inputs, std::ostream& log) {
   NoLinks no_links;
   LocalCollectives collectives;
   std::optional<LocalCheckpointSink> sink;
-  if (!config.checkpoint_dir.empty()) sink.emplace(config.checkpoint_dir, config.checkpoint_keep);
+  if (!config.checkpoint_dir.empty()) {
+    sink.emplace(config.checkpoint_dir, config.checkpoint_keep, sharded_form(config.checkpoint_form, 1));
+  }
   RankRole role;
   role.spec = model::StageSpec::whole(inputs.model);
   return train(inputs, role, {*backend, no_links, collectives, sink ? &*sink : nullptr}, log);

@@ -69,7 +69,9 @@ def records(stdout, event):
 
 
 def checkpoint(directory, step):
-    return os.path.join(directory, "ckpt", f"step_{step:08d}.h5")
+    """The step's checkpoint: a sharded one's folder (under mpirun) or the single file (alone)."""
+    folder = os.path.join(directory, "ckpt", f"step_{step:08d}")
+    return folder if os.path.isdir(folder) else folder + ".h5"
 
 
 def sample(geotrain, path, *options):

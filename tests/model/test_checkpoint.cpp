@@ -142,6 +142,123 @@ TEST(Checkpoint, DirectoryKeepsTheNewestAndLatestNamesAWholeFile) {
   EXPECT_THROW(io::resolve_resume(dir.string(), "auto"), InputError);
 }
 
+// The sharded form: each rank's part in its shard, the manifest last; read
+// back whole by read_checkpoint from the folder or the manifest.
+TEST(Checkpoint, ShardedFormRoundTripsAndOnlyTheManifestMakesItVisible) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-sharded");
+  io::Checkpoint whole = sample_checkpoint(10);
+  whole.residual_layout = "int8 group_size=64 topk_fraction=0.010000 replicas=2";
+  io::Checkpoint part0 = whole, part3 = whole;
+  part0.tensors = {whole.tensors[0]};
+  part0.residuals = {{"layers_0-0.replica_0.shard_0", {2}, {1.0f, 2.0f}, {}, {}}};
+  part3.tensors = {whole.tensors[1]};
+  part3.residuals = {{"layers_0-0.replica_1.shard_0", {1}, {3.0f}, {}, {}}};
+  const std::string shard3 = io::write_checkpoint_shard(dir.string(), part3, 3);
+  io::write_checkpoint_shard(dir.string(), part0, 0);
+  EXPECT_EQ(shard3, (dir / "step_00000010" / "rank_00003.h5").string());
+  EXPECT_EQ(io::resolve_resume(dir.string(), "auto"), "");  // shards alone: not a checkpoint yet
+  EXPECT_THROW(io::read_checkpoint((dir / "step_00000010").string()), InputError);  // no manifest
+  io::Checkpoint metadata = whole;
+  metadata.tensors.clear();
+  const std::string folder =
+      io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0), io::shard_name(3)}, 3);
+  EXPECT_EQ(io::resolve_resume(dir.string(), "auto"), folder);
+  for (const std::string& path : {folder, folder + "/manifest.h5"}) {
+    const io::Checkpoint back = io::read_checkpoint(path);
+    EXPECT_EQ(back.completed_steps, 10);
+    EXPECT_EQ(back.sampler, whole.sampler);
+    EXPECT_EQ(back.config_text, whole.config_text);
+    EXPECT_EQ(back.residual_layout, whole.residual_layout);
+    ASSERT_EQ(back.tensors.size(), 2u);
+    for (const auto& t : whole.tensors) {
+      ASSERT_NE(back.find(t.name), nullptr) << t.name;
+      EXPECT_EQ(back.find(t.name)->value, t.value);
+      EXPECT_EQ(back.find(t.name)->second_moment, t.second_moment);
+    }
+    EXPECT_EQ(back.residuals.size(), 2u);
+  }
+  // A shard is not a checkpoint by itself.
+  EXPECT_THROW(io::read_checkpoint_file(shard3), InputError);
+}
+
+TEST(Checkpoint, AMissingShardIsNamed) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-missing-shard");
+  io::Checkpoint c = sample_checkpoint(4);
+  io::write_checkpoint_shard(dir.string(), c, 0);
+  io::Checkpoint metadata = c;
+  metadata.tensors.clear();
+  // Publishing with a shard that is not there (a folder not shared by every rank): RunError naming it.
+  try {
+    io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0), io::shard_name(1)}, 3);
+    FAIL() << "published without rank 1's shard";
+  } catch (const RunError& e) {
+    EXPECT_NE(std::string(e.what()).find("step_00000004/rank_00001.h5: missing"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "latest"));
+  const std::string folder = io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0)}, 3);
+  fs::remove(fs::path(folder) / "rank_00000.h5");
+  try {
+    io::read_checkpoint(folder);
+    FAIL() << "read without its shard";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(folder + "/rank_00000.h5: missing", 0), 0u) << e.what();
+  }
+}
+
+TEST(Checkpoint, PruningKeepsTheNewestOfBothFormsAndDropsOldIncompleteFolders) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-prune");
+  io::save_checkpoint(dir.string(), sample_checkpoint(10), 2);
+  fs::create_directories(dir / "step_00000015");  // a killed run's shards, never published
+  std::ofstream(dir / "step_00000015" / "rank_00000.h5") << "half";
+  fs::create_directories(dir / "step_00000099");  // newer: maybe being written; left alone
+  io::Checkpoint c = sample_checkpoint(20);
+  io::write_checkpoint_shard(dir.string(), c, 0);
+  c.tensors.clear();
+  io::publish_sharded_checkpoint(dir.string(), c, {io::shard_name(0)}, 2);
+  EXPECT_TRUE(fs::exists(dir / "step_00000010.h5"));
+  EXPECT_FALSE(fs::exists(dir / "step_00000015"));
+  EXPECT_TRUE(fs::exists(dir / "step_00000099"));
+  io::save_checkpoint(dir.string(), sample_checkpoint(30), 2);
+  EXPECT_FALSE(fs::exists(dir / "step_00000010.h5"));
+  EXPECT_TRUE(fs::exists(dir / "step_00000020" / "manifest.h5"));
+  EXPECT_EQ(io::resolve_resume(dir.string(), "auto"), (dir / "step_00000030.h5").string());
+  std::ofstream(dir / "latest") << "step_00000099\n";  // a folder without its manifest
+  EXPECT_THROW(io::resolve_resume(dir.string(), "auto"), InputError);
+}
+
+// The one-rank sink writes in the background: save() returns before the
+// file is there; finish() waits, and reports a failed write naming the file.
+TEST(Checkpoint, LocalSinkWritesInTheBackgroundAndReportsFailuresAtFinish) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-sink");
+  for (const bool sharded : {false, true}) {
+    const fs::path here = dir / (sharded ? "sharded" : "single");
+    runtime::LocalCheckpointSink sink(here.string(), 2, sharded);
+    EXPECT_EQ(sink.finish(), "");  // nothing in flight
+    io::Checkpoint c = sample_checkpoint(5);
+    std::vector<io::CheckpointTensor> tensors = std::move(c.tensors);
+    c.tensors.clear();
+    sink.save(c, tensors);
+    const std::string path = sink.finish();
+    EXPECT_FALSE(sink.writing());
+    EXPECT_EQ(path, (here / (sharded ? "step_00000005" : "step_00000005.h5")).string());
+    EXPECT_EQ(io::resolve_resume(here.string(), "auto"), path);
+    EXPECT_EQ(io::read_checkpoint(path).tensors.size(), 2u);
+    // The next step's temporary file cannot be created: reported at finish().
+    const fs::path blocked = sharded ? here / "step_00000006" / "rank_00000.h5.tmp" : here / "step_00000006.h5.tmp";
+    fs::create_directories(blocked);
+    c.completed_steps = 6;
+    sink.save(c, tensors);
+    try {
+      sink.finish();
+      FAIL() << "the failed write was not reported";
+    } catch (const RunError& e) {
+      EXPECT_NE(std::string(e.what()).find("checkpoint not written: " + blocked.string()), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(io::resolve_resume(here.string(), "auto"), path);  // `latest` still names step 5
+  }
+}
+
 TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
   const fs::path dir = geotrain::testing::scratch_dir("checkpoint-bad");
   const std::string good = (dir / "good.h5").string();

@@ -87,6 +87,7 @@ class Table:
         good = mpirun() + ["-n", "2", self.geotrain, "train", QUICK, "--train.steps=2",
                            "--optimizer.warmup_steps=1", "--train.eval_batches=1",
                            "--checkpoint.dir=" + self.checkpoints, "--checkpoint.every_steps=1",
+                           "--checkpoint.form=single",  # the damaged copies below are of one file
                            "--timing.file=" + self.timing]
         run = subprocess.run(good, capture_output=True, text=True, timeout=120)
         if run.returncode != 0:

@@ -5,9 +5,12 @@ attributes and every parameter with both moments) and geotrain must resume
 from it (--checkpoint.resume=auto), never going back. Every other kill aims
 at a write (a few milliseconds after a temporary file appears); the kills
 that landed while a checkpoint was being written (a .tmp file left behind)
-are counted.
+are counted. Writes are asynchronous (the default): the kills land while
+training goes on beside a write. FORM (single, the default alone, or
+sharded) chooses checkpoint.form; a sharded checkpoint's manifest and every
+shard it lists must load.
 
-usage: kill_during_checkpoint.py GEOTRAIN CONFIG WORKDIR [KILLS] [SEED]
+usage: kill_during_checkpoint.py GEOTRAIN CONFIG WORKDIR [KILLS] [SEED] [FORM]
 """
 import os
 import random
@@ -20,6 +23,11 @@ import time
 
 import h5py
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
+from load_checkpoint import checkpoint_files  # noqa: E402
+
+LATEST_NAME = r"step_(\d{8})(\.h5)?"
+
 
 def fail(message):
     sys.exit("FAILED: " + message)
@@ -30,34 +38,47 @@ def check_latest(directory):
     with open(os.path.join(directory, "latest")) as f:
         name = f.read().strip()
     path = os.path.join(directory, name)
-    match = re.fullmatch(r"step_(\d{8})\.h5", name)
+    match = re.fullmatch(LATEST_NAME, name)
     if not match or not os.path.exists(path):
         fail(f"latest names '{name}', not a checkpoint in {directory}")
-    with h5py.File(path, "r") as f:
+    try:
+        root, files = checkpoint_files(path)
+    except ValueError as e:
+        fail(f"latest names '{name}': {e}")
+    with h5py.File(root, "r") as f:
         step = int(f.attrs["completed_steps"])
-        if step != int(match.group(1)):
-            fail(f"{path}: completed_steps {step} does not match its name")
-        names = list(f["params"])
-        if not names:
-            fail(f"{path}: no parameters")
-        for n in names:
-            shape = f["params"][n].shape
-            if f["optimizer/m"][n].shape != shape or f["optimizer/v"][n].shape != shape:
-                fail(f"{path}: {n}: moments missing or of another shape")
-            f["params"][n][()]  # the bytes are readable
+    if step != int(match.group(1)):
+        fail(f"{root}: completed_steps {step} does not match its name")
+    names = 0
+    for file in files:
+        with h5py.File(file, "r") as f:
+            for n in f["params"]:
+                shape = f["params"][n].shape
+                if f["optimizer/m"][n].shape != shape or f["optimizer/v"][n].shape != shape:
+                    fail(f"{file}: {n}: moments missing or of another shape")
+                f["params"][n][()]  # the bytes are readable
+                names += 1
+    if not names:
+        fail(f"{path}: no parameters")
     return step
+
+
+def temporary_files(directory):
+    """The .tmp files of a write in progress (in the directory or a step folder)."""
+    return [name for _, _, names in os.walk(directory) for name in names if name.endswith(".tmp")]
 
 
 def main():
     geotrain, config, workdir = sys.argv[1:4]
     kills = int(sys.argv[4]) if len(sys.argv) > 4 else 15
     rng = random.Random(int(sys.argv[5]) if len(sys.argv) > 5 else 1)
+    form = sys.argv[6] if len(sys.argv) > 6 else "single"
     shutil.rmtree(workdir, ignore_errors=True)
     directory = os.path.join(workdir, "checkpoints")
     command = [geotrain, "train", config, "--pipeline.stages=1", "--train.steps=100000", "--train.log_every_steps=1",
                "--train.eval_every_steps=0", "--train.eval_batches=1", "--optimizer.warmup_steps=1",
                f"--checkpoint.dir={directory}", "--checkpoint.every_steps=1", "--checkpoint.keep=2",
-               "--checkpoint.resume=auto", "--timing.file="]
+               "--checkpoint.resume=auto", f"--checkpoint.form={form}", "--timing.file="]
     last_step, mid_write = 0, 0
     for attempt in range(kills):
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -70,7 +91,7 @@ def main():
             latest = os.path.join(directory, "latest")
             if os.path.exists(latest):
                 with open(latest) as f:
-                    found = re.fullmatch(r"step_(\d{8})\.h5", f.read().strip())
+                    found = re.fullmatch(LATEST_NAME, f.read().strip())
                 if found and int(found.group(1)) > last_step:
                     break
             time.sleep(0.01)
@@ -81,12 +102,12 @@ def main():
             time.sleep(rng.uniform(0.0, 0.4))  # anywhere in a step
         else:  # inside a write: once a temporary file shows up, a few milliseconds in
             until = time.monotonic() + 30
-            while time.monotonic() < until and not any(n.endswith(".tmp") for n in os.listdir(directory)):
+            while time.monotonic() < until and not temporary_files(directory):
                 time.sleep(0.0005)
             time.sleep(rng.uniform(0.0, 0.01))
         process.send_signal(signal.SIGKILL)
         process.wait()
-        if any(name.endswith(".tmp") for name in os.listdir(directory)):
+        if temporary_files(directory):
             mid_write += 1
         step = check_latest(directory)
         if step < last_step:

@@ -121,6 +121,23 @@ TEST(Config, InitFromExcludesAnExplicitResume) {
   EXPECT_EQ(c.checkpoint_init_from, "gpt2.h5");
 }
 
+// Checkpoints: asynchronous and auto (single alone, sharded under mpirun)
+// by default; both keys typed and checked.
+TEST(Config, CheckpointFormAndAsynchronousWrites) {
+  const Config defaults = default_config();
+  EXPECT_TRUE(defaults.checkpoint_asynchronous);
+  EXPECT_EQ(defaults.checkpoint_form, CheckpointForm::automatic);
+  const Config c = default_config({"--checkpoint.form=sharded", "--checkpoint.asynchronous=false"});
+  EXPECT_EQ(c.checkpoint_form, CheckpointForm::sharded);
+  EXPECT_FALSE(c.checkpoint_asynchronous);
+  EXPECT_NE(describe(c).find("checkpoint.form = \"sharded\""), std::string::npos);
+  const std::string message = error_of([] { default_config({"--checkpoint.form=parallel"}); });
+  EXPECT_EQ(message, "command line: checkpoint.form: must be one of auto, single, sharded, got 'parallel'");
+  EXPECT_NE(error_of([] { default_config({"--checkpoint.asynchronous=yes"}); })
+                .find("checkpoint.asynchronous: must be true or false"),
+            std::string::npos);
+}
+
 TEST(Config, TypedChoicesAreParsedOnce) {
   const Config c = default_config({"--pipeline.schedule=gpipe", "--pipeline.placement=rank-order",
                                    "--network.transport=mpi", "--device.kind=cpu", "--device.matmul_precision=bf16"});

@@ -18,6 +18,17 @@ class RunError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A failure that one rank of a job has already reported on stderr (one
+// line for the whole job): every rank leaves with code() and prints nothing more.
+class ReportedFailure : public std::runtime_error {
+ public:
+  explicit ReportedFailure(int code) : std::runtime_error("a failure reported by one rank of the job"), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
 constexpr int kExitInputError = 2;
 constexpr int kExitRunError = 1;
 

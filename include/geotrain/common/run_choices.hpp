@@ -22,6 +22,10 @@ enum class WireFormat { fp32, int8, int4, topk };
 // embedding (GPT-2: with 2+ stages its gradient crosses from the last stage
 // to the first every step), or the last stage's own V x H matrix.
 enum class LmHead { model_file, tied, untied };
+// checkpoint.form (io/checkpoint.hpp): one file written by rank 0 after a
+// gather, or one shard per writing rank plus a manifest; auto = single for
+// one rank, sharded for several.
+enum class CheckpointForm { automatic, single, sharded };
 
 // Names as config files and messages spell them; "?" for no value.
 inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
@@ -37,6 +41,10 @@ inline constexpr EnumName<WireFormat> kWireFormatNames[] = {
 inline constexpr EnumName<LmHead> kLmHeadNames[] = {
     {LmHead::model_file, "model-file"}, {LmHead::tied, "tied"}, {LmHead::untied, "untied"}};
 
+inline constexpr EnumName<CheckpointForm> kCheckpointFormNames[] = {
+    {CheckpointForm::automatic, "auto"}, {CheckpointForm::single, "single"}, {CheckpointForm::sharded, "sharded"}};
+
+inline std::string to_string(CheckpointForm form) { return name_in(kCheckpointFormNames, form); }
 inline std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }
 inline std::string to_string(LmHead head) { return name_in(kLmHeadNames, head); }
 inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }

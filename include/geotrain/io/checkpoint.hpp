@@ -1,4 +1,5 @@
-// Checkpoints: one self-contained HDF5 file per checkpoint.
+// Checkpoints: HDF5, one self-contained file per checkpoint or (sharded form)
+// one folder of shards plus a manifest.
 //
 // Layout (format version 1; `h5dump -H FILE` shows it):
 //   /params/<name>           float32, the parameter's global shape, e.g. /params/h.3.attn.qkv.weight [384, 128]
@@ -25,8 +26,18 @@
 // state 0. Such a file starts a run (checkpoint.init_from) but cannot be
 // resumed; without the attribute, /optimizer is required as before.
 //
-// One writer per job (rank 0 after gathering the stages): one file is what
-// h5py, PyTorch and users open, and one atomic rename makes it appear whole.
+// Two forms (checkpoint.form):
+//  - single: one file, written by one process (alone, or rank 0 after
+//    gathering the stages): what h5py, PyTorch and users open most simply;
+//    one atomic rename makes it appear whole.
+//  - sharded: a folder step_<N>/ per checkpoint, written where the data
+//    lives: one shard file per writing rank, rank_<R>.h5, with the format
+//    above but only the root attributes format_version, completed_steps and
+//    shard = 1, and only the tensors (and residuals) that rank holds; then
+//    manifest.h5, written last: the root attributes of a single file plus
+//    `shards` (the shard file names, one per line). A folder without a
+//    manifest is incomplete; `latest` names only complete ones.
+// read_checkpoint reads both.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -65,7 +76,11 @@ struct Checkpoint {
 // Writes `path` (overwriting it). Throws RunError naming the path on failure.
 void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint);
 
-// Reads and checks a checkpoint: an HDF5 file, the format version, every
+// Reads either form: a single file, or a step folder (or its manifest.h5)
+// and every shard its manifest lists (a missing one: InputError naming it).
+Checkpoint read_checkpoint(const std::string& path);
+
+// Reads and checks a single-file checkpoint: an HDF5 file, the format version, every
 // attribute, and for every /params tensor its two moments with the same
 // shape (unless weights_only). Throws InputError "<path>: <field>: <what>".
 Checkpoint read_checkpoint_file(const std::string& path);
@@ -76,17 +91,37 @@ std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>&
 // Throws std::invalid_argument on malformed bytes.
 std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t>& bytes);
 
-// A checkpoint directory: step_00000100.h5 files and a `latest` file naming
-// the newest complete one.
+// A checkpoint directory: step_00000100.h5 files or step_00000100/ folders
+// (sharded) and a `latest` file naming the newest complete one.
 //
 // save_checkpoint: writes <dir>/step_<N>.h5.tmp, flushes it to disk (fsync),
 // renames it, fsyncs the directory, then replaces `latest` the same way, and
-// finally deletes all but the newest `keep` step files. A crash at any
-// moment leaves `latest` naming a complete file. Returns the file's path.
+// finally deletes all but the newest `keep` checkpoints (and incomplete
+// folders older than this one). A crash at any moment leaves `latest`
+// naming a complete checkpoint. Returns the file's path.
 std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep);
 
-// "auto": the file `latest` names in `dir` ("" when there is none yet);
-// anything else: that path. Throws InputError when `latest` names a missing file.
+// "step_00000100.h5" (single) or "step_00000100" (the sharded form's folder).
+std::string step_name(std::int64_t completed_steps, bool sharded);
+// "rank_00003.h5": the shard written by world rank 3.
+std::string shard_name(int rank);
+
+// The sharded form, in two parts. First every writing rank writes its part
+// (part.tensors, part.residuals; the other fields but completed_steps are
+// not stored) to <dir>/step_<N>/rank_<R>.h5 (tmp, fsync, rename); returns
+// its path. Throws RunError naming the file.
+std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank);
+// Then, once every shard is written, one process checks each of `shards`
+// (file names in the step's folder) is there (RunError naming a missing one:
+// the folder is not on a shared file system), writes manifest.h5 from
+// `metadata` (tmp, fsync, rename), replaces `latest` and prunes as
+// save_checkpoint does. Returns the folder's path.
+std::string publish_sharded_checkpoint(const std::string& dir, const Checkpoint& metadata,
+                                       const std::vector<std::string>& shards, int keep);
+
+// "auto": the checkpoint `latest` names in `dir` ("" when there is none
+// yet); anything else: that path. Throws InputError when `latest` names a
+// missing file or a folder without its manifest.
 std::string resolve_resume(const std::string& dir, const std::string& resume);
 
 }  // namespace geotrain::io

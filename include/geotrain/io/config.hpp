@@ -76,6 +76,13 @@ struct Config {
   // from the start): fine-tuning a converted model. With resume = auto a
   // checkpoint already in checkpoint.dir wins (a requeued fine-tuning job).
   std::string checkpoint_init_from;
+  // Written by a background thread while training goes on (false: training
+  // waits for each write, as before).
+  bool checkpoint_asynchronous = true;
+  // single: one file, rank 0 writes it after gathering every stage; sharded:
+  // a folder per step, each stage written by one of its replicas, plus a
+  // manifest; auto: single for one rank, sharded for several.
+  CheckpointForm checkpoint_form = CheckpointForm::automatic;
   Transport transport = Transport::automatic;  // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
   // [timing]: the run's HDF5 timing file (io/timing_file.hpp)
   std::string timing_file = "runs/timing-{job}.h5";  // "" = none; {job}: Slurm job id or start time; relative to the working directory

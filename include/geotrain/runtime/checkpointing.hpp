@@ -1,10 +1,15 @@
 // Between a rank's stage (parameters, AdamW moments, data sampler) and the
 // checkpoint file (io/checkpoint.hpp): collecting the stage's tensors by
 // global name, restoring them into any layout, and where a job's pieces go
-// (one writer: the single rank, or rank 0 after a gather under MPI).
+// (one writer: the single rank, or rank 0 after a gather under MPI; or, in the
+// sharded form, one replica of each stage), in the background.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "geotrain/common/background_worker.hpp"
+#include "geotrain/common/run_choices.hpp"
 
 #include "geotrain/io/checkpoint.hpp"
 #include "geotrain/kernels/backend.hpp"
@@ -44,25 +49,62 @@ void restore_weights(model::Stage& stage, kernels::Backend& backend, const io::C
 void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint,
                         const std::string& path);
 
-// Receives each rank's part of a checkpoint at a step boundary and makes
-// it durable. Collective: every rank calls save() with its own part
-// (`tensors` empty on ranks that hold copies: data-parallel replicas > 0).
+// The replica of a stage that writes (or sends, in the single form) its
+// tensors: stage s by replica s mod replicas, so that the writes spread over
+// the replicas (and their sites) instead of all falling to replica 0.
+inline int writing_replica(int stage, int replicas) { return stage % replicas; }
+
+// checkpoint.form = auto: single for one rank, sharded for several.
+inline bool sharded_form(CheckpointForm form, int ranks) {
+  return form == CheckpointForm::sharded || (form == CheckpointForm::automatic && ranks > 1);
+}
+
+// Receives each rank's part of a checkpoint at a step boundary and makes it
+// durable in the background; finish() waits for it and makes it visible.
 class CheckpointSink {
  public:
   virtual ~CheckpointSink() = default;
-  // Returns the path written (on every rank).
-  virtual std::string save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) = 0;
+  // Collective: every rank hands its part (`tensors` empty on ranks that do
+  // not write their stage: see writing_replica). Returns once the sink owns
+  // a snapshot; the write goes on in the background. At most one checkpoint
+  // is in flight: call finish() before the next save().
+  virtual void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) = 0;
+  // This rank is still writing (local: no communication).
+  virtual bool writing() const = 0;
+  // A checkpoint was saved and is not visible yet.
+  virtual bool in_flight() const = 0;
+  // Collective, best called once writing() is false on every rank (else it
+  // waits): takes the checkpoint in flight one phase on and returns its path
+  // once it is visible (`latest` names it), "" before that. Phases: every
+  // rank's part written; sharded, then rank 0's manifest (in the background
+  // too: writing() turns true on rank 0 again). A failed write throws
+  // RunError naming the file (one rank), or under MPI one rank prints it and
+  // every rank throws ReportedFailure.
+  virtual std::string advance() = 0;
+  // Collective: waits for the checkpoint in flight on every rank, through
+  // every phase; its path ("" when none is in flight).
+  std::string finish() {
+    std::string path;
+    while (in_flight() && path.empty()) path = advance();
+    return path;
+  }
 };
 
-// One rank: writes the file itself.
+// One rank: writes the file (or shard and manifest) itself.
 class LocalCheckpointSink : public CheckpointSink {
  public:
-  LocalCheckpointSink(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
-  std::string save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override;
+  LocalCheckpointSink(std::string dir, int keep, bool sharded) : dir_(std::move(dir)), keep_(keep), sharded_(sharded) {}
+  void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override;
+  bool writing() const override { return worker_.busy(); }
+  bool in_flight() const override { return !pending_.empty(); }
+  std::string advance() override;  // one phase: the file, or the shard and the manifest
 
  private:
   std::string dir_;
   int keep_;
+  bool sharded_;
+  std::string pending_;  // the path of the checkpoint in flight
+  BackgroundWorker worker_;
 };
 
 }  // namespace geotrain::runtime

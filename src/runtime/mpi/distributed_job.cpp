@@ -4,11 +4,13 @@
 #include <cstring>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "geotrain/io/checkpoint.hpp"
 #include "geotrain/common/errors.hpp"
@@ -43,45 +45,6 @@ struct Setup {
   RunInputs inputs;
   std::vector<model::StageSpec> stages;
   std::optional<plan::Network> matrix;  // network.matrix, when given
-};
-
-// Rank 0 writes the checkpoint: the other ranks' tensors are gathered to it
-// (MPI_Igatherv, each wait with the deadline), then its verdict is broadcast
-// so that no rank leaves (and no launcher kills rank 0) mid-write.
-class MpiCheckpointSink : public CheckpointSink {
- public:
-  MpiCheckpointSink(std::string dir, int keep, double deadline_s)
-      : dir_(std::move(dir)), keep_(keep), deadline_s_(deadline_s) {}
-  std::string save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
-    const std::vector<std::vector<std::uint8_t>> parts =
-        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
-    const std::vector<std::vector<std::uint8_t>> residual_parts =
-        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(metadata.residuals), 0, deadline_s_,
-                     "gathering the error-feedback residuals");
-    std::vector<std::uint8_t> path_bytes;
-    if (!parts.empty()) {
-      try {
-        for (const std::vector<std::uint8_t>& part : parts) {
-          for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
-        }
-        metadata.residuals.clear();  // rank 0's own come back with everyone's
-        for (const std::vector<std::uint8_t>& part : residual_parts) {
-          for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.residuals.push_back(std::move(t));
-        }
-        const std::string path = io::save_checkpoint(dir_, metadata, keep_);
-        path_bytes.assign(path.begin(), path.end());
-      } catch (const std::exception& e) {
-        abort_all(std::string("checkpoint not written: ") + e.what());
-      }
-    }
-    path_bytes = broadcast_bytes(MPI_COMM_WORLD, path_bytes, 0, deadline_s_, "waiting for rank 0 to write the checkpoint");
-    return std::string(path_bytes.begin(), path_bytes.end());
-  }
-
- private:
-  std::string dir_;
-  int keep_;
-  double deadline_s_;
 };
 
 // One rank's RankTiming as bytes: parameters, step count, step times, events.
@@ -168,14 +131,16 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
 
 // Collective: returns 0 when no rank failed; otherwise the lowest failing
 // rank prints its message and every rank returns that rank's exit code.
-int agree_on_failure(const std::string& error, int code, double deadline_s) {
+// `what` names the wait for the deadline's message.
+int agree_on_failure(const std::string& error, int code, double deadline_s,
+                     const std::string& what = "checking that every rank read its inputs") {
   int rank = 0, size = 1;
   GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   int first_failed = error.empty() ? size : rank;
   MPI_Request request;
   GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request));
-  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, -1, deadline_s, "checking that every rank read its inputs");
+  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, -1, deadline_s, what);
   if (first_failed == size) return 0;
   if (rank == first_failed) {
     std::cerr << "geotrain: error: " << error << (size > 1 ? " (rank " + std::to_string(rank) + ", host " + host_name() + ")" : "")
@@ -185,6 +150,143 @@ int agree_on_failure(const std::string& error, int code, double deadline_s) {
   wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, first_failed, deadline_s, "agreeing on the exit code");
   return code;
 }
+
+// Every rank's `flag`, on every rank (MPI_Iallgather, with the deadline).
+std::vector<int> gather_flags(int flag, double deadline_s, const std::string& what) {
+  int size = 1;
+  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  std::vector<int> flags(static_cast<std::size_t>(size));
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Iallgather(&flag, 1, MPI_INT, flags.data(), 1, MPI_INT, MPI_COMM_WORLD, &request));
+  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, -1, deadline_s, what);
+  return flags;
+}
+
+// Checkpoints under MPI, written by a background thread (BackgroundWorker:
+// no MPI there; every exchange is on the training thread, with deadlines).
+//  - single: the ranks' tensors are gathered to rank 0 at save(), which
+//    writes the one file in the background.
+//  - sharded: each rank that holds something to write (its stage's tensors
+//    when it is the stage's writing replica, its error-feedback residuals)
+//    writes its shard in the background; once every rank agrees its shard
+//    is there, rank 0 writes the manifest and `latest`, in the background too.
+class MpiCheckpointSink : public CheckpointSink {
+ public:
+  MpiCheckpointSink(std::string dir, int keep, bool sharded, double deadline_s)
+      : dir_(std::move(dir)), keep_(keep), sharded_(sharded), deadline_s_(deadline_s) {
+    GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  }
+
+  void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
+    const std::int64_t step = metadata.completed_steps;
+    pending_ = (std::filesystem::path(dir_) / io::step_name(step, sharded_)).string();
+    if (sharded_) {
+      save_shard(std::move(metadata), std::move(tensors));
+    } else {
+      save_gathered(std::move(metadata), std::move(tensors));
+    }
+  }
+
+  bool writing() const override { return worker_.busy(); }
+
+  bool in_flight() const override { return !pending_.empty(); }
+
+  // One phase: every rank's part written (single form: rank 0's file, then
+  // visible); sharded, a second: rank 0's manifest, also written in the
+  // background, so that no rank waits for its fsyncs and the pruning.
+  std::string advance() override {
+    if (pending_.empty()) return "";
+    std::string error;
+    try {
+      worker_.wait();
+    } catch (const std::exception& e) {
+      error = std::string("checkpoint not written: ") + e.what();
+    }
+    if (!sharded_ || manifest_queued_) {
+      settle(error, sharded_ ? "waiting for rank 0 to write the checkpoint's manifest"
+                             : "waiting for rank 0 to write the checkpoint");
+      manifest_queued_ = false;
+      return std::exchange(pending_, "");
+    }
+    settle(error, "waiting for every rank to write its part of the checkpoint");
+    const std::vector<int> wrote = gather_flags(wrote_ ? 1 : 0, deadline_s_, "listing the checkpoint's shards");
+    if (rank_ == 0) queue_manifest(wrote);
+    manifest_queued_ = true;
+    return "";
+  }
+
+ private:
+  // Every rank learns whether one failed; the lowest failing one prints.
+  void settle(const std::string& error, const std::string& what) {
+    if (const int code = agree_on_failure(error, kExitRunError, deadline_s_, what)) {
+      pending_.clear();
+      manifest_queued_ = false;
+      throw ReportedFailure(code);
+    }
+  }
+
+  void save_gathered(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
+    const std::vector<std::vector<std::uint8_t>> parts =
+        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
+    tensors.clear();
+    const std::vector<std::vector<std::uint8_t>> residual_parts =
+        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(metadata.residuals), 0, deadline_s_,
+                     "gathering the error-feedback residuals");
+    if (parts.empty()) return;  // not rank 0
+    try {
+      for (const std::vector<std::uint8_t>& part : parts) {
+        for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
+      }
+      metadata.residuals.clear();  // rank 0's own come back with everyone's
+      for (const std::vector<std::uint8_t>& part : residual_parts) {
+        for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.residuals.push_back(std::move(t));
+      }
+    } catch (const std::exception& e) {
+      abort_all(std::string("checkpoint not written: ") + e.what());
+    }
+    auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
+    worker_.start([snapshot, dir = dir_, keep = keep_] { io::save_checkpoint(dir, *snapshot, keep); });
+  }
+
+  void save_shard(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
+    if (rank_ == 0) {
+      manifest_ = metadata;  // the attributes (the tensors are not in it yet: no copy of them)
+      manifest_.residuals.clear();
+      // A manifest of this step left by an earlier run (killed before
+      // `latest` named it) must not describe the shards written now.
+      std::error_code ignored;
+      std::filesystem::remove(std::filesystem::path(pending_) / "manifest.h5", ignored);
+    }
+    metadata.tensors = std::move(tensors);
+    wrote_ = !metadata.tensors.empty() || !metadata.residuals.empty();
+    if (!wrote_) return;
+    auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
+    worker_.start([snapshot, dir = dir_, rank = rank_] { io::write_checkpoint_shard(dir, *snapshot, rank); });
+  }
+
+  // Rank 0, once every shard is written: the manifest, then `latest`, in the background.
+  void queue_manifest(const std::vector<int>& wrote) {
+    std::vector<std::string> shards;
+    for (std::size_t r = 0; r < wrote.size(); ++r) {
+      if (wrote[r]) shards.push_back(io::shard_name(static_cast<int>(r)));
+    }
+    auto metadata = std::make_shared<const io::Checkpoint>(std::move(manifest_));
+    worker_.start([metadata, shards = std::move(shards), dir = dir_, keep = keep_] {
+      io::publish_sharded_checkpoint(dir, *metadata, shards, keep);
+    });
+  }
+
+  std::string dir_;
+  int keep_;
+  bool sharded_;
+  double deadline_s_;
+  int rank_ = 0;
+  std::string pending_;     // the path of the checkpoint in flight ("" when none)
+  bool wrote_ = false;      // sharded: this rank writes a shard of it
+  bool manifest_queued_ = false;  // sharded: every shard is written; rank 0 writes the manifest
+  io::Checkpoint manifest_;  // sharded, rank 0: the manifest's attributes
+  BackgroundWorker worker_;  // last: destroyed (waiting for its jobs) first
+};
 
 // The model as the planner sees it: fp32 activations and gradients on the wire.
 plan::TrainingShape shape_of(const ModelShape& m, const io::Config& c, int replicas) {
@@ -294,7 +396,10 @@ class JobConnections {
                                                       wire_codec(config, config.activation_gradient_wire));
     }
     if (talk) log << "transport: " << (nccl_collectives_ ? "NCCL" : "MPI") << "\n";
-    if (!config.checkpoint_dir.empty()) sink_.emplace(config.checkpoint_dir, config.checkpoint_keep, deadline_s);
+    if (!config.checkpoint_dir.empty()) {
+      sink_.emplace(config.checkpoint_dir, config.checkpoint_keep,
+                    sharded_form(config.checkpoint_form, topology.pipeline_stages * topology.data_parallel), deadline_s);
+    }
   }
 
   RankConnections get() {
@@ -385,6 +490,8 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   TrainResult result;
   try {
     result = train(setup.inputs, role, connections.get(), log);  // 4. training
+  } catch (const ReportedFailure& e) {
+    return e.code();  // one rank has printed it; every rank leaves the same way
   } catch (const std::exception& e) {
     abort_all(e.what());
   }

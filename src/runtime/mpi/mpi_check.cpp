@@ -13,7 +13,10 @@ namespace geotrain::runtime {
 MpiSession::MpiSession(int* argc, char*** argv) : previous_handler_(set_call_failure_handler(abort_all)) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) GT_MPI_CHECK(MPI_Init(argc, argv));
+  // FUNNELED: checkpoints are written by a background thread, which never
+  // calls MPI; every MPI call stays on the thread that initialised it.
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) GT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   GT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));

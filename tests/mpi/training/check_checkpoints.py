@@ -11,8 +11,11 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 identical bit for bit.
   sigint        alone: Ctrl-C (SIGINT) mid-run does the same as SIGTERM.
   cross-layout  mpirun 2 stages x 2 replicas, shuffled plan, checkpoint at step
-                10; resumed on 4 stages x 2 replicas (8 ranks): losses and
-                parameters within 1e-5 of the golden run.
+                10 (sharded, the default under mpirun: one shard per stage,
+                from different replicas); resumed on 4 stages x 2 replicas (8
+                ranks) and alone: losses and parameters within 1e-5 of the
+                golden run. A shard removed: exit 2, one line naming it.
+  cross-layout-single  the same from checkpoint.form = single (one file).
   mpi-sigterm   mpirun 4 ranks, SIGTERM to one rank only (as a pre-emption
                 notice may reach some ranks first): every rank stops with one
                 checkpoint; resumed with 2 ranks (fewer) to the end, within 1e-5.
@@ -21,9 +24,20 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 equal to its own uninterrupted run; the same resume with the
                 file's /error_feedback removed notes that the residuals restart
                 and ends elsewhere (so the residuals are what makes it exact).
+                Sharded (every rank writes its own residuals).
+  compressed-single  the same with checkpoint.form = single.
   interop       analysis/load_checkpoint.py (h5py + PyTorch) on the step-20
-                checkpoint gives geotrain's final validation loss within 1e-5.
-  interop-untied  the same with model.lm_head = untied (lm_head.weight).
+                checkpoint gives geotrain's final validation loss within 1e-5,
+                in both forms; the sharded run's tensors equal the single
+                file's bit for bit.
+  write-error   a checkpoint that cannot be written (its temporary file's name
+                taken by a folder), alone and under mpirun (one rank's shard):
+                exit 1 at the next wait, one line naming the file; `latest`
+                never names it.
+
+Writes are asynchronous (the default) in every case; bit-exact also runs
+with checkpoint.asynchronous = false.
+  interop-untied  interop with model.lm_head = untied (lm_head.weight).
 
 usage: check_checkpoints.py CASE GEOTRAIN CONFIG WORKDIR -- MPIRUN...
 """
@@ -44,6 +58,8 @@ GLOBAL_MICRO_BATCHES = 4
 TOLERANCE = 1e-5
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOAD_CHECKPOINT = os.path.join(HERE, "..", "..", "..", "analysis", "load_checkpoint.py")
+sys.path.insert(0, os.path.dirname(LOAD_CHECKPOINT))
+from load_checkpoint import checkpoint_files, text  # noqa: E402
 
 
 def fail(message):
@@ -97,17 +113,26 @@ def final_validation(stdout):
 
 
 def checkpoint(directory, step):
-    return os.path.join(directory, f"step_{step:08d}.h5")
+    """The step's checkpoint: a sharded one's folder where there is one, else the single file."""
+    folder = os.path.join(directory, f"step_{step:08d}")
+    return folder if os.path.isdir(folder) else folder + ".h5"
+
+
+def datasets(path, groups):
+    """Every dataset under `groups` of every file of the checkpoint, by name."""
+    out = {}
+    for file in checkpoint_files(path)[1]:
+        with h5py.File(file, "r") as f:
+            for group in groups:
+                if group in f:
+                    f[group].visititems(lambda name, obj: out.__setitem__(f"{group}/{name}", obj[()])
+                                        if isinstance(obj, h5py.Dataset) else None)
+    return out
 
 
 def tensors(path):
     """Every dataset under /params and /optimizer, by name."""
-    out = {}
-    with h5py.File(path, "r") as f:
-        for group in ("params", "optimizer"):
-            f[group].visititems(lambda name, obj: out.__setitem__(f"{group}/{name}", obj[()])
-                                if isinstance(obj, h5py.Dataset) else None)
-    return out
+    return datasets(path, ("params", "optimizer"))
 
 
 def compare_tensors(path, golden_path, exact):
@@ -201,35 +226,107 @@ def check_stopped(code, stderr, directory, name="SIGTERM"):
     return step
 
 
-def check_compressed_resume(r):
-    """The 'compressed' case: its own golden run under mpirun."""
-    int8 = ["--compression.gradients=int8"]
+def strip_residuals(path, copy):
+    """A copy of checkpoint `path` without /error_feedback (in every file)."""
+    if os.path.isdir(path):
+        shutil.copytree(path, copy)
+    else:
+        shutil.copy(path, copy)
+    for file in checkpoint_files(copy)[1]:
+        with h5py.File(file, "r+") as f:
+            if "error_feedback" in f:
+                del f["error_feedback"]
+
+
+def check_compressed_resume(r, form):
+    """The 'compressed' cases: their own golden run under mpirun."""
+    int8 = ["--compression.gradients=int8", f"--checkpoint.form={form}"]
     golden = r.run(r.command("int8", ranks=4, stages=2, extra=int8))
     half = checkpoint(r.dir("int8"), HALF)
-    with h5py.File(half, "r") as f:
-        if "error_feedback" not in f:
-            fail(f"{half}: no /error_feedback group")
-        parts = sorted(f["error_feedback"].keys())
-        layout = f["error_feedback"].attrs["layout"]
-        layout = layout.decode() if isinstance(layout, bytes) else str(layout)
+    if os.path.isdir(half) != (form == "sharded"):
+        fail(f"{half}: not of checkpoint.form = {form}")
+    parts, layouts = set(), set()
+    for file in checkpoint_files(half)[1]:
+        with h5py.File(file, "r") as f:
+            if "error_feedback" in f:
+                parts.update(f["error_feedback"].keys())
+                layouts.add(text(f["error_feedback"].attrs["layout"]))
+    if not parts:
+        fail(f"{half}: no /error_feedback group")
     # Two replicas swap whole tensors: one residual ("shard_0") per rank.
-    if len(parts) != 4 or not all(p.endswith(".shard_0") for p in parts) or not layout.startswith("int8 "):
-        fail(f"{half}: /error_feedback holds {parts} (layout {layout!r}); expected one shard_0 per rank of 4")
+    if (len(parts) != 4 or not all(p.endswith(".shard_0") for p in parts) or len(layouts) != 1
+            or not layouts.pop().startswith("int8 ")):
+        fail(f"{half}: /error_feedback holds {sorted(parts)}; expected one int8 shard_0 per rank of 4")
     done = r.run(r.command("int8-resumed", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={half}"]))
     if "restart at zero" in done.stdout + done.stderr:
         fail("the residuals were not restored:\n" + done.stdout)
     compare_losses(losses_of(done.stdout), losses_of(golden.stdout), HALF + 1, 0.0)
     compare_tensors(checkpoint(r.dir("int8-resumed"), STEPS), checkpoint(r.dir("int8"), STEPS), exact=True)
-    stripped = os.path.join(r.workdir, "without-residuals.h5")
-    shutil.copy(half, stripped)
-    with h5py.File(stripped, "r+") as f:
-        del f["error_feedback"]
+    stripped = os.path.join(r.workdir, "without-residuals" + ("" if form == "sharded" else ".h5"))
+    strip_residuals(half, stripped)
     done = r.run(r.command("int8-stripped", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={stripped}"]))
     if "restart at zero" not in done.stdout + done.stderr:
         fail("no note that the residuals restart at zero:\n" + done.stdout + done.stderr)
     if losses_of(done.stdout) == {s: l for s, l in losses_of(golden.stdout).items() if s > HALF}:
         fail("losses without the residuals equal the uninterrupted run's: the test cannot tell")
     print("without the residuals the resumed run differs, as it must")
+
+
+def check_form(path, form, stages):
+    """A single file, or a folder whose manifest lists one shard per stage
+    (no residuals here), written by ranks of different replicas where there
+    are several (stage s by replica s mod replicas)."""
+    if form == "single":
+        if not os.path.isfile(path):
+            fail(f"{path}: not a single-file checkpoint")
+        return
+    manifest, shards = checkpoint_files(path)
+    if len(shards) != stages:
+        fail(f"{manifest}: lists {len(shards)} shards, expected one per stage ({stages})")
+    with h5py.File(manifest, "r") as f:
+        completed = int(f.attrs["completed_steps"])
+    held = set()
+    for shard in shards:
+        with h5py.File(shard, "r") as f:
+            if int(f.attrs["shard"]) != 1 or int(f.attrs["completed_steps"]) != completed:
+                fail(f"{shard}: not a shard of {manifest}")
+            names = set(f["params"].keys())
+            if held & names:
+                fail(f"{shard}: holds tensors another shard holds: {sorted(held & names)[:3]}")
+            held |= names
+    print(f"{path}: manifest and {len(shards)} shards")
+
+
+def check_missing_shard(r, half):
+    """A copy of the checkpoint without one shard: exit 2, one line naming it."""
+    broken = os.path.join(r.workdir, "missing-shard")
+    shutil.copytree(half, broken)
+    gone = checkpoint_files(broken)[1][-1]
+    os.remove(gone)
+    done = r.run(r.command("from-broken", ranks=4, stages=2, extra=[f"--checkpoint.resume={broken}"]), expect=2)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
+    if len(lines) != 1 or gone not in lines[0] or "missing" not in lines[0]:
+        fail(f"expected one error line naming {gone}:\n{done.stderr}")
+    print(f"missing shard named: {lines[0]}")
+
+
+def check_write_errors(r):
+    """Alone (single file) and under mpirun (2 stages, one rank each: rank
+    1's shard, rank 0's is fine): the step-10 write fails; the run exits 1
+    with one line naming the file; `latest` never names step 10."""
+    cases = [("alone", 0, f"step_{HALF:08d}.h5.tmp"), ("mpi", 2, os.path.join(f"step_{HALF:08d}", "rank_00001.h5.tmp"))]
+    for name, ranks, obstacle in cases:
+        blocked = os.path.join(r.dir(name), obstacle)
+        os.makedirs(blocked)  # a folder where the temporary file must go: H5Fcreate fails
+        done = r.run(r.command(name, ranks=ranks, stages=2 if ranks else 1), expect=1)
+        lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
+        if len(lines) != 1 or blocked not in lines[0] or "checkpoint not written" not in lines[0]:
+            fail(f"{name}: expected one line naming {blocked}:\n{done.stderr}")
+        latest = os.path.join(r.dir(name), "latest")
+        if os.path.exists(latest):
+            with open(latest) as f:
+                fail(f"{name}: latest names {f.read().strip()} after the failed write")
+        print(f"{name}: {lines[0]}")
 
 
 def main():
@@ -241,8 +338,12 @@ def main():
     r = Runner(geotrain, config, workdir, mpirun)
     if case == "interop-untied":
         r.common.append("--model.lm_head=untied")
-    if case == "compressed":
-        check_compressed_resume(r)
+    if case in ("compressed", "compressed-single"):
+        check_compressed_resume(r, "single" if case.endswith("single") else "sharded")
+        print("ok: " + case)
+        return
+    if case == "write-error":
+        check_write_errors(r)
         print("ok: " + case)
         return
     golden_losses, golden_validation = r.golden()
@@ -252,6 +353,9 @@ def main():
         done = r.run(r.command("resumed", extra=[f"--checkpoint.resume={checkpoint(r.dir('golden'), HALF)}"]))
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, 0.0)
         compare_tensors(checkpoint(r.dir("resumed"), STEPS), golden_end, exact=True)
+        done = r.run(r.command("synchronous", extra=["--checkpoint.asynchronous=false"]))
+        compare_losses(losses_of(done.stdout), golden_losses, 1, 0.0)
+        compare_tensors(checkpoint(r.dir("synchronous"), STEPS), golden_end, exact=True)
     elif case in ("sigterm", "sigint"):
         sent = signal.SIGINT if case == "sigint" else signal.SIGTERM
         code, _, err = sigterm_after(r.command("stopped"), 5, lambda p: p.pid, sent)
@@ -259,13 +363,21 @@ def main():
         done = r.run(r.command("stopped", extra=["--checkpoint.resume=auto"]))
         compare_losses(losses_of(done.stdout), golden_losses, step + 1, 0.0)
         compare_tensors(checkpoint(r.dir("stopped"), STEPS), golden_end, exact=True)
-    elif case == "cross-layout":
-        r.run(r.command("pp2dp2", ranks=4, stages=2, extra=["--pipeline.placement=random"]))
-        compare_tensors(checkpoint(r.dir("pp2dp2"), HALF), checkpoint(r.dir("golden"), HALF), exact=False)
-        done = r.run(r.command("pp4dp2", ranks=8, stages=4,
-                               extra=[f"--checkpoint.resume={checkpoint(r.dir('pp2dp2'), HALF)}"]))
+    elif case in ("cross-layout", "cross-layout-single"):
+        form = "single" if case.endswith("single") else "sharded"
+        extra = ["--pipeline.placement=random"] + (["--checkpoint.form=single"] if form == "single" else [])
+        r.run(r.command("pp2dp2", ranks=4, stages=2, extra=extra))
+        half = checkpoint(r.dir("pp2dp2"), HALF)
+        check_form(half, form, stages=2)
+        compare_tensors(half, checkpoint(r.dir("golden"), HALF), exact=False)
+        done = r.run(r.command("pp4dp2", ranks=8, stages=4, extra=[f"--checkpoint.resume={half}"]))
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
         compare_tensors(checkpoint(r.dir("pp4dp2"), STEPS), golden_end, exact=False)
+        check_form(checkpoint(r.dir("pp4dp2"), STEPS), "sharded", stages=4)  # the default under mpirun
+        done = r.run(r.command("alone", extra=[f"--checkpoint.resume={half}"]))
+        compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
+        if form == "sharded":
+            check_missing_shard(r, half)
     elif case == "mpi-sigterm":
         command = r.command("mpi", ranks=4, stages=2)
         code, _, err = sigterm_after(command, 5, lambda p: rank_processes(p.pid)[-1])
@@ -274,17 +386,23 @@ def main():
         compare_losses(losses_of(done.stdout), golden_losses, step + 1, TOLERANCE)
         compare_tensors(checkpoint(r.dir("mpi"), STEPS), golden_end, exact=False)
     elif case in ("interop", "interop-untied"):
-        model = subprocess.run([sys.executable, LOAD_CHECKPOINT, golden_end,
-                                os.path.join(os.path.dirname(config), "data", "corpus_val.bin"),
-                                "--batch-size", "2", "--batches", "4", "--json"],
-                               capture_output=True, text=True, timeout=600)
-        if model.returncode != 0:
-            fail(f"load_checkpoint.py exit {model.returncode}\n{model.stdout}\n{model.stderr}")
-        pytorch = json.loads(model.stdout)["validation_loss"]
-        difference = abs(pytorch - golden_validation) / golden_validation
-        print(f"PyTorch validation loss {pytorch:.6f}, geotrain {golden_validation:.6f}: relative {difference:.1e}")
-        if difference > TOLERANCE:
-            fail("the PyTorch model's validation loss differs from geotrain's")
+        r.run(r.command("sharded", extra=["--checkpoint.form=sharded"]))
+        sharded_end = checkpoint(r.dir("sharded"), STEPS)
+        check_form(sharded_end, "sharded", stages=1)
+        compare_tensors(sharded_end, golden_end, exact=True)
+        for path in (golden_end, sharded_end):
+            model = subprocess.run([sys.executable, LOAD_CHECKPOINT, path,
+                                    os.path.join(os.path.dirname(config), "data", "corpus_val.bin"),
+                                    "--batch-size", "2", "--batches", "4", "--json"],
+                                   capture_output=True, text=True, timeout=600)
+            if model.returncode != 0:
+                fail(f"load_checkpoint.py exit {model.returncode}\n{model.stdout}\n{model.stderr}")
+            pytorch = json.loads(model.stdout)["validation_loss"]
+            difference = abs(pytorch - golden_validation) / golden_validation
+            print(f"{path}: PyTorch validation loss {pytorch:.6f}, geotrain {golden_validation:.6f}: "
+                  f"relative {difference:.1e}")
+            if difference > TOLERANCE:
+                fail("the PyTorch model's validation loss differs from geotrain's")
     else:
         fail("unknown case " + case)
     print("ok: " + case)

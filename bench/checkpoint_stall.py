@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Checkpoint cost, today's gathered synchronous write against the sharded
+asynchronous one, measured in one run of this script: the same model, data,
+seed and layout under mpirun, once per variant:
+
+  single-sync     checkpoint.form = single,  checkpoint.asynchronous = false (the old behaviour:
+                  rank 0 gathers every stage and writes while training waits)
+  single-async    checkpoint.form = single,  asynchronous = true (the gather stays on the training thread)
+  sharded-async   checkpoint.form = sharded, asynchronous = true (the default under mpirun)
+
+For each: the training thread's time in checkpointing (the timing file's
+`checkpoint` events, max over ranks per step: the snapshot, the gather in
+the single form, waiting for a write still in flight, publishing), for the
+mid-run checkpoints and for the final one (the end of training waits for
+it); the step time while a write is in flight against the others (the
+background thread shares the cores); each rank's peak RSS (/usr/bin/time);
+the checkpoint's size.
+
+usage: checkpoint_stall.py GEOTRAIN CONFIG WORKDIR [--ranks N] [--stages S] [--steps K] [--every E]
+                           [--model FILE] [--sequence-length T] [--variants a,b] [--out FILE.md] -- MPIRUN...
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import h5py
+
+VARIANTS = {
+    "single-sync": ["--checkpoint.form=single", "--checkpoint.asynchronous=false"],
+    "single-async": ["--checkpoint.form=single", "--checkpoint.asynchronous=true"],
+    "sharded-async": ["--checkpoint.form=sharded", "--checkpoint.asynchronous=true"],
+}
+CHECKPOINT_KIND = "checkpoint"
+
+
+def run_variant(args, mpirun, name, work):
+    directory = os.path.join(work, name)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    timing = os.path.join(directory, "timing.h5")
+    train = [args.geotrain, "train", args.config, f"--model.file={args.model}",
+             f"--model.sequence_length={args.sequence_length}", f"--pipeline.stages={args.stages}",
+             f"--train.steps={args.steps}", "--train.eval_every_steps=0", "--train.eval_batches=1",
+             "--train.micro_batch_sequences=1", "--train.gradient_accumulation=2", "--optimizer.warmup_steps=1",
+             "--train.log_json=true", f"--checkpoint.dir={directory}/ckpt", f"--checkpoint.every_steps={args.every}",
+             "--checkpoint.keep=2", f"--timing.file={timing}", "--train.metrics_file=", *VARIANTS[name]]
+    # Each rank under /usr/bin/time, its peak RSS in rss.<rank>.
+    wrapped = ["sh", "-c", f'exec /usr/bin/time -f %M -o {directory}/rss.$OMPI_COMM_WORLD_RANK "$@"', "sh", *train]
+    start = time.monotonic()
+    done = subprocess.run([*mpirun, "-n", str(args.ranks), *wrapped], capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        sys.exit(f"{name}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    rss = [int(open(os.path.join(directory, f"rss.{r}")).read().split()[-1]) / 2**20 for r in range(args.ranks)]
+    return dict(name=name, wall_s=wall, rss_gib=rss, **read_timing(timing, args), **checkpoint_size(directory))
+
+
+def read_timing(path, args):
+    with h5py.File(path, "r") as f:
+        events = f["events"]
+        kinds = h5py.check_enum_dtype(events["kind"].dtype)
+        code = kinds[CHECKPOINT_KIND]
+        kind, step = events["kind"][()], events["step"][()]
+        duration = events["end"][()] - events["start"][()]
+        wall = f["steps/wall_time"][()]  # [ranks, steps]
+        stage, replica = f["plan/stage_of_rank"][()], f["plan/replica_of_rank"][()]
+    replicas = int(max(replica)) + 1
+    # The ranks that hold a stage's tensors to write (sharded) or send (single): stage s, replica s mod replicas.
+    writers = [int(replica[r]) == int(stage[r]) % replicas for r in range(len(stage))]
+    per_step = {}
+    for k, s, d in zip(kind, step, duration):
+        if k == code:
+            per_step[int(s)] = max(per_step.get(int(s), 0.0), float(d))
+    checkpoints = [s for s in range(args.every, args.steps, args.every)]
+    quiet = [d for s, d in per_step.items() if s not in checkpoints and s != args.steps]
+    step_time = wall.max(axis=0)  # the slowest rank's time per step
+    # Steps after a mid-run checkpoint and before the next one, while a write may be in flight.
+    after = [s for s in range(2, args.steps + 1) if (s - 1) in checkpoints]
+    others = [s for s in range(2, args.steps + 1) if s not in after]  # step 1 warms up: left out
+    return dict(mid_stall_s=[per_step.get(s, 0.0) for s in checkpoints],
+                other_steps_s=sum(quiet), final_s=per_step.get(args.steps, 0.0),
+                step_after_checkpoint_s=statistics.median([step_time[s - 1] for s in after]) if after else 0.0,
+                step_other_s=statistics.median([step_time[s - 1] for s in others]) if others else 0.0,
+                writer=writers)
+
+
+def checkpoint_size(directory):
+    total = 0
+    latest = open(os.path.join(directory, "ckpt", "latest")).read().strip()
+    path = os.path.join(directory, "ckpt", latest)
+    for root, _, names in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [latest])]:
+        total += sum(os.path.getsize(os.path.join(root, n)) for n in names)
+    return dict(checkpoint_gib=total / 2**30, checkpoint=latest)
+
+
+def table(results):
+    lines = ["| variant | training thread per mid-run checkpoint (s) | final checkpoint wait (s) | "
+             "step after a checkpoint / other steps (s) | peak RSS per rank (GiB; * holds a stage to write) | run (s) |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        mids = ", ".join(f"{s:.2f}" for s in r["mid_stall_s"])
+        rss = ", ".join(f"{x:.2f}{'*' if w else ''}" for x, w in zip(r["rss_gib"], r["writer"]))
+        lines.append(f"| {r['name']} | {mids} | {r['final_s']:.2f} | {r['step_after_checkpoint_s']:.2f} / "
+                     f"{r['step_other_s']:.2f} | {rss} | {r['wall_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def main():
+    separator = sys.argv.index("--")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("geotrain")
+    parser.add_argument("config")
+    parser.add_argument("workdir")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--every", type=int, default=2)
+    parser.add_argument("--model", default="inputs/models/gpt2-124m.toml")
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", help="also write the raw figures here")
+    args = parser.parse_args(sys.argv[1:separator])
+    mpirun = sys.argv[separator + 1:]
+    results = []
+    for name in args.variants.split(","):
+        results.append(run_variant(args, mpirun, name, args.workdir))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+// One background thread that runs jobs in the order they were given, for
+// work that must not stall the caller (writing a checkpoint while training
+// goes on). The caller learns of a job's failure at its next wait().
+//
+// Jobs must not call MPI (the job's MPI is initialised for one calling
+// thread, MPI_THREAD_FUNNELED) and must not touch what the caller keeps
+// changing: they own their data (a snapshot taken before start()).
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace geotrain {
+
+class BackgroundWorker {
+ public:
+  BackgroundWorker();
+  // Waits for the queued jobs (their errors are dropped: a destructor
+  // cannot report them; call wait() first to hear of them).
+  ~BackgroundWorker();
+  BackgroundWorker(const BackgroundWorker&) = delete;
+  BackgroundWorker& operator=(const BackgroundWorker&) = delete;
+
+  // Queues `job`; jobs run one at a time, first in, first out.
+  void start(std::function<void()> job);
+  // A job is queued or running.
+  bool busy() const;
+  // Blocks until every queued job has run, then rethrows the first
+  // exception a job threw since the last wait(); the jobs queued after a
+  // failed one are dropped, not run (they would build on it).
+  void wait();
+
+ private:
+  void loop();
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> queue_;
+  bool running_ = false;  // a job is out of the queue and running
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+}  // namespace geotrain

@@ -1,0 +1,123 @@
+// The background worker behind asynchronous checkpoints: jobs run in order,
+// one at a time, off the caller's thread; wait() returns once they are done
+// and reports the first failure; the destructor never loses a queued job.
+// Run under ThreadSanitizer too (the tsan preset).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "geotrain/common/background_worker.hpp"
+
+namespace geotrain {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(BackgroundWorker, RunsJobsInOrderOneAtATimeOffTheCallersThread) {
+  std::mutex mutex;
+  std::vector<int> order;
+  std::atomic<int> running{0}, most_at_once{0};
+  std::atomic<bool> on_caller_thread{false};
+  const std::thread::id caller = std::this_thread::get_id();
+  BackgroundWorker worker;
+  for (int i = 0; i < 20; ++i) {
+    worker.start([&, i] {
+      const int now = ++running;
+      most_at_once = std::max(most_at_once.load(), now);
+      if (std::this_thread::get_id() == caller) on_caller_thread = true;
+      std::this_thread::sleep_for(i % 3 == 0 ? 1ms : 0ms);  // later jobs must not overtake a slow one
+      {
+        std::lock_guard lock(mutex);
+        order.push_back(i);
+      }
+      --running;
+    });
+  }
+  worker.wait();
+  EXPECT_FALSE(worker.busy());
+  std::vector<int> expected(20);
+  for (int i = 0; i < 20; ++i) expected[i] = i;
+  EXPECT_EQ(order, expected);
+  EXPECT_EQ(most_at_once.load(), 1);
+  EXPECT_FALSE(on_caller_thread.load());
+}
+
+TEST(BackgroundWorker, WaitReturnsOnlyOnceTheJobIsDoneAndTheCallerGoesOnMeanwhile) {
+  std::atomic<bool> release{false}, done{false};
+  BackgroundWorker worker;
+  worker.start([&] {
+    while (!release) std::this_thread::sleep_for(100us);
+    done = true;
+  });
+  EXPECT_TRUE(worker.busy());  // the caller was not blocked by start()
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(20ms);
+    release = true;
+  });
+  worker.wait();
+  EXPECT_TRUE(done.load());
+  EXPECT_FALSE(worker.busy());
+  releaser.join();
+  worker.wait();  // nothing queued: returns at once
+}
+
+TEST(BackgroundWorker, TheFirstFailureReachesTheNextWaitAndLaterJobsAreDropped) {
+  std::atomic<int> ran{0};
+  BackgroundWorker worker;
+  worker.start([&] { ++ran; });
+  worker.start([&] { throw std::runtime_error("run/step_00000010.h5.tmp: cannot create"); });
+  worker.start([&] { ++ran; });  // built on the failed one: not run
+  worker.start([] { throw std::runtime_error("second"); });
+  try {
+    worker.wait();
+    FAIL() << "no error reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "run/step_00000010.h5.tmp: cannot create");
+  }
+  EXPECT_EQ(ran.load(), 1);
+  // Reported once; the worker takes jobs again.
+  worker.wait();
+  worker.start([&] { ++ran; });
+  worker.wait();
+  EXPECT_EQ(ran.load(), 2);
+}
+
+TEST(BackgroundWorker, DestructorRunsEveryQueuedJobFirst) {
+  std::atomic<int> ran{0};
+  {
+    BackgroundWorker worker;
+    for (int i = 0; i < 5; ++i) {
+      worker.start([&] {
+        std::this_thread::sleep_for(1ms);
+        ++ran;
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 5);
+}
+
+TEST(BackgroundWorker, JobsOwnTheirDataAndFreeItBeforeWaitReturns) {
+  auto snapshot = std::make_shared<std::vector<float>>(1000, 1.5f);
+  std::weak_ptr<std::vector<float>> watch = snapshot;
+  std::atomic<double> sum{0};
+  BackgroundWorker worker;
+  worker.start([data = std::move(snapshot), &sum] {
+    double s = 0;
+    for (float v : *data) s += v;
+    sum = s;
+  });
+  worker.wait();
+  EXPECT_EQ(sum.load(), 1500.0);
+  EXPECT_TRUE(watch.expired());
+}
+
+}  // namespace
+}  // namespace geotrain
