@@ -2,7 +2,8 @@
 # Installs what is missing, builds, and runs every test: the release build's
 # full ctest suite, the Slurm jobs on a local single-node Slurm, the WAN
 # emulator against the probe and a link cut, the unit and MPI tests again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, the fuzz harnesses for
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded code under
+# ThreadSanitizer, the fuzz harnesses for
 # a bounded time (GEOTRAIN_FUZZ_SECONDS each, 20), and a compile + link of the
 # CUDA backend when nvcc exists (no GPU needed). Exit status is non-zero on
 # any failure.
@@ -38,6 +39,12 @@ cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_ker
   geotrain geotrain_mpi_tests geotrain_mpi_silent_rank "${replays[@]}"
 ctest --preset asan -j "$jobs" -R '^(unit|kernels|model|fuzz)\.' -E 'Training'
 ctest --preset asan-mpi -j "$jobs"
+
+# ThreadSanitizer: the code that starts threads (the background checkpoint
+# writer) alone and under mpirun.
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j "$jobs"
+ctest --preset tsan -j "$jobs"
 
 # libFuzzer (clang): every harness a bounded time on a copy of its corpus.
 bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-20}" build/fuzz/results
