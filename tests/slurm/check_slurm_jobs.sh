@@ -64,7 +64,8 @@ for _ in $(seq 240); do [[ $(restarts "$job") == 1 ]] && break; sleep 0.5; done
 wait_for "$job" COMPLETED 300
 stopped=$(sed -n 's/^geotrain: stopped by SIGTERM after step \([0-9]*\);.*/\1/p' "$out")
 [[ -n $stopped ]] || fail "no 'stopped by SIGTERM' line in $out"
-grep -q "resumed from runs/requeue/checkpoints/step_$(printf %08d "$stopped").h5 after step $stopped" "$out" \
+# A checkpoint is step_N.h5 (one file) or step_N/ (sharded, the default under several ranks).
+grep -Eq "resumed from runs/requeue/checkpoints/step_$(printf %08d "$stopped")(\.h5)? after step $stopped" "$out" \
   || fail "the requeued run did not resume from step $stopped"
 grep -q "^final validation loss" "$out" || fail "no final validation loss"
 [[ $(grep -c "^final validation loss" "$out") == 1 ]] || fail "a final validation loss printed by the stopped run"
@@ -78,7 +79,9 @@ with h5py.File(f"{run}/timing-{job}-1.h5") as f:
     assert int(f.attrs["first_step"]) == stopped, "timing-1.h5 first_step"
     assert list(f["steps/step"][()]) == list(range(stopped + 1, steps + 1)), "timing-1.h5 steps"
     assert f["steps/wall_time"].shape == (4, steps - stopped), "timing-1.h5 wall_time"
-with h5py.File(f"{run}/checkpoints/step_{steps:08d}.h5") as f:
+import os
+final = f"{run}/checkpoints/step_{steps:08d}"
+with h5py.File(final + ".h5" if os.path.exists(final + ".h5") else final + "/manifest.h5") as f:
     assert int(f.attrs["completed_steps"]) == steps, "final checkpoint"
 print(f"job files ok: stopped after {stopped}, resumed, finished {steps}")
 PY
@@ -110,7 +113,7 @@ wait_for "$first" COMPLETED 180
 second=$(sbatch --parsable --ntasks=2 --job-name=resubmit --chdir="$work" "$repo/jobs/slurm/train.sbatch" "${short[@]}" \
            --train.steps=6) || fail "sbatch (resubmission)"
 wait_for "$second" COMPLETED 180
-grep -q "resumed from runs/resubmit/checkpoints/step_00000004.h5 after step 4" "$work/runs/resubmit-$second.out" \
+grep -Eq "resumed from runs/resubmit/checkpoints/step_00000004(\.h5)? after step 4" "$work/runs/resubmit-$second.out" \
   || fail "the resubmitted job $second did not resume from job $first's checkpoint"
 grep -q "^step     6/6" "$work/runs/resubmit-$second.out" || fail "the resubmitted job did not reach step 6"
 echo "ok: a resubmitted job resumes; the user's settings win (jobs $first, $second)"
