@@ -18,6 +18,9 @@ std::string hdf5_error_text() {
     return 0;
   };
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_last, &text);
+  // Read once, then freed: a thread's stack outlives nothing in HDF5 1.10
+  // (its entries leak when a background writer's thread ends).
+  H5Eclear2(H5E_DEFAULT);
   return text.empty() ? "no HDF5 error message" : text;
 }
 
