@@ -16,7 +16,7 @@ namespace geotrain::io {
 namespace {
 
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
-                            MatmulPrecision*, Transport*, WireFormat*, LmHead*, CheckpointForm*, plan::Schedule*,
+                            MatmulPrecision*, Transport*, WireFormat*, LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*,
                             plan::Placement*>;
 
 // Every value of a closed choice, in declaration order: the choices are
@@ -101,6 +101,11 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint.form", &c.checkpoint_form},
       {"timing.file", &c.timing_file},
       {"timing.max_event_steps", &c.timing_max_event_steps},
+      {"outer.local_steps", &c.outer_local_steps},
+      {"outer.learning_rate", &c.outer_learning_rate},
+      {"outer.momentum", &c.outer_momentum},
+      {"outer.fragments", &c.outer_fragments},
+      {"optimizer.kind", &c.optimizer_kind},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
       {"optimizer.warmup_steps", &c.warmup_steps},
@@ -295,6 +300,17 @@ void check(const Config& c) {
   finite_range("network.deadline_s", c.network_deadline_s, 0.01, 1e7);
   finite_range("network.gradient_bucket_mb", c.gradient_bucket_mb, 0, 1e6);
   finite_range("train.sample_temperature", c.sample_temperature, 0, 1e6);
+  finite_range("outer.learning_rate", c.outer_learning_rate, 1e-6, 10);
+  finite_range("outer.momentum", c.outer_momentum, 0, 0.999999);
+  positive("outer.fragments", c.outer_fragments);
+  if (c.outer_local_steps > 0 && c.outer_fragments > c.outer_local_steps) {
+    fail(where, "outer.fragments", "must be <= outer.local_steps (" + std::to_string(c.outer_local_steps) +
+         "): each fragment is synchronised once every local_steps steps, one step apart at least; got " +
+         std::to_string(c.outer_fragments));
+  }
+  if (c.outer_local_steps > 0 && c.transport == Transport::nccl) {
+    fail(where, "outer.local_steps", "needs network.transport = mpi (the outer step runs on the host)");
+  }
   if (c.warmup_steps > c.train_steps) {
     fail(where, "optimizer.warmup_steps", "is larger than train.steps (" + std::to_string(c.train_steps) + ")");
   }

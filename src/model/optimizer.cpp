@@ -33,6 +33,10 @@ double AdamW::step(int step, double global_norm) {
     backend_.scale(stage_.grads(), static_cast<float>(settings_.gradient_clip / global_norm), stage_.parameter_count());
   }
   const double lr = learning_rate_at(settings_, step);
+  if (settings_.kind == InnerOptimizer::sgd) {
+    sgd_step(lr);
+    return lr;
+  }
   for (const ParameterView& view : stage_.parameters()) {
     backend_.adamw_update(stage_.params() + view.offset, stage_.grads() + view.offset, m_ + view.offset,
                           v_ + view.offset, view.count, static_cast<float>(lr), static_cast<float>(settings_.beta1),
@@ -40,6 +44,20 @@ double AdamW::step(int step, double global_norm) {
                           view.decays ? static_cast<float>(settings_.weight_decay) : 0.0f, step + 1);
   }
   return lr;
+}
+
+// p <- p (1 - lr wd) - lr g, from the backend's scale and accumulate (the
+// gradient is consumed: the next step zeroes it anyway).
+void AdamW::sgd_step(double lr) {
+  for (const ParameterView& view : stage_.parameters()) {
+    float* p = stage_.params() + view.offset;
+    float* g = stage_.grads() + view.offset;
+    if (view.decays && settings_.weight_decay > 0) {
+      backend_.scale(p, static_cast<float>(1.0 - lr * settings_.weight_decay), view.count);
+    }
+    backend_.scale(g, static_cast<float>(-lr), view.count);
+    backend_.accumulate(p, g, view.count);
+  }
 }
 
 }  // namespace geotrain::model

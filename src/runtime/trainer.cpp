@@ -8,12 +8,14 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string_view>
 #include <utility>
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
 #include "geotrain/runtime/evaluation.hpp"
 #include "geotrain/runtime/gradient_buckets.hpp"
+#include "geotrain/runtime/local_steps.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/sampler.hpp"
 #include "geotrain/io/token_shard.hpp"
@@ -24,6 +26,9 @@ namespace geotrain::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Names of the local-steps state among a rank's per-rank checkpoint tensors.
+constexpr std::string_view kLocalState = "local_steps.";
 
 // Resuming on another number of replicas changes the sequences per step,
 // hence the loss curve, unless the micro-batches per replica change with it:
@@ -49,6 +54,7 @@ double seconds_since(Clock::time_point start) {
 
 model::OptimizerSettings optimizer_settings(const io::Config& c) {
   model::OptimizerSettings s;
+  s.kind = c.optimizer_kind;
   s.learning_rate = c.learning_rate;
   s.min_learning_rate_fraction = c.min_learning_rate_fraction;
   s.warmup_steps = c.warmup_steps;
@@ -147,7 +153,13 @@ class RankTrainer {
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);
-    if (role.replicas > 1 && config_.gradient_bucket_mb > 0) {
+    if (local_steps()) {
+      outer_.emplace(with.backend, stage_, with.collectives, local_steps_settings());
+      if (inputs.resume) restore_local_state(*inputs.resume, inputs.resume_path);
+      if (config_.outer_fragments > 1) {
+        pipeline_.set_gradient_ready([this](std::size_t, std::size_t) { outer_->progress(); });
+      }
+    } else if (role.replicas > 1 && config_.gradient_bucket_mb > 0) {
       const auto bucket_floats = static_cast<std::size_t>(config_.gradient_bucket_mb * (1 << 20) / sizeof(float));
       buckets_.emplace(with.collectives, with.backend, stage_.parameter_count(), bucket_floats);
       pipeline_.set_gradient_ready(
@@ -169,6 +181,11 @@ class RankTrainer {
     result_.initial_validation_loss = validation();
     result_.validation_step.push_back(result_.first_step);
     result_.validation_loss.push_back(result_.initial_validation_loss);
+    if (local_steps()) {
+      progress_.text() << "local steps: " << config_.outer_local_steps << " inner steps per synchronisation, outer "
+                       << "Nesterov lr " << config_.outer_learning_rate << " momentum " << config_.outer_momentum
+                       << "; " << fragment_schedule(local_steps_settings(), 3) << "\n";
+    }
     progress_.text() << "validation " << (resumed_ ? "at the checkpoint" : "before training") << ": loss "
                      << result_.initial_validation_loss << "\n"
                      << resume_notes_;
@@ -192,6 +209,13 @@ class RankTrainer {
   }
 
  private:
+  bool local_steps() const { return config_.outer_local_steps > 0; }
+
+  LocalStepsSettings local_steps_settings() const {
+    return {config_.outer_local_steps, config_.outer_fragments, config_.outer_learning_rate, config_.outer_momentum,
+            role_.replicas};
+  }
+
   // FNV-1a of this rank's parameters (ranks of one stage must agree bit for bit).
   std::uint64_t parameter_fingerprint() {
     std::vector<float> host(stage_.parameter_count());
@@ -229,7 +253,10 @@ class RankTrainer {
     return to_string(config_.gradient_wire) + " group_size=" + std::to_string(config_.compression_group_size) +
            " topk_fraction=" + std::to_string(config_.compression_topk_fraction) +
            " bucket_mb=" + std::to_string(config_.gradient_bucket_mb) +
-           " replicas=" + std::to_string(role_.replicas);
+           " replicas=" + std::to_string(role_.replicas) +
+           (local_steps() ? " local_steps=" + std::to_string(config_.outer_local_steps) +
+                                " fragments=" + std::to_string(config_.outer_fragments)
+                          : std::string());
   }
 
   std::string residual_prefix() const {
@@ -251,7 +278,7 @@ class RankTrainer {
     const std::string prefix = residual_prefix();
     NamedResiduals mine;
     for (const io::CheckpointTensor& t : checkpoint.residuals) {
-      if (t.name.rfind(prefix, 0) == 0) mine.emplace_back(t.name.substr(prefix.size()), t.value);
+      if (t.name.rfind(prefix, 0) == 0 && t.name.compare(prefix.size(), kLocalState.size(), kLocalState) != 0) mine.emplace_back(t.name.substr(prefix.size()), t.value);
     }
     if (mine.empty()) {
       resume_notes_ += "note: the checkpoint holds no error-feedback residuals for " + prefix +
@@ -261,6 +288,42 @@ class RankTrainer {
     try {
       with_.collectives.restore_gradient_residuals(mine);
     } catch (const std::logic_error& e) {  // a name these residuals cannot have come from
+      throw InputError(path + ": /error_feedback: " + e.what());
+    }
+  }
+
+  // Local steps: this replica's own parameters and inner moments (replicas
+  // differ between synchronisations) and the outer optimizer's state, from
+  // a checkpoint of the same layout and settings; otherwise the outer step
+  // restarts from the checkpoint's parameters with zero momentum.
+  void restore_local_state(const io::Checkpoint& checkpoint, const std::string& path) {
+    const std::string prefix = residual_prefix() + std::string(kLocalState);
+    NamedResiduals outer;
+    const std::size_t count = stage_.parameter_count();
+    auto own = [&](const io::CheckpointTensor& t, float* device, const char* what) {
+      if (t.value.size() != count) throw InputError(path + ": /error_feedback/" + t.name + ": wrong size for " + what);
+      with_.backend.upload(device, t.value.data(), count);
+    };
+    int found = 0;
+    if (checkpoint.residual_layout == residual_layout()) {
+      for (const io::CheckpointTensor& t : checkpoint.residuals) {
+        if (t.name.rfind(prefix, 0) != 0) continue;
+        const std::string part = t.name.substr(prefix.size());
+        ++found;
+        if (part == "params") own(t, stage_.params(), "the parameters");
+        else if (part == "m") own(t, optimizer_.first_moment(), "the first moment");
+        else if (part == "v") own(t, optimizer_.second_moment(), "the second moment");
+        else outer.emplace_back(part, t.value);
+      }
+    }
+    if (found == 0) {
+      resume_notes_ += "note: the checkpoint holds no local-steps state for " + prefix +
+                       "* (another layout or setting): the outer step restarts from its parameters with zero momentum\n";
+      return;
+    }
+    try {
+      outer_->restore(outer);
+    } catch (const std::exception& e) {
       throw InputError(path + ": /error_feedback: " + e.what());
     }
   }
@@ -308,23 +371,32 @@ class RankTrainer {
     }
     stage_.zero_grads();
     timeline_.record(io::EventKind::data, step_start, Clock::now());
-    double job_loss = pipeline_.run(batches, with_.links, static_cast<float>(1.0 / result_.tokens_per_step));
+    // Local steps: each replica's gradient is the mean over its own tokens, not summed over replicas.
+    const int summed_replicas = local_steps() ? 1 : role_.replicas;
+    const double tokens = result_.tokens_per_step * summed_replicas / role_.replicas;
+    double job_loss = pipeline_.run(batches, with_.links, static_cast<float>(1.0 / tokens));
     const auto sync_start = Clock::now();
     // The loss rides with the gradient and the norm: no exchange of its own.
-    const double norm = synchronize_gradients(stage_, with_.backend, with_.collectives, role_.stages, role_.replicas,
+    const double norm = synchronize_gradients(stage_, with_.backend, with_.collectives, role_.stages, summed_replicas,
                                               &job_loss, &timeline_, buckets_ ? &*buckets_ : nullptr);
     const auto optimizer_start = Clock::now();
     const double lr = optimizer_.step(step, norm);
     with_.backend.synchronize();
-    const auto optimizer_end = Clock::now();
+    auto optimizer_end = Clock::now();
     timeline_.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
-    const double loss = job_loss / (static_cast<double>(m_) * role_.replicas);
+    double outer_s = 0;
+    if (outer_) {
+      outer_->after_inner_step(step + 1, step + 1 == config_.train_steps, &timeline_);
+      outer_s = seconds_since(optimizer_end);
+    }
+    // With local steps: this replica's loss (the others' would cost an exchange per step).
+    const double loss = job_loss / (static_cast<double>(m_) * summed_replicas);
     if (!std::isfinite(loss)) {
       throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
                      " (lower optimizer.learning_rate?)");
     }
     const double step_s = seconds_since(step_start);
-    record_step(step, loss, lr, norm, step_s, seconds_between(sync_start, optimizer_start),
+    record_step(step, loss, lr, norm, step_s, seconds_between(sync_start, optimizer_start) + outer_s,
                 seconds_between(optimizer_start, optimizer_end));
   }
 
@@ -437,11 +509,27 @@ class RankTrainer {
       const int count = static_cast<int>(residual.size());
       metadata.residuals.push_back({residual_prefix() + part, {count}, std::move(residual), {}, {}});
     }
+    if (outer_) add_local_state(metadata);
     std::vector<io::CheckpointTensor> tensors;
     if (role_.replica == writing_replica(role_.stage, role_.replicas)) {
       tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head);
     }
     with_.checkpoints->save(std::move(metadata), std::move(tensors));
+  }
+
+  void add_local_state(io::Checkpoint& metadata) {
+    const std::size_t count = stage_.parameter_count();
+    auto add = [&](const std::string& part, std::vector<float> values) {
+      const int size = static_cast<int>(values.size());
+      metadata.residuals.push_back({residual_prefix() + std::string(kLocalState) + part, {size}, std::move(values), {}, {}});
+    };
+    for (auto [part, device] : {std::pair{"params", stage_.params()}, std::pair{"m", optimizer_.first_moment()},
+                                std::pair{"v", optimizer_.second_moment()}}) {
+      std::vector<float> host(count);
+      with_.backend.download(host.data(), device, count);
+      add(part, std::move(host));
+    }
+    for (auto& [part, values] : outer_->state()) add(part, std::move(values));
   }
 
   // The job's means, every rank's compute utilisation and a fingerprint of
@@ -466,13 +554,15 @@ class RankTrainer {
     result_.breakdown = {mean_per_step(0), mean_per_step(1), mean_per_step(2), mean_per_step(3), mean_per_step(4)};
     result_.compute_utilisation.assign(sums.begin() + kMeans, sums.begin() + kMeans + ranks);
     result_.replicas_identical = true;
+    // Local steps: replicas differ between synchronisations (a run stopped by a signal ends between them).
+    const bool must_agree = !outer_ || outer_->replicas_agree();
     for (int part = 0; part < kFingerprintParts; ++part) {
       const double* of = sums.data() + kMeans + ranks * (1 + part);
       for (int at = 0; at < ranks; ++at) {
         if (of[at] != of[at - at % role_.replicas]) result_.replicas_identical = false;  // vs replica 0
       }
     }
-    if (!result_.replicas_identical) {
+    if (!result_.replicas_identical && must_agree) {
       throw RunError("replicas diverged: the ranks of one stage hold different parameters after step " +
                      std::to_string(result_.first_step + done_steps) + " (a data-parallel exchange is not exact)");
     }
@@ -493,6 +583,7 @@ class RankTrainer {
   model::AdamW optimizer_;
   PipelineStep pipeline_;
   std::optional<GradientBuckets> buckets_;  // the overlapped data-parallel sum (replicas > 1, buckets on)
+  std::optional<OuterOptimizer> outer_;     // outer.local_steps > 0
   std::vector<std::vector<int>> inputs_, targets_;
   Timeline timeline_;
   TrainResult result_;

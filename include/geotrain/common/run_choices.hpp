@@ -26,6 +26,11 @@ enum class LmHead { model_file, tied, untied };
 // gather, or one shard per writing rank plus a manifest; auto = single for
 // one rank, sharded for several.
 enum class CheckpointForm { automatic, single, sharded };
+// optimizer.kind: the inner optimizer. SGD (with decoupled weight decay) is
+// linear in the gradient, so local steps with H = 1 equal synchronous
+// training exactly; AdamW is not (its update of an average is not the
+// average of its updates).
+enum class InnerOptimizer { adamw, sgd };
 
 // Names as config files and messages spell them; "?" for no value.
 inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
@@ -44,6 +49,10 @@ inline constexpr EnumName<LmHead> kLmHeadNames[] = {
 inline constexpr EnumName<CheckpointForm> kCheckpointFormNames[] = {
     {CheckpointForm::automatic, "auto"}, {CheckpointForm::single, "single"}, {CheckpointForm::sharded, "sharded"}};
 
+inline constexpr EnumName<InnerOptimizer> kInnerOptimizerNames[] = {{InnerOptimizer::adamw, "adamw"},
+                                                                     {InnerOptimizer::sgd, "sgd"}};
+
+inline std::string to_string(InnerOptimizer kind) { return name_in(kInnerOptimizerNames, kind); }
 inline std::string to_string(CheckpointForm form) { return name_in(kCheckpointFormNames, form); }
 inline std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }
 inline std::string to_string(LmHead head) { return name_in(kLmHeadNames, head); }

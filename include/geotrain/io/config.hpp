@@ -87,7 +87,20 @@ struct Config {
   // [timing]: the run's HDF5 timing file (io/timing_file.hpp)
   std::string timing_file = "runs/timing-{job}.h5";  // "" = none; {job}: Slurm job id or start time; relative to the working directory
   int timing_max_event_steps = 1000;       // steps whose events are kept (the first ones); per-step records always
+  // [outer]: local steps (DiLoCo): each replica takes local_steps inner
+  // optimizer steps on its own data, then the replicas average their
+  // pseudo-gradients (parameters at the last synchronisation minus now; on
+  // the wire as compression.gradients says) and take one Nesterov step.
+  // 0: synchronous data parallelism (the gradient summed every step).
+  int outer_local_steps = 0;
+  double outer_learning_rate = 0.7;  // DiLoCo's defaults
+  double outer_momentum = 0.9;
+  // Streaming: a stage's parameters in this many fragments, synchronised at
+  // steps staggered by local_steps / fragments, each exchange overlapping
+  // the next inner step (1: the whole stage at once, not overlapped).
+  int outer_fragments = 1;
   // [optimizer]
+  InnerOptimizer optimizer_kind = InnerOptimizer::adamw;  // adamw | sgd
   double learning_rate = 1e-3;
   double min_learning_rate_fraction = 0.1;
   int warmup_steps = 20;

@@ -1,12 +1,14 @@
-// AdamW with decoupled weight decay, global gradient-norm clipping and a
+// AdamW (or plain SGD, for local steps' exactness checks) with decoupled weight decay, global gradient-norm clipping and a
 // linear-warmup + cosine learning-rate schedule.
 #pragma once
+#include "geotrain/common/run_choices.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
 
 namespace geotrain::model {
 
 struct OptimizerSettings {
+  InnerOptimizer kind = InnerOptimizer::adamw;
   double learning_rate = 1e-3;
   double min_learning_rate_fraction = 0.1;  // cosine decays to this fraction
   int warmup_steps = 20;
@@ -36,6 +38,7 @@ class AdamW {
   float* second_moment() { return v_; }
 
  private:
+  void sgd_step(double lr);
   kernels::Backend& backend_;
   Stage& stage_;
   OptimizerSettings settings_;

@@ -66,6 +66,13 @@ class Collectives {
   }
   virtual void progress_data_parallel() {}
   virtual void finish_data_parallel_buckets() {}
+  // Local steps' outer exchange (runtime/local_steps.hpp): the sum of one
+  // fragment's pseudo-gradient in host memory, complete after
+  // finish_data_parallel_buckets(), with the fragment's own error-feedback
+  // state. By default summed at once.
+  virtual void start_data_parallel_fragment(int /*fragment*/, float* host_data, std::size_t count) {
+    sum_data_parallel(host_data, count);
+  }
   // The lossy gradient sum's error-feedback state (none for fp32): saved in
   // checkpoints, so that a resume continues bit for bit.
   virtual NamedResiduals gradient_residuals() const { return {}; }

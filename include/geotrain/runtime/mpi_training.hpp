@@ -74,12 +74,15 @@ class MpiCollectives : public Collectives {
   void start_data_parallel_bucket(float* host_data, std::size_t count, double* values, int value_count) override;
   void progress_data_parallel() override;
   void finish_data_parallel_buckets() override;
+  void start_data_parallel_fragment(int fragment, float* host_data, std::size_t count) override;
   // The whole-tensor sum's as "shard_<k>" / "owned", bucket b's as "bucket_<b>.shard_<k>" ...
   NamedResiduals gradient_residuals() const override;
   void restore_gradient_residuals(const NamedResiduals& residuals) override;
 
  private:
   const ExchangeGroup& tied_group() const;
+  // Starts the sum of `data` as bucket `slot` (its tag base and error-feedback state).
+  void start_bucket(std::size_t slot, float* data, std::size_t count, double* values, int value_count);
   const Topology& topology_;
   ExchangeGroup data_parallel_, pipeline_, tied_;
   WireCodec gradient_codec_;

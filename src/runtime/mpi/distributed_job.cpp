@@ -359,9 +359,10 @@ WireCodec wire_codec(const io::Config& config, WireFormat format) {
 
 WireCodec gradient_codec(const io::Config& config) { return wire_codec(config, config.gradient_wire); }
 
-// Lossy formats are encoded on the host: MPI carries them.
-[[maybe_unused]] bool encodes_anything(const io::Config& config) {  // used where NCCL is built
-  return config.gradient_wire != WireFormat::fp32 || config.activation_wire != WireFormat::fp32 ||
+// Lossy formats are encoded on the host, and the outer step of local steps
+// runs there: MPI carries them.
+[[maybe_unused]] bool exchanges_on_host(const io::Config& config) {  // used where NCCL is built
+  return config.outer_local_steps > 0 || config.gradient_wire != WireFormat::fp32 || config.activation_wire != WireFormat::fp32 ||
          config.activation_gradient_wire != WireFormat::fp32;
 }
 
@@ -379,7 +380,7 @@ class JobConnections {
     }
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
 #ifdef GEOTRAIN_HAVE_NCCL
-    if (on_gpu && config.transport != Transport::mpi && !encodes_anything(config)) {
+    if (on_gpu && config.transport != Transport::mpi && !exchanges_on_host(config)) {
       links_ = make_nccl_links(topology, *backend_, deadline_s);
       nccl_collectives_ = make_nccl_collectives(topology, *backend_, mpi_collectives_, deadline_s);
     }

@@ -152,7 +152,16 @@ void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t coun
 }
 
 void MpiCollectives::start_data_parallel_bucket(float* data, std::size_t count, double* values, int value_count) {
-  const std::size_t b = buckets_.size();
+  start_bucket(buckets_.size(), data, count, values, value_count);
+}
+
+// Local steps exchange no gradient buckets: a fragment takes the bucket slot
+// of its index, so that its error feedback stays its own.
+void MpiCollectives::start_data_parallel_fragment(int fragment, float* data, std::size_t count) {
+  start_bucket(static_cast<std::size_t>(fragment), data, count, nullptr, 0);
+}
+
+void MpiCollectives::start_bucket(std::size_t b, float* data, std::size_t count, double* values, int value_count) {
   if (bucket_states_.size() <= b) bucket_states_.resize(b + 1);
   // Tag bases past the whole-tensor sum's (0); reused after 4000 buckets,
   // which is safe: both members post them in the same order (MPI keeps it).

@@ -1,0 +1,153 @@
+#include "geotrain/runtime/local_steps.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace geotrain::runtime {
+
+int fragment_offset(const LocalStepsSettings& s, int fragment) {
+  return static_cast<int>(static_cast<long long>(fragment) * s.local_steps / s.fragments);
+}
+
+int fragment_due(const LocalStepsSettings& s, int completed_steps) {
+  if (completed_steps <= 0) return -1;
+  const int phase = completed_steps % s.local_steps;
+  for (int f = 0; f < s.fragments; ++f) {
+    if (fragment_offset(s, f) == phase) return f;
+  }
+  return -1;
+}
+
+std::vector<std::size_t> fragment_bounds(std::size_t count, int fragments) {
+  std::vector<std::size_t> bounds;
+  for (int f = 0; f <= fragments; ++f) bounds.push_back(count * static_cast<std::size_t>(f) / fragments);
+  return bounds;
+}
+
+std::string fragment_schedule(const LocalStepsSettings& s, int rounds) {
+  std::vector<std::string> lines(s.fragments);
+  std::vector<int> seen(s.fragments, 0);
+  for (int step = 1; step <= (rounds + 1) * s.local_steps; ++step) {
+    const int f = fragment_due(s, step);
+    if (f < 0 || seen[f] == rounds) continue;
+    lines[f] += (seen[f]++ == 0 ? "" : ", ") + std::to_string(step);
+  }
+  std::string text;
+  for (int f = 0; f < s.fragments; ++f) {
+    text += (f == 0 ? "" : "; ") + std::string("fragment ") + std::to_string(f) + " after steps " + lines[f];
+  }
+  return text;
+}
+
+OuterOptimizer::OuterOptimizer(kernels::Backend& backend, model::Stage& stage, Collectives& collectives,
+                               const LocalStepsSettings& settings)
+    : backend_(backend),
+      stage_(stage),
+      collectives_(collectives),
+      settings_(settings),
+      bounds_(fragment_bounds(stage.parameter_count(), settings.fragments)),
+      anchor_(stage.parameter_count()),
+      momentum_(stage.parameter_count(), 0.0f),
+      parameters_(stage.parameter_count()),
+      exchange_(stage.parameter_count()),
+      synchronised_after_(settings.fragments, 0) {
+  // The anchor is the parameters as training starts (drawn, resumed or loaded).
+  download_parameters();
+  anchor_ = parameters_;
+}
+
+void OuterOptimizer::download_parameters() {
+  backend_.download(parameters_.data(), stage_.params(), parameters_.size());
+}
+
+void OuterOptimizer::after_inner_step(int completed_steps, bool last, Timeline* timeline) {
+  if (in_flight_ >= 0) finish_and_apply(completed_steps, timeline);
+  if (last) {
+    for (int f = 0; f < settings_.fragments; ++f) {
+      if (synchronised_after_[f] == completed_steps) continue;
+      start(f);
+      finish_and_apply(completed_steps, timeline);
+    }
+    agree_ = true;
+    return;
+  }
+  const int due = fragment_due(settings_, completed_steps);
+  if (due >= 0) {
+    start(due);
+    if (settings_.fragments == 1) finish_and_apply(completed_steps, timeline);  // nothing to overlap with
+  }
+  agree_ = settings_.fragments == 1 && due >= 0;
+}
+
+void OuterOptimizer::start(int fragment) {
+  download_parameters();
+  for (std::size_t i = bounds_[fragment]; i < bounds_[fragment + 1]; ++i) exchange_[i] = anchor_[i] - parameters_[i];
+  in_flight_ = fragment;
+  on_wire_ = true;
+  collectives_.start_data_parallel_fragment(fragment, exchange_.data() + bounds_[fragment],
+                                            bounds_[fragment + 1] - bounds_[fragment]);
+}
+
+void OuterOptimizer::finish_and_apply(int completed_steps, Timeline* timeline) {
+  const int f = in_flight_;
+  const std::size_t begin = bounds_[f], end = bounds_[f + 1];
+  if (on_wire_) {
+    const auto wait = Timeline::Clock::now();
+    collectives_.finish_data_parallel_buckets();
+    if (timeline) {
+      timeline->record(io::EventKind::allreduce, wait, Timeline::Clock::now(), -1,
+                       static_cast<std::int64_t>(sizeof(float) * (end - begin)));
+    }
+    on_wire_ = false;
+  }
+  const float mean = 1.0f / static_cast<float>(settings_.replicas);
+  const auto lr = static_cast<float>(settings_.learning_rate), mu = static_cast<float>(settings_.momentum);
+  for (std::size_t i = begin; i < end; ++i) {
+    const float pseudo_gradient = exchange_[i] * mean;
+    momentum_[i] = mu * momentum_[i] + pseudo_gradient;
+    anchor_[i] -= lr * (pseudo_gradient + mu * momentum_[i]);  // Nesterov
+  }
+  backend_.upload(stage_.params() + begin, anchor_.data() + begin, end - begin);
+  synchronised_after_[f] = completed_steps;
+  in_flight_ = -1;
+}
+
+NamedResiduals OuterOptimizer::state() {
+  NamedResiduals named = {{"anchor", anchor_}, {"momentum", momentum_}};
+  if (in_flight_ >= 0) {
+    if (on_wire_) {
+      collectives_.finish_data_parallel_buckets();
+      on_wire_ = false;
+    }
+    named.emplace_back("pending_" + std::to_string(in_flight_),
+                       std::vector<float>(exchange_.begin() + bounds_[in_flight_],
+                                          exchange_.begin() + bounds_[in_flight_ + 1]));
+  }
+  return named;
+}
+
+void OuterOptimizer::restore(const NamedResiduals& state) {
+  for (const auto& [name, values] : state) {
+    auto expect = [&](std::size_t size) {
+      if (values.size() != size) {
+        throw std::invalid_argument("local-steps state '" + name + "' has " + std::to_string(values.size()) +
+                                    " values, expected " + std::to_string(size));
+      }
+    };
+    if (name == "anchor" || name == "momentum") {
+      expect(anchor_.size());
+      (name == "anchor" ? anchor_ : momentum_) = values;
+    } else if (name.rfind("pending_", 0) == 0) {
+      const int f = std::stoi(name.substr(8));
+      if (f < 0 || f >= settings_.fragments) throw std::invalid_argument("local-steps state '" + name + "': no such fragment");
+      expect(bounds_[f + 1] - bounds_[f]);
+      std::copy(values.begin(), values.end(), exchange_.begin() + bounds_[f]);
+      in_flight_ = f;
+      on_wire_ = false;
+    } else {
+      throw std::invalid_argument("local-steps state '" + name + "': unknown");
+    }
+  }
+}
+
+}  // namespace geotrain::runtime
