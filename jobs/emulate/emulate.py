@@ -32,6 +32,8 @@ iptables NFQUEUE rules per site pair in the router and geotrain-netdelay
 holding each packet for its pair's delay.
 """
 import argparse
+import json
+import re
 import os
 import shutil
 import signal
@@ -272,6 +274,21 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
     return delay
 
 
+def traffic(names, counts):
+    """Bytes the router forwarded from rank a to rank b over the run (the
+    pair's shaping class counts everything it sent), with the ranks' sites."""
+    site = rank_sites(counts)
+    n = len(site)
+    sent = [[0] * n for _ in range(n)]
+    for b in range(n):
+        listing = in_ns(ROUTER, "tc", "-s", "class", "show", "dev", f"gt-r{b}").stdout
+        for match in re.finditer(r"class htb 1:(\d+) .*?\n\s*Sent (\d+) bytes", listing):
+            a = int(match.group(1)) - 10
+            if 0 <= a < n and a != b:
+                sent[a][b] = int(match.group(2))
+    return {"sites": [names[s] for s in site], "bytes": sent}
+
+
 def cut(a, b, on):
     """Inserts (on) or deletes DROP rules for the pair ahead of the delay rules."""
     listing = sh("ip", "netns", "list", check=False).stdout.split()
@@ -345,6 +362,7 @@ def main():
     parser.add_argument("--mtu", type=int, default=1500,
                         help="MTU of every link (larger: fewer packets through the user-space delay)")
     parser.add_argument("--matrix-out", help="write the rank-level matrix of the emulated network here")
+    parser.add_argument("--traffic-out", help="run: write the bytes sent between every pair of ranks (JSON) here")
     args, rest = parser.parse_known_args()
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -402,6 +420,9 @@ def main():
         started = time.monotonic()
         code = run(names, counts, rest, args.timeout, sys.stderr)
         print(f"emulate: command done in {time.monotonic() - started:.1f} s (exit {code})", file=sys.stderr, flush=True)
+        if args.traffic_out:
+            with open(args.traffic_out, "w") as f:
+                json.dump(traffic(names, counts), f)
         if delay is not None and delay.poll() is not None:
             print("emulate.py: error: geotrain-netdelay died during the run (traffic stopped)", file=sys.stderr)
             code = code or 1

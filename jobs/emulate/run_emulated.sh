@@ -2,13 +2,16 @@
 # communication.sh: `run NAME SCENARIO_FILE "EMULATE OPTIONS" PLACEMENT
 # SCHEDULE SUFFIX [GEOTRAIN OPTIONS...]` trains inputs/models/emulation.toml
 # as 4 stages x 2 replicas in jobs/emulate/emulate.py's emulated network and
-# writes $out/NAME-PLACEMENTSUFFIX.h5 (needs $out and $steps).
+# writes $out/NAME-PLACEMENTSUFFIX.h5 and, beside it, -traffic.json: the
+# bytes the emulated router carried between every pair of ranks (needs $out
+# and $steps). Later GEOTRAIN OPTIONS override earlier ones (e.g. the stages).
 run() {
   local name=$1 file=$2 options=$3 placement=$4 schedule=$5 suffix=$6
   shift 6
   echo "== $name, $placement, $schedule${suffix:+ ($suffix)}"
   # shellcheck disable=SC2086  # options are words
-  python3 jobs/emulate/emulate.py run "$file" $options --matrix-out "$out/$name-matrix.toml" --timeout 900 -- \
+  python3 jobs/emulate/emulate.py run "$file" $options --matrix-out "$out/$name-matrix.toml" --timeout 900 \
+    --traffic-out "$out/$name-$placement$suffix-traffic.json" -- \
     "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages=4 \
     --model.file="$PWD/inputs/models/emulation.toml" --pipeline.schedule="$schedule" \
     --pipeline.placement="$placement" --network.matrix="$PWD/$out/$name-matrix.toml" \

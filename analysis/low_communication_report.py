@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Local steps (outer.local_steps): the measured sections of
+analysis/results/low_communication.md.
+
+- Emulation (jobs/emulate/local_steps.sh): per run, the step time, compute
+  utilisation (mean and least over ranks), the bytes crossing sites per step
+  from the timing files (pipeline messages to a rank at another site, and
+  every exchange's share sent to members at other sites, at the wire size of
+  its format), the router's own count of bytes between sites over the whole
+  run (start-up and the final gathers included) per step, and the speedups
+  over the peers measured in the same session.
+- Convergence (bench/local_steps.sh): validation loss at equal tokens per
+  case against synchronous training, and the curves against tokens and
+  against wall time on the emulated network (each case's steps times the
+  emulated step time of its setting, where one was measured).
+
+The section "## Simulated at the paper's scale", if the report already has
+one, is kept as it is (written by hand from `geotrain simulate`).
+
+usage: low_communication_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
+"""
+import json
+import os
+import re
+import sys
+import tomllib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emulation_report  # noqa: E402
+import geotrain_timing as gt  # noqa: E402
+from requires import pyplot, save_figure  # noqa: E402
+
+# Bytes on the wire per fp32 value (common/wire_bytes.hpp, groups of 64 values with an fp32 scale).
+WIRE_RATIO = {"fp32": 1.0, "int8": (1 + 4 / 64) / 4, "int4": (0.5 + 4 / 64) / 4}
+SCALAR_BYTES = 64  # the pipeline's norm/loss sums: a few doubles
+
+EMULATED = (  # (file stem, what it is, its convergence case for the wall-time curves)
+    ("planned", "4 stages x 2 replicas, planned, synchronous fp32 (issue 23's baseline)", None),
+    ("rank-order", "4 stages x 2 replicas, rank order, synchronous fp32", None),
+    ("rank-order-inside-sync", "pipelines inside sites (2 x 4), synchronous fp32, 1 MiB buckets", "sync"),
+    ("rank-order-inside-H10", "pipelines inside sites, H = 10, fp32", "H10"),
+    ("rank-order-inside-H10-int8", "pipelines inside sites, H = 10, int8", "H10-int8"),
+    ("rank-order-inside-H10-F5-int4", "pipelines inside sites, H = 10, 5 fragments streamed, int4", "H10-F5-int4"),
+    ("rank-order-inside-H20-int8", "pipelines inside sites, H = 20, int8", "H20-int8"),
+    ("rank-order-pp1-H10-int8", "every rank a whole model (8 replicas), H = 10, int8", None),
+)
+
+
+def config_value(run, key):
+    match = re.search(rf"^{re.escape(key)} = \"?([^\"\n]*)\"?$", run.attrs.get("config", ""), re.M)
+    return match.group(1) if match else ""
+
+
+def tied_bytes(run):
+    model_file = config_value(run, "model.file")
+    try:
+        with open(model_file, "rb") as f:
+            model = tomllib.load(f)["model"]
+        return 4 * int(model["vocabulary"]) * int(model["hidden"])
+    except (OSError, KeyError, ValueError):
+        return -1
+
+
+def cross_site_bytes_per_step(run):
+    """Bytes sent to other sites per step, summed over ranks, from the events
+    (the warm-up step included: every step exchanges the same)."""
+    e = run.events
+    sites = run.sites
+    devices = run.plan["devices"]  # [stages, replicas]
+    ratio = WIRE_RATIO.get(config_value(run, "compression.gradients") or "fp32", 1.0)
+    steps = max(len(set(e["step"].tolist())), 1)
+    total = 0.0
+    send = e["kind"] == run.kinds["send"]
+    for rank, peer, size in zip(e["rank"][send], e["peer"][send], e["bytes"][send]):
+        if peer >= 0 and sites[rank] != sites[peer]:
+            total += float(size)
+    allreduce = e["kind"] == run.kinds["allreduce"]
+    tied = tied_bytes(run)
+    stage_of = run.plan["stage_of_rank"]
+    replica_of = run.plan["replica_of_rank"]
+    for rank, size in zip(e["rank"][allreduce], e["bytes"][allreduce]):
+        if size <= SCALAR_BYTES:
+            continue
+        if size == tied and devices.shape[0] > 1:
+            ends = devices[[0, -1], replica_of[rank]]
+            other = ends[1] if ends[0] == rank else ends[0]
+            total += float(size) if sites[rank] != sites[other] else 0.0
+            continue
+        group = devices[stage_of[rank]]
+        d = len(group)
+        if d < 2:
+            continue
+        away = sum(1 for v in group if v != rank and sites[v] != sites[rank]) / (d - 1)
+        # Direct exchange: two members swap whole buffers; more send (d-1)/d of it twice.
+        sent = float(size) * ratio * (1.0 if d == 2 else 2.0 * (d - 1) / d)
+        total += sent * away
+    return total / steps
+
+
+def router_bytes_per_step(traffic_path, steps):
+    if not os.path.exists(traffic_path):
+        return None
+    with open(traffic_path) as f:
+        traffic = json.load(f)
+    sites, sent = traffic["sites"], traffic["bytes"]
+    total = sum(sent[a][b] for a in range(len(sites)) for b in range(len(sites)) if sites[a] != sites[b])
+    return total / steps
+
+
+def emulation_rows(run_dir):
+    rows = []
+    for stem, what, case in EMULATED:
+        path = os.path.join(run_dir, f"world-wide-{stem}.h5")
+        if not os.path.exists(path):
+            continue
+        run = gt.load(path)
+        summary = gt.summarize(run)
+        steps = int(run.steps["wall_time"].shape[1])
+        rows.append({"stem": stem, "what": what, "case": case, "summary": summary, "steps": steps,
+                     "timing_bytes": cross_site_bytes_per_step(run),
+                     "router_bytes": router_bytes_per_step(path[:-3] + "-traffic.json", steps)})
+    return rows
+
+
+def emulation_table(rows):
+    by = {r["stem"]: r for r in rows}
+    base = {k: by[k]["summary"]["measured_iteration_s"] for k in ("planned", "rank-order", "rank-order-inside-sync")
+            if k in by}
+    sync_bytes = by["rank-order-inside-sync"]["timing_bytes"] if "rank-order-inside-sync" in by else None
+    lines = ["| run | s/step | compute utilisation mean (min) | bytes crossing sites / step (timing files) | "
+             "less than synchronous inside sites | router: bytes between sites / step (whole run) | "
+             "vs planned 4 x 2 | vs rank order 4 x 2 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        s = r["summary"]
+        measured = s["measured_iteration_s"]
+        fewer = f"{sync_bytes / r['timing_bytes']:.1f}x" if sync_bytes and r["timing_bytes"] > 0 else ""
+        router = f"{r['router_bytes'] / 1e6:.1f} MB" if r["router_bytes"] is not None else "n/a"
+        versus = [f"{base[k] / measured:.2f}x" if k in base and measured > 0 else "" for k in ("planned", "rank-order")]
+        lines.append(f"| {r['what']} | {measured:.3f} | {100 * s['compute_utilisation_mean']:.0f}% "
+                     f"({100 * s['compute_utilisation_min']:.0f}%) | {r['timing_bytes'] / 1e6:.2f} MB | {fewer} | "
+                     f"{router} | {versus[0]} | {versus[1]} |")
+    return lines
+
+
+def read_metrics(path):
+    steps, validation = {}, {}
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r["event"] == "step":
+                steps[r["step"]] = r["loss"]
+            elif r["event"] == "validation":
+                validation[r["step"]] = r["validation_loss"]
+    return steps, validation
+
+
+def convergence(summary_path, emulated, plot_dir):
+    with open(summary_path) as f:
+        summary = json.load(f)
+    folder = os.path.dirname(summary_path)
+    runs = {c["case"]: read_metrics(os.path.join(folder, c["metrics"])) for c in summary["cases"]}
+    tokens_per_step = 16 * 128  # 2 replicas x 4 micro-batches x 2 sequences x 128 tokens
+    reference = runs.get("sync")
+    lines = [f"Regenerate: `{summary['command']}` ({summary['date']}; {summary['machine']}), then this script. "
+             f"Model `{summary['model']}`, {summary['steps']} steps, {summary['ranks']} ranks = "
+             f"{summary['stages']} stages x {summary['replicas']} replicas, each replica 4 micro-batches of 2 "
+             "sequences per step, the same tokens in the same order in every case; the validation loss every 50 "
+             "steps (right after an outer step for H = 5, 10, 25, 50). Peer: synchronous training (`sync`), "
+             "same binary, same script.\n",
+             "| case | options | data-parallel exchanges per step | validation loss at each 50 steps | final | vs sync |",
+             "|---|---|---:|---|---:|---:|"]
+    final_sync = max(reference[1].items())[1] if reference else None
+    for c in summary["cases"]:
+        _, validation = runs[c["case"]]
+        h = re.search(r"local_steps=(\d+)", c["options"])
+        per_step = f"1/{h.group(1)}" if h else "1"
+        final = max(validation.items())[1]
+        versus = f"{100 * (final - final_sync) / final_sync:+.2f}%" if final_sync else ""
+        curve = ", ".join(f"{v:.3f}" for _, v in sorted(validation.items()))
+        lines.append(f"| {c['case']} | `{c['options'] or 'synchronous'}` | {per_step} | {curve} | {final:.4f} | {versus} |")
+    plt = pyplot()
+    figure, (by_tokens, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for case, (steps, validation) in runs.items():
+        xs = sorted(validation)
+        by_tokens.plot([x * tokens_per_step for x in xs], [validation[x] for x in xs], marker="o", label=case)
+        step_s = emulated.get(case)
+        if step_s:
+            by_time.plot([x * step_s for x in xs], [validation[x] for x in xs], marker="o", label=case)
+    by_tokens.set_xlabel("tokens")
+    by_time.set_xlabel("wall time on the emulated world-wide network (s): steps x measured s/step")
+    for axis in (by_tokens, by_time):
+        axis.set_ylabel("validation loss")
+        axis.set_ylim(top=min(4.0, axis.get_ylim()[1]))
+        axis.legend()
+        axis.grid(alpha=0.3)
+    png = os.path.join(plot_dir, "low_communication.png")
+    save_figure(figure, png)
+    lines += ["", f"![validation loss vs tokens and vs emulated wall time]({os.path.basename(png)})", ""]
+    return lines
+
+
+def kept_section(report):
+    if not os.path.exists(report):
+        return []
+    with open(report) as f:
+        text = f.read()
+    start = text.find("## Simulated at the paper's scale")
+    if start < 0:
+        return []
+    end = text.find("\n## ", start + 1)
+    return [text[start:end if end >= 0 else len(text)].rstrip(), ""]
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__.strip().splitlines()[-1])
+    run_dir, summary_path, report = sys.argv[1:4]
+    rows = emulation_rows(run_dir)
+    emulated = {r["case"]: r["summary"]["measured_iteration_s"] for r in rows if r["case"]}
+    lines = ["# Local steps: data parallelism across sites without an exchange every step\n",
+             "## Emulated world-wide network\n",
+             "Regenerate (root, about 10 minutes on 2 cores, nothing else running): `bash jobs/emulate/local_steps.sh`, "
+             "then `analysis/low_communication_report.py runs/emulate-local-steps runs/bench-local-steps/summary.json "
+             "analysis/results/low_communication.md`.\n",
+             f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md): 8 ranks "
+             "in Oregon, Virginia, Tokyo and London (2 each), bandwidth x0.05, `inputs/models/emulation.toml`, 16 "
+             "sequences of 128 tokens per step in every run, all runs in one session. Compute utilisation: forward + "
+             "backward time over the step time per rank, the warm-up step left out. Peers: the synchronous runs "
+             "in the same session.\n"]
+    lines += emulation_table(rows) + [""]
+    lines += ["## Convergence at equal tokens\n"]
+    lines += convergence(summary_path, emulated, os.path.dirname(report))
+    lines += kept_section(report)
+    with open(report, "w") as f:
+        f.write("\n".join(lines).rstrip() + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

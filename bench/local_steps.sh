@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Convergence of local steps (outer.local_steps, DiLoCo) against synchronous
+# training: the same model, tokens, seed and layout (4 ranks under mpirun:
+# 2 stages x 2 replicas, each replica a whole pipeline), once per case; the
+# validation loss at equal tokens (every 50 steps: right after an outer step
+# for H = 5, 10, 25 and 50, when the replicas agree) and the data-parallel
+# bytes each case sends per step. Writes one metrics file per case and a
+# JSON summary that analysis/low_communication_report.py turns into tables
+# and plots.
+#
+#   bash bench/local_steps.sh [OUT.json]   (build/release, mpirun, /usr/bin/python3)
+#
+# Environment: MODEL (inputs/models/NAME.toml, tiny), STEPS (300), CASES (names below).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-runs/bench-local-steps/summary.json}
+model=${MODEL:-tiny}
+steps=${STEPS:-300}
+cases=${CASES:-"sync H5 H10 H25 H50 H50-int8 H50-F5-int4"}
+declare -A options=([sync]="" [H5]="--outer.local_steps=5" [H10]="--outer.local_steps=10"
+  [H25]="--outer.local_steps=25" [H50]="--outer.local_steps=50"
+  [H50-int8]="--outer.local_steps=50 --compression.gradients=int8"
+  [H50-F5-int4]="--outer.local_steps=50 --outer.fragments=5 --compression.gradients=int4")
+geotrain=build/release/geotrain
+work=$(dirname "$out")
+mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n 4)
+entries=()
+for name in $cases; do
+  metrics=$work/$model-$name.jsonl
+  rm -f "$metrics"
+  # shellcheck disable=SC2086  # option lists are words
+  "${mpirun[@]}" "$geotrain" train inputs/quickstart.toml --model.file="inputs/models/$model.toml" \
+    --train.steps="$steps" --train.eval_every_steps=50 --train.log_json=true --train.metrics_file="$metrics" \
+    --checkpoint.dir= --timing.file= ${options[$name]} > "$work/$model-$name.log" 2> "$work/$model-$name.err"
+  entries+=("{\"case\": \"$name\", \"options\": \"${options[$name]}\", \"metrics\": \"$(basename "$metrics")\"}")
+  echo "$model $name: $(grep -o '"final_validation_loss": [0-9.]*' "$metrics")"
+done
+{
+  echo "{\"model\": \"$model\", \"steps\": $steps, \"ranks\": 4, \"stages\": 2, \"replicas\": 2,"
+  echo " \"date\": \"$(date -u +%Y-%m-%d)\", \"machine\": \"$(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p')\","
+  echo " \"command\": \"bash bench/local_steps.sh\", \"cases\": [$(IFS=,; echo "${entries[*]}")]}"
+} > "$out"
+echo "written: $out"

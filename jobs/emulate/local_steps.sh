@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Local steps on the emulated world-wide network (issue "Low-communication
+# data parallelism"): the same model, network and tokens per step as
+# communication.sh (inputs/models/emulation.toml, 16 sequences of 128 tokens
+# per step, Oregon, Virginia, Tokyo, London with 2 ranks each, bandwidth
+# x0.05). Peers in the same session: today's planned synchronous run (4
+# stages x 2 replicas, fp32) and the rank-order one. Then whole pipelines
+# inside sites (2 stages x 4 replicas; rank order puts ranks j and j + 4,
+# both in site j, in pipeline j), data parallel across them:
+#   sync          synchronous, the gradient summed every step (1 MiB buckets)
+#   H10           outer.local_steps = 10, fp32 pseudo-gradients
+#   H10-int8      the same at 8 bits with error feedback
+#   H10-F5-int4   streamed: 5 fragments, one every 2 steps, each exchange
+#                 during the next inner step, 4 bits
+#   H20-int8      one synchronisation in the run (at its end)
+#   pp1-H10-int8  every rank a whole model (8 replicas, 2 per site): no
+#                 pipeline bubble
+# The timing files and the router's per-pair byte counts go to
+# runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
+# Root; ~10 minutes on 2 cores, nothing else running.
+#
+#   bash jobs/emulate/local_steps.sh [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+steps=${1:-20}
+out=runs/emulate-local-steps
+mkdir -p "$out"
+export OMP_NUM_THREADS=1
+source jobs/emulate/run_emulated.sh
+file=inputs/scenarios/world-wide.toml
+options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
+inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
+whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
+# shellcheck disable=SC2086  # option lists are words
+{
+  run world-wide "$file" "$options" planned gpipe "" --network.gradient_bucket_mb=0
+  run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
+  run world-wide "$file" "$options" rank-order gpipe -inside-sync $inside
+  run world-wide "$file" "$options" rank-order gpipe -inside-H10 $inside --outer.local_steps=10
+  run world-wide "$file" "$options" rank-order gpipe -inside-H10-int8 $inside --outer.local_steps=10 --compression.gradients=int8
+  run world-wide "$file" "$options" rank-order gpipe -inside-H10-F5-int4 $inside --outer.local_steps=10 --outer.fragments=5 --compression.gradients=int4
+  run world-wide "$file" "$options" rank-order gpipe -inside-H20-int8 $inside --outer.local_steps=20 --compression.gradients=int8
+  run world-wide "$file" "$options" rank-order gpipe -pp1-H10-int8 $whole --outer.local_steps=10 --compression.gradients=int8
+}
+echo "written: $out (analysis/low_communication_report.py reads it)"
