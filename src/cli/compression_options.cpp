@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "geotrain/common/errors.hpp"
+
 namespace geotrain::cli {
 namespace {
 
@@ -40,6 +42,54 @@ void add_compression_options(CLI::App* command, CompressionOptions& o) {
       ->check(CLI::Range(1e-9, 1.0));
   command->add_option("--group-size", o.group_size, "int8 / int4: values per fp32 scale (default 64)")
       ->check(CLI::Range(2, 65536));
+}
+
+void add_outer_options(CLI::App* command, OuterOptions& o) {
+  command->add_option("--local-steps", o.local_steps,
+                      "local steps H (outer.local_steps): each replica takes H steps alone, then the replicas sum "
+                      "their pseudo-gradients; 0 = a gradient exchange every step (default)")
+      ->check(CLI::Range(0, 1 << 20));
+  command->add_option("--outer-wire", o.wire, "local steps: the pseudo-gradient on the wire, fp32, int8, int4 "
+                                              "(outer.wire; default fp32)")
+      ->check(CLI::IsMember({"fp32", "int8", "int4"}));
+  command->add_option("--outer-fragments", o.fragments,
+                      "local steps: stream each stage's sync in F fragments, one every H/F steps, overlapping the "
+                      "steps that follow (outer.fragments; 0 = the whole stage at once, the default)")
+      ->check(CLI::Range(0, 1 << 20));
+}
+
+plan::OuterSync outer_sync(const OuterOptions& o, int group_size) {
+  plan::OuterSync outer;
+  const bool local = o.local_steps >= 1;
+  if (!local && !o.wire.empty()) throw InputError("command line: --outer-wire: needs --local-steps >= 1");
+  if (!local && o.fragments > 0) throw InputError("command line: --outer-fragments: needs --local-steps >= 1");
+  if (!local) return outer;
+  if (o.fragments > 0 && o.local_steps % o.fragments != 0) {
+    throw InputError("command line: --outer-fragments: " + std::to_string(o.fragments) +
+                     " fragments do not divide --local-steps " + std::to_string(o.local_steps));
+  }
+  outer.local_steps = o.local_steps;
+  outer.fragments = o.fragments;
+  if (!o.wire.empty()) {
+    WireEncoding e;
+    parse_name_in(kWireFormatNames, o.wire, &e.format);
+    e.group_size = group_size;
+    outer.wire = e;
+  }
+  return outer;
+}
+
+std::string describe_outer(const plan::OuterSync& outer) {
+  if (!outer.enabled()) return "off (a gradient exchange every step)";
+  std::string text = "local steps H = " + std::to_string(outer.local_steps) + ", outer wire " +
+                     (outer.wire ? to_string(*outer.wire) : std::string("fp32"));
+  if (outer.streamed()) {
+    text += ", streamed in " + std::to_string(outer.fragments) + " fragments (one every " +
+            std::to_string(outer.local_steps / outer.fragments) + " steps)";
+  } else {
+    text += ", the whole stage every " + std::to_string(outer.local_steps) + " steps";
+  }
+  return text;
 }
 
 plan::TrafficEncoding traffic_encoding(const CompressionOptions& o) {

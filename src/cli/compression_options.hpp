@@ -1,4 +1,4 @@
-// The --compress-* options that plan and simulate share.
+// The --compress-* and local-steps options that plan and simulate share.
 #pragma once
 #include <string>
 
@@ -17,5 +17,12 @@ plan::TrafficEncoding traffic_encoding(const CompressionOptions& options);
 // "activations int8 (group 64) 1.062 B/value, ..." for a report: messages
 // of `message_values` values, gradients of `gradient_values`.
 std::string describe_traffic(const plan::TrainingShape& model, double message_values, double gradient_values);
+
+void add_outer_options(CLI::App* command, OuterOptions& options);
+// The local steps the options ask for (off unless --local-steps >= 1);
+// InputError naming the flag where they do not fit together.
+plan::OuterSync outer_sync(const OuterOptions& options, int group_size);
+// "local steps H = 50, outer wire int8 (group 64), streamed in 5 fragments (one every 10 steps)".
+std::string describe_outer(const plan::OuterSync& outer);
 
 }  // namespace geotrain::cli

@@ -82,6 +82,7 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--threads", o.threads, "threads running islands (does not change the result)")
       ->check(CLI::Range(1, 1024));
   add_compression_options(plan, o.compression);
+  add_outer_options(plan, o.outer);
   add_layout_options(plan, o);
   plan->add_flag("--json", o.json, "print one JSON object instead of the table");
   plan->add_flag("--no-baselines", o.skip_baselines, "skip the baselines (faster on large networks)");
@@ -108,8 +109,13 @@ int run_plan_command(const PlanCommandOptions& o) {
     const int pp = scenario.workload.pipeline_stages, dp = scenario.workload.data_parallel;
     scenario.workload = plan::workload_from_model(io::training_shape(io::load_model_file(o.model)), pp, dp);
   }
-  // c_PP, its way back and c_DP as the runtime would encode them.
-  plan::encode_traffic(scenario.workload, traffic_encoding(o.compression));
+  // c_PP, its way back and c_DP as the runtime would encode them; with
+  // local steps c_DP is the pseudo-gradient, exchanged every H steps.
+  const plan::OuterSync outer = outer_sync(o.outer, o.compression.group_size);
+  plan::TrafficEncoding wire = traffic_encoding(o.compression);
+  if (outer.enabled()) wire.gradients.reset();
+  plan::encode_traffic(scenario.workload, wire);
+  plan::apply_outer_sync(scenario.workload, outer);
   const plan::CostModel model(scenario.network, scenario.workload);
 
   plan::SearchOptions options;

@@ -13,13 +13,7 @@
 namespace geotrain::cli {
 namespace {
 
-std::string fmt(const char* pattern, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, pattern, v);
-  return b;
-}
-
-std::string gib(double bytes) { return std::isfinite(bytes) ? fmt("%.2f", bytes / plan::kBytesPerGib) : "-"; }
+std::string gib(double bytes) { return std::isfinite(bytes) ? format_number("%.2f", bytes / plan::kBytesPerGib) : "-"; }
 
 // "A100-40 x4, V100-16 x4": the types of a stage's devices.
 std::string type_summary(const plan::Network& net, const std::vector<int>& devices) {
@@ -51,6 +45,7 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
     device = file.device.value_or(io::DeviceSpeed{});
   }
   c.model.wire = traffic_encoding(o.compression);
+  c.model.outer = outer_sync(o.outer, o.compression.group_size);
   if (o.batch > 0) c.global_batch_sequences = o.batch;
   c.model.tokens_per_step = static_cast<double>(c.global_batch_sequences) * c.model.sequence_length;
   c.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : device.peak_tflops;
@@ -98,9 +93,10 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
       << ", " << l.micro_batches << " micro-batches per replica in flushes of " << l.micro_batches_per_flush << " ("
       << plan::to_string(c.schedule) << "), batch " << c.global_batch_sequences << "; " << c.model.name << ", "
       << c.model.layers << " layers; DP " << plan::to_string(c.dp_scheme)
-      << (c.gradient_bucket_mb > 0 ? " in " + fmt("%g", c.gradient_bucket_mb) + " MiB buckets" : "") << ", recomputation "
+      << (c.gradient_bucket_mb > 0 ? " in " + format_number("%g", c.gradient_bucket_mb) + " MiB buckets" : "") << ", recomputation "
       << (c.recompute ? "on" : "off") << ", LM head " << (c.lm_head ? "on" : "off") << "\n"
-      << "  memory per device: parameters, gradients, AdamW (" << fmt("%g", s.options.memory.state_bytes_per_parameter)
+      << (c.model.outer.enabled() ? "  outer: " + describe_outer(c.model.outer) + "\n" : "")
+      << "  memory per device: parameters, gradients, AdamW (" << format_number("%g", s.options.memory.state_bytes_per_parameter)
       << " B/parameter), activations (" << s.options.memory.activation_bytes << " B/value), workspace, reserve "
       << gib(s.options.memory.reserved_bytes) << " GiB\n\n"
       << "  stage  layers  memory GiB (need / have)  device types           devices by replica\n";
@@ -111,9 +107,9 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
                   type_summary(net, l.plan.stages[st]).c_str(), device_list(l.plan.stages[st]).c_str());
     out << line;
   }
-  out << "\nPredicted iteration: " << fmt("%.4f", res.iteration_s) << " s (" << fmt("%.0f", res.tokens_per_s)
-      << " tokens/s; pipeline phase " << fmt("%.4f", res.pipeline_phase_s) << " s, DP exchange "
-      << fmt("%.4f", res.datap_comm_s) << " s, utilisation " << fmt("%.1f%%", 100 * res.utilisation_mean) << ")\n";
+  out << "\nPredicted iteration: " << format_number("%.4f", res.iteration_s) << " s (" << format_number("%.0f", res.tokens_per_s)
+      << " tokens/s; pipeline phase " << format_number("%.4f", res.pipeline_phase_s) << " s, DP exchange "
+      << format_number("%.4f", res.datap_comm_s) << " s, utilisation " << format_number("%.1f%%", 100 * res.utilisation_mean) << ")\n";
   if (!l.fits()) out << "WARNING: a stage needs more memory than its devices have (see the table)\n";
   return out.str();
 }
@@ -131,7 +127,7 @@ std::string render_layout_reasons(const plan::Layout& l) {
   for (const auto& c : l.candidates) {
     if (!std::isfinite(c.iteration_s) || shown++ >= 5) continue;
     out << "  " << c.pipeline_stages << "x" << c.data_parallel << " b" << c.micro_batch_sequences << " "
-        << fmt("%.3f s", c.iteration_s);
+        << format_number("%.3f s", c.iteration_s);
   }
   out << "\n";
   return out.str();

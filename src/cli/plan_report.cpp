@@ -11,12 +11,6 @@
 namespace geotrain::cli {
 namespace {
 
-std::string format(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
-
 // "Oregon x8" or "Tokyo x4, Seoul x4": where a stage's devices are.
 std::string site_summary(const plan::Network& network, const std::vector<int>& devices) {
   if (network.site_of_device.empty()) return "-";
@@ -39,6 +33,12 @@ double gap(double cost, double bound) { return cost > 0 ? (cost - bound) / cost 
 
 }  // namespace
 
+std::string format_number(const char* pattern, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, pattern, value);
+  return buffer;
+}
+
 std::string device_list(const std::vector<int>& devices) {
   std::string text;
   for (int d : devices) {
@@ -55,9 +55,9 @@ std::string render_plan_table(const PlanReport& r) {
   std::ostringstream out;
   out << "geotrain plan: " << (r.scenario->name.empty() ? r.scenario->path : r.scenario->name) << "\n"
       << "  " << net.device_count << " devices = " << w.pipeline_stages << " stages x " << w.data_parallel
-      << " data-parallel replicas; c_PP = " << format("%.0f", w.c_pp_bytes) << " bytes"
-      << (w.c_pp_gradient_bytes ? " (back " + format("%.0f", *w.c_pp_gradient_bytes) + ")" : "") << ", c_DP = "
-      << format("%.0f", w.c_dp_bytes) << " bytes (" << w.origin << ")\n"
+      << " data-parallel replicas; c_PP = " << format_number("%.0f", w.c_pp_bytes) << " bytes"
+      << (w.c_pp_gradient_bytes ? " (back " + format_number("%.0f", *w.c_pp_gradient_bytes) + ")" : "") << ", c_DP = "
+      << format_number("%.0f", w.c_dp_bytes) << " bytes (" << w.origin << ")\n"
       << "  search: " << plan::to_string(r.options->local_search) << " local search, seed " << r.options->seed
       << ", " << r.result->evaluations << " candidates" << (r.options->paper_bugs ? ", paper-exact" : "")
       << "\n\n";
@@ -68,29 +68,29 @@ std::string render_plan_table(const PlanReport& r) {
     char line[512];
     std::snprintf(line, sizeof line, "  %5d  %-38s  %-25s  %s\n", s, devices.c_str(),
                   site_summary(net, plan.stages[s]).c_str(),
-                  s + 1 < plan.pipeline_stages ? format("%.6f", plan.boundary_s[s]).c_str() : "");
+                  s + 1 < plan.pipeline_stages ? format_number("%.6f", plan.boundary_s[s]).c_str() : "");
     out << line;
   }
   const double total = plan.cost.total_s();
   out << "\nCost per iteration under the model (seconds):\n"
-      << "  total      " << format("%10.5f", total) << "   = DATAP + pipeline\n"
-      << "  DATAP      " << format("%10.5f", plan.cost.datap_s) << "   data-parallel gradient exchange, slowest group\n"
-      << "  pipeline   " << format("%10.5f", plan.cost.pipeline_s) << "   activations forward + gradients back (2 x "
-      << format("%.5f", plan.cost.pipeline_s / 2) << ")\n"
-      << "  lower bound" << format("%10.5f", r.lower_bound_s) << "   optimality gap at most "
-      << format("%.1f%%", 100 * gap(total, r.lower_bound_s)) << "\n";
+      << "  total      " << format_number("%10.5f", total) << "   = DATAP + pipeline\n"
+      << "  DATAP      " << format_number("%10.5f", plan.cost.datap_s) << "   data-parallel gradient exchange, slowest group\n"
+      << "  pipeline   " << format_number("%10.5f", plan.cost.pipeline_s) << "   activations forward + gradients back (2 x "
+      << format_number("%.5f", plan.cost.pipeline_s / 2) << ")\n"
+      << "  lower bound" << format_number("%10.5f", r.lower_bound_s) << "   optimality gap at most "
+      << format_number("%.1f%%", 100 * gap(total, r.lower_bound_s)) << "\n";
   if (r.baselines.computed) {
     const auto& b = r.baselines;
     out << "\nBaselines, same cost model (placements scored as they run, no matching or path optimisation):\n"
-        << "  rank order, Megatron/DeepSpeed (stage = rank / D_dp)  " << format("%10.5f", b.rank_order_cost_s)
-        << format("   %.2fx ours\n", b.rank_order_cost_s / total)
-        << "  rank order, DT-FM (stage = rank mod D_pp)             " << format("%10.5f", b.dtfm_rank_order_cost_s)
-        << format("   %.2fx ours\n", b.dtfm_rank_order_cost_s / total)
+        << "  rank order, Megatron/DeepSpeed (stage = rank / D_dp)  " << format_number("%10.5f", b.rank_order_cost_s)
+        << format_number("   %.2fx ours\n", b.rank_order_cost_s / total)
+        << "  rank order, DT-FM (stage = rank mod D_pp)             " << format_number("%10.5f", b.dtfm_rank_order_cost_s)
+        << format_number("   %.2fx ours\n", b.dtfm_rank_order_cost_s / total)
         << "  best of " << b.random_samples << " random placements"
-        << std::string(b.random_samples < 10000 ? 24 : 23, ' ') << format("%10.5f", b.random_best_cost_s)
-        << format("   %.2fx ours\n", b.random_best_cost_s / total)
-        << "  genetic search without local search (scheduled)      " << format("%10.5f", b.no_local_search_cost_s)
-        << format("   %.2fx ours\n", b.no_local_search_cost_s / total);
+        << std::string(b.random_samples < 10000 ? 24 : 23, ' ') << format_number("%10.5f", b.random_best_cost_s)
+        << format_number("   %.2fx ours\n", b.random_best_cost_s / total)
+        << "  genetic search without local search (scheduled)      " << format_number("%10.5f", b.no_local_search_cost_s)
+        << format_number("   %.2fx ours\n", b.no_local_search_cost_s / total);
   }
   if (r.layout != nullptr) {
     out << "\nPredicted with the model, even layer split (geotrain plan --layout auto searches the layout):\n"
@@ -98,7 +98,7 @@ std::string render_plan_table(const PlanReport& r) {
   } else if (!r.layout_note.empty()) {
     out << "\nNo iteration prediction: " << r.layout_note << "\n";
   }
-  out << "\nPlanner time: " << format("%.3f s", r.result->seconds) << "\n";
+  out << "\nPlanner time: " << format_number("%.3f s", r.result->seconds) << "\n";
   return out.str();
 }
 
@@ -109,9 +109,9 @@ std::string render_layout_plan_table(const io::Scenario& scenario, const plan::L
   out << "geotrain plan: " << (scenario.name.empty() ? scenario.path : scenario.name) << ", layout search ("
       << why_auto << ")\n\n"
       << render_layout_section(layout, scenario, settings) << render_layout_reasons(layout)
-      << "\nCost model of this placement (DT-FM, seconds): total " << format("%.5f", plan.cost.total_s()) << " = DATAP "
-      << format("%.5f", plan.cost.datap_s) << " + pipeline " << format("%.5f", plan.cost.pipeline_s) << "\n"
-      << "\nPlanner time: " << format("%.3f s", layout.seconds) << "\n";
+      << "\nCost model of this placement (DT-FM, seconds): total " << format_number("%.5f", plan.cost.total_s()) << " = DATAP "
+      << format_number("%.5f", plan.cost.datap_s) << " + pipeline " << format_number("%.5f", plan.cost.pipeline_s) << "\n"
+      << "\nPlanner time: " << format_number("%.3f s", layout.seconds) << "\n";
   return out.str();
 }
 

@@ -33,6 +33,9 @@ struct PlanReport {
   std::string layout_note;
 };
 
+// One number through a printf pattern ("%.4f", "%8.1f%%"): the reports' formatter.
+std::string format_number(const char* pattern, double value);
+
 std::string render_plan_table(const PlanReport& report);
 // "4 12 20 28": a stage's devices in replica order, for tables.
 std::string device_list(const std::vector<int>& devices);

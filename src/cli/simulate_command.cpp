@@ -34,13 +34,8 @@ struct Resolved {
   plan::SimulationResult result;
   plan::PipelineWork work;
   plan::FlushRecommendation flush;
+  bool show_outer = false;  // --local-steps given (even 0): its settings and the bytes crossing sites
 };
-
-std::string fmt(const char* pattern, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, pattern, v);
-  return b;
-}
 
 bool on_off(const std::string& text) { return text == "on"; }
 
@@ -57,6 +52,7 @@ void resolve_config(const SimulateCommandOptions& o, Resolved& r) {
   file.batch = batch;
   c.model = io::training_shape(file);
   c.model.wire = traffic_encoding(o.compression);
+  c.model.outer = outer_sync(o.outer, o.compression.group_size);
   c.global_batch_sequences = batch.global_batch_sequences;
   c.micro_batch_sequences = batch.micro_batch_sequences;
   const io::DeviceSpeed device = r.model_file.device.value_or(io::DeviceSpeed{});
@@ -94,6 +90,7 @@ Resolved resolve(const SimulateCommandOptions& o) {
   for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
   r.model_file = io::load_model_file(o.model);
   resolve_config(o, r);
+  r.show_outer = o.outer.given();
   // Typed devices (the scenario's [device_types]) run at their own TFLOPS.
   if (r.scenario.network.typed()) r.config.device_tflops = r.scenario.network.device_tflops(r.config.peak_tflops);
   const plan::SimulationConfig& c = r.config;
@@ -126,11 +123,11 @@ std::string render_recommendation(const plan::FlushRecommendation& f) {
   const plan::FlushCandidate &choice = f.choice(), &best = f.candidates[f.best];
   std::ostringstream out;
   out << "Recommendation: " << choice.micro_batches_per_flush << " micro-batches per flush (utilisation "
-      << fmt("%.1f%%", 100 * choice.utilisation_mean) << ", iteration " << fmt("%.4f", choice.iteration_s)
-      << " s): the smallest flush within " << fmt("%g%%", 100 * f.tolerance) << " of the best, "
-      << best.micro_batches_per_flush << " (" << fmt("%.1f%%", 100 * best.utilisation_mean) << ")\n  flush:";
+      << format_number("%.1f%%", 100 * choice.utilisation_mean) << ", iteration " << format_number("%.4f", choice.iteration_s)
+      << " s): the smallest flush within " << format_number("%g%%", 100 * f.tolerance) << " of the best, "
+      << best.micro_batches_per_flush << " (" << format_number("%.1f%%", 100 * best.utilisation_mean) << ")\n  flush:";
   for (const auto& candidate : f.candidates) {
-    out << " " << candidate.micro_batches_per_flush << fmt(" %.1f%%", 100 * candidate.utilisation_mean);
+    out << " " << candidate.micro_batches_per_flush << format_number(" %.1f%%", 100 * candidate.utilisation_mean);
   }
   out << "\n";
   return out.str();
@@ -141,27 +138,45 @@ std::string head_text(const plan::SimulationConfig& c) {
   return c.tied_head ? "on (tied: wte's gradient swapped between first and last stage)" : "on (untied)";
 }
 
+// Bytes crossing sites per step, data parallel amortised over the local steps.
+std::string render_cross_site(const Resolved& r) {
+  const auto& res = r.result;
+  if (r.scenario.network.site_of_device.empty()) return "  crossing sites   n/a (the network has no sites)\n";
+  return "  crossing sites   " + format_number("%12.4g", res.cross_site_bytes()) + "   bytes per step: pipeline " +
+         format_number("%.4g", res.cross_site_pipeline_bytes) + ", data parallel " +
+         format_number("%.4g", res.cross_site_datap_bytes) + ", tied embedding " +
+         format_number("%.4g", res.cross_site_tied_bytes) + "\n";
+}
+
 std::string render_results(const Resolved& r) {
   const auto& c = r.config;
   const auto& res = r.result;
   std::ostringstream out;
   out << "\nOne iteration (seconds):\n"
-      << "  iteration        " << fmt("%12.4f", res.iteration_s) << "\n"
-      << "  pipeline phase   " << fmt("%12.4f", res.pipeline_phase_s) << "   start to the last backward (slowest replica)\n"
-      << "  compute          " << fmt("%12.4f", res.compute_s) << "   busiest device, forward + backward\n"
-      << "  pipeline sends   " << fmt("%12.4f", res.pipeline_comm_s)
+      << "  iteration        " << format_number("%12.4f", res.iteration_s) << "\n"
+      << "  pipeline phase   " << format_number("%12.4f", res.pipeline_phase_s) << "   start to the last backward (slowest replica)\n"
+      << "  compute          " << format_number("%12.4f", res.compute_s) << "   busiest device, forward + backward\n"
+      << "  pipeline sends   " << format_number("%12.4f", res.pipeline_comm_s)
       << "   busiest device's links busy sending activations + gradients (bytes/beta)\n"
-      << "  DP exchange      " << fmt("%12.4f", res.datap_comm_s) << "   slowest stage group\n"
-      << "  bubble           " << fmt("%11.1f%%", 100 * res.bubble_fraction)
+      << "  DP exchange      " << format_number("%12.4f", res.datap_comm_s)
+      << (c.model.outer.enabled() ? "   slowest stage group's sync / H (per step)\n" : "   slowest stage group\n")
+      << "  bubble           " << format_number("%11.1f%%", 100 * res.bubble_fraction)
       << "   share of the pipeline phase without compute\n";
   if (res.tied_exchange_s > 0) {
-    out << "  tied embedding   " << fmt("%12.4f", res.tied_exchange_s)
+    out << "  tied embedding   " << format_number("%12.4f", res.tied_exchange_s)
         << "   first <-> last stage swap of wte's gradient (slowest replica), after their DP exchanges\n";
   }
-  out << "  utilisation      " << fmt("%11.1f%%", 100 * res.utilisation_mean) << fmt("   mean, %.1f%% min", 100 * res.utilisation_min)
+  if (c.model.outer.enabled()) {
+    out << "  local step       " << format_number("%12.4f", res.local_step_s)
+        << "   a step without data-parallel traffic\n"
+        << "  outer sync wait  " << format_number("%12.4f", res.outer_exposed_s)
+        << "   per step: what the steps wait for the syncs, amortised over H\n";
+  }
+  if (r.show_outer) out << render_cross_site(r);
+  out << "  utilisation      " << format_number("%11.1f%%", 100 * res.utilisation_mean) << format_number("   mean, %.1f%% min", 100 * res.utilisation_min)
       << " over devices: compute / iteration\n"
-      << "Throughput: " << fmt("%.4f", res.pflops) << " PFLOPS (" << plan::to_string(c.flops_formula) << " FLOP count, "
-      << fmt("%.4g", res.flops_per_iteration) << " per iteration), " << fmt("%.0f", res.tokens_per_s) << " tokens/s\n";
+      << "Throughput: " << format_number("%.4f", res.pflops) << " PFLOPS (" << plan::to_string(c.flops_formula) << " FLOP count, "
+      << format_number("%.4g", res.flops_per_iteration) << " per iteration), " << format_number("%.0f", res.tokens_per_s) << " tokens/s\n";
   if (!r.flush.candidates.empty()) out << render_recommendation(r.flush);
   return out.str();
 }
@@ -177,21 +192,23 @@ std::string render_table(const Resolved& r) {
       << "  model " << c.model.name << ": " << c.model.layers << " layers, hidden " << c.model.hidden << ", sequence "
       << c.model.sequence_length << ", vocabulary " << c.model.vocabulary << "; batch " << c.global_batch_sequences
       << " sequences, micro-batch " << c.micro_batch_sequences << "\n"
-      << "  device " << fmt("%g", c.peak_tflops) << " TFLOPS peak x " << fmt("%g", c.efficiency) << " = "
-      << fmt("%.4g", c.peak_tflops * c.efficiency) << " TFLOPS each\n"
-      << "  placement " << plan::to_string(r.placement) << " (cost model " << fmt("%.5f", r.plan_cost_s) << " s";
-  if (r.placement == plan::Placement::planned) out << ", planner " << fmt("%.2f", r.placed.planner_seconds) << " s";
+      << "  device " << format_number("%g", c.peak_tflops) << " TFLOPS peak x " << format_number("%g", c.efficiency) << " = "
+      << format_number("%.4g", c.peak_tflops * c.efficiency) << " TFLOPS each\n"
+      << "  placement " << plan::to_string(r.placement) << " (cost model " << format_number("%.5f", r.plan_cost_s) << " s";
+  if (r.placement == plan::Placement::planned) out << ", planner " << format_number("%.2f", r.placed.planner_seconds) << " s";
   out << "); schedule " << plan::to_string(c.schedule) << ", " << res.micro_batches << " micro-batches per replica = "
       << res.flushes << " flush" << (res.flushes > 1 ? "es" : "") << " of " << res.micro_batches_per_flush << "\n"
       << "  communication " << (c.overlap_communication ? "overlapped with compute" : "blocking (batched p2p)")
       << ", data parallel " << plan::to_string(c.dp_scheme)
-      << (c.gradient_bucket_mb > 0 ? " in buckets of " + fmt("%g", c.gradient_bucket_mb) + " MiB from the last backward"
+      << (c.gradient_bucket_mb > 0 ? " in buckets of " + format_number("%g", c.gradient_bucket_mb) + " MiB from the last backward"
                                    : std::string(" after the backward"))
       << ", recomputation " << (c.recompute ? "on" : "off") << ", LM head " << head_text(c) << "\n"
       << "  wire: "
       << describe_traffic(c.model, static_cast<double>(c.micro_batch_sequences) * c.model.sequence_length * c.model.hidden,
                           plan::stage_parameters(c.model, 0, plan.pipeline_stages))
-      << "\n\n";
+      << "\n";
+  if (r.show_outer) out << "  outer: " << describe_outer(c.model.outer) << "\n";
+  out << "\n";
 
   out << "Stages (times per micro-batch; stages[s][r] sends to stages[s+1][r]):\n"
       << "  stage  forward ms  backward ms  gradient MB  DP exchange s  last backward s  devices by replica\n";
@@ -236,6 +253,23 @@ void add_extension_json(const Resolved& r, nlohmann::json& j) {
                          {"best_micro_batches_per_flush", f.candidates[f.best].micro_batches_per_flush},
                          {"tolerance", f.tolerance},
                          {"candidates", candidates}};
+}
+
+// Local steps and the bytes crossing sites (only with --local-steps, so the
+// synchronous output stays as it was).
+void add_outer_json(const Resolved& r, nlohmann::json& j) {
+  const plan::OuterSync& outer = r.config.model.outer;
+  const auto& res = r.result;
+  j["local_steps"] = outer.local_steps;
+  j["outer_wire"] = outer.enabled() ? encoding_json(outer.wire.value_or(WireEncoding{})) : nullptr;
+  j["outer_fragments"] = outer.fragments;
+  j["local_step_s"] = res.local_step_s;
+  j["outer_exposed_s"] = res.outer_exposed_s;
+  const bool sites = !r.scenario.network.site_of_device.empty();
+  j["cross_site_bytes_per_step"] = sites ? nlohmann::json(res.cross_site_bytes()) : nlohmann::json(nullptr);
+  j["cross_site_pipeline_bytes"] = sites ? nlohmann::json(res.cross_site_pipeline_bytes) : nlohmann::json(nullptr);
+  j["cross_site_datap_bytes"] = sites ? nlohmann::json(res.cross_site_datap_bytes) : nlohmann::json(nullptr);
+  j["cross_site_tied_bytes"] = sites ? nlohmann::json(res.cross_site_tied_bytes) : nlohmann::json(nullptr);
 }
 
 std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
@@ -287,6 +321,7 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["stage_last_backward_s"] = res.stage_last_backward_s;
   j["stages"] = r.placed.plan.stages;
   add_extension_json(r, j);
+  if (r.show_outer) add_outer_json(r, j);
   return j.dump(2) + "\n";
 }
 
@@ -295,7 +330,7 @@ std::string render_timeline(const Resolved& r) {
   out << "replica,stage,device,step,start_s,end_s\n";
   for (const plan::TraceEvent& e : r.result.trace) {
     out << e.replica << "," << e.stage << "," << r.placed.plan.stages[e.stage][e.replica] << ","
-        << plan::to_string(e.step) << "," << fmt("%.9g", e.start_s) << "," << fmt("%.9g", e.end_s) << "\n";
+        << plan::to_string(e.step) << "," << format_number("%.9g", e.start_s) << "," << format_number("%.9g", e.end_s) << "\n";
   }
   return out.str();
 }
@@ -348,6 +383,7 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
                 "the LM head is its own V x h matrix on the last stage (implies --lm-head on); default: tied to "
                 "wte, whose gradient the first and last stage swap every iteration");
   add_compression_options(sim, o.compression);
+  add_outer_options(sim, o.outer);
   sim->add_option("--flush-tolerance", o.flush_tolerance,
                   "recommendation: the smallest flush whose utilisation is within this share of the best (0.02)")
       ->check(CLI::Range(0.0, 0.99));

@@ -26,6 +26,8 @@ CostModel::CostModel(const Network& network, const Workload& workload)
       // §2.2: one shard each way; §2.3: activation forward, gradient back.
       datap_pair_[u * n_ + v] =
           network.transfer_s(u, v, shard_bytes) + network.transfer_s(v, u, shard_bytes);
+      // Local steps: one exchange every H steps, its time spread over them.
+      if (workload.datap_period_steps > 1) datap_pair_[u * n_ + v] /= workload.datap_period_steps;
       link_[u * n_ + v] = network.transfer_s(u, v, pp_bytes) + network.transfer_s(v, u, pp_bytes);
     }
   }

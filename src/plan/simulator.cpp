@@ -9,6 +9,7 @@
 
 #include "geotrain/common/enum_names.hpp"
 #include "geotrain/plan/cost_model.hpp"
+#include "simulator_internal.hpp"
 
 namespace geotrain::plan {
 namespace {
@@ -123,14 +124,18 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
     double parameters = stage_parameters(m, layers[s], s == 0, s == stages - 1);
     // The last stage holds the head: a copy of wte if tied (with D_pp = 1 it is stage 0's own), or its own.
     if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += head;
-    w.gradient_bytes.push_back(traffic_bytes(m.wire.gradients, parameters, m.gradient_bytes));
+    // Local steps: the pseudo-gradient on the outer wire, no per-step gradient.
+    const auto& gradient_wire = m.outer.enabled() ? m.outer.wire : m.wire.gradients;
+    w.gradient_bytes.push_back(traffic_bytes(gradient_wire, parameters, m.gradient_bytes));
   }
+  w.outer = m.outer;
   const double values = static_cast<double>(c.micro_batch_sequences) * m.sequence_length * m.hidden;
   w.activation_bytes = traffic_bytes(m.wire.activations, values, m.activation_bytes);
   if (m.wire.activations || m.wire.activation_gradients) {
     w.activation_gradient_bytes = traffic_bytes(m.wire.activation_gradients, values, m.activation_bytes);
   }
-  if (c.gradient_bucket_mb > 0) {
+  // Buckets overlap a per-step exchange with the backward; the outer sync follows the optimizer step.
+  if (c.gradient_bucket_mb > 0 && !m.outer.enabled()) {
     const double per_layer = 12.0 * m.hidden * m.hidden + 13.0 * m.hidden;  // GPT-2 block: weights and biases
     const double bucket_values = c.gradient_bucket_mb * (1 << 20) / 4.0;  // the runtime's fp32 floats
     w.bucket_bytes = traffic_bytes(m.wire.gradients, bucket_values, m.gradient_bytes);
@@ -489,13 +494,9 @@ void add_tied_exchange(const Network& net, const Plan& plan, const PipelineWork&
   if (last < 1 || !(w.tied_embedding_bytes > 0)) return;
   const double first_ready = result->stage_last_backward_s[0] + result->stage_datap_s[0];
   const double last_ready = result->stage_last_backward_s[last] + result->stage_datap_s[last];
-  for (int r = 0; r < plan.data_parallel; ++r) {
-    const int head = plan.stages[0][r], tail = plan.stages[last][r];
-    const double down = net.transfer_s(head, tail, w.tied_embedding_bytes);
-    const double up = net.transfer_s(tail, head, w.tied_embedding_bytes);
-    result->tied_exchange_s = std::max({result->tied_exchange_s, down, up});
-    result->iteration_s = std::max({result->iteration_s, first_ready + down, last_ready + up});
-  }
+  const simulation::TiedTransfer tied = simulation::tied_transfer_s(net, plan, w);
+  result->tied_exchange_s = std::max(tied.down_s, tied.up_s);
+  result->iteration_s = std::max({result->iteration_s, first_ready + tied.down_s, last_ready + tied.up_s});
 }
 
 }  // namespace
@@ -531,8 +532,13 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
       least_compute = std::min(least_compute, compute);
     }
   }
-  add_datap_exchanges(net, plan, w, &result);
-  add_tied_exchange(net, plan, w, &result);
+  if (w.outer.enabled()) {
+    simulation::add_outer_sync(net, plan, w, &result);
+  } else {
+    add_datap_exchanges(net, plan, w, &result);
+    add_tied_exchange(net, plan, w, &result);
+  }
+  simulation::add_cross_site_traffic(net, plan, w, &result);
   if (result.iteration_s > 0) {
     result.utilisation_mean = total_compute / (static_cast<double>(p) * d) / result.iteration_s;
     result.utilisation_min = least_compute / result.iteration_s;
@@ -551,6 +557,22 @@ SimulationResult simulate(const Network& net, const Plan& plan, const Simulation
   }
   return result;
 }
+
+namespace simulation {
+
+TiedTransfer tied_transfer_s(const Network& net, const Plan& plan, const PipelineWork& w) {
+  TiedTransfer slowest;
+  const int last = plan.pipeline_stages - 1;
+  if (last < 1 || !(w.tied_embedding_bytes > 0)) return slowest;
+  for (int r = 0; r < plan.data_parallel; ++r) {
+    const int head = plan.stages[0][r], tail = plan.stages[last][r];
+    slowest.down_s = std::max(slowest.down_s, net.transfer_s(head, tail, w.tied_embedding_bytes));
+    slowest.up_s = std::max(slowest.up_s, net.transfer_s(tail, head, w.tied_embedding_bytes));
+  }
+  return slowest;
+}
+
+}  // namespace simulation
 
 namespace {
 constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {{DataParallelScheme::paper, "paper"},

@@ -20,6 +20,13 @@ void encode_traffic(Workload& w, const TrafficEncoding& wire) {
   if (wire.gradients) w.c_dp_bytes = traffic_bytes(wire.gradients, gradients, w.model.gradient_bytes);
 }
 
+void apply_outer_sync(Workload& w, const OuterSync& outer) {
+  if (!outer.enabled()) return;
+  const double gradients = w.c_dp_bytes / w.model.gradient_bytes;
+  w.c_dp_bytes = traffic_bytes(outer.wire, gradients, w.model.gradient_bytes);
+  w.datap_period_steps = outer.local_steps;
+}
+
 double model_parameters(const ModelShape& m) {
   const double h = m.hidden;
   // Per block: QKV (3h^2 + 3h), output (h^2 + h), MLP (8h^2 + 5h), two norms (4h).
@@ -39,7 +46,10 @@ Workload workload_from_model(const TrainingShape& model, int pipeline_stages, in
   w.c_pp_bytes = model.tokens_per_step / data_parallel * model.hidden * model.activation_bytes;
   // Each stage exchanges the gradient of its share of the parameters.
   w.c_dp_bytes = model_parameters(model) / pipeline_stages * model.gradient_bytes;
-  encode_traffic(w, model.wire);
+  TrafficEncoding wire = model.wire;
+  if (model.outer.enabled()) wire.gradients.reset();  // no per-step gradient exchange to encode
+  encode_traffic(w, wire);
+  apply_outer_sync(w, model.outer);
   return w;
 }
 

@@ -90,6 +90,19 @@ expect_input_error(simulate-batch "tiny\\.toml.*global batch 7 is not a multiple
 expect_input_error(simulate-no-model "command line.*--model" simulate --scenario ${SCN}/tiny-2x2.toml)
 expect_input_error(simulate-bad-schedule "command line.*--schedule"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --schedule pipedream)
+# Local steps: the data-parallel bytes crossing sites fall H-fold on the same placement.
+add_test(NAME cli.simulate.local-steps
+  COMMAND sh -c "for h in 0 50; do \"$1\" simulate --scenario \"$2\" --model \"$3\" --placement dtfm-rank-order --local-steps $h --json > \"$5/local-$h.json\" || exit 1; done; \"$4\" -c \"import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert b['local_steps']==50 and b['outer_wire']['format']=='fp32', b; assert abs(a['cross_site_datap_bytes']/b['cross_site_datap_bytes']-50)<1e-9, (a['cross_site_datap_bytes'], b['cross_site_datap_bytes']); assert b['iteration_s']<a['iteration_s'] and b['utilisation_mean']>a['utilisation_mean']\" \"$5/local-0.json\" \"$5/local-50.json\""
+          _ ${GT} ${SCN}/world-wide.toml ${MOD}/gpt3-xl.toml ${Python3_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR})
+# Local steps: each bad value names its flag.
+expect_input_error(simulate-negative-local-steps "command line.*--local-steps"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps -1)
+expect_input_error(simulate-bad-outer-wire "command line.*--outer-wire.*int2"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 10 --outer-wire int2)
+expect_input_error(simulate-fragments-not-dividing "command line.*--outer-fragments.*3 fragments do not divide --local-steps 10"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 10 --outer-fragments 3)
+expect_input_error(plan-outer-wire-without-local-steps "command line.*--outer-wire.*needs --local-steps"
+  plan --scenario ${SCN}/tiny-2x2.toml --outer-wire int8)
 
 # Training from the command line: bad configuration -> exit 2 naming the key;
 # device = cuda without a usable GPU -> exit 1 with what to do.

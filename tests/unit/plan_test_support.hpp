@@ -36,6 +36,15 @@ inline Network uniform_network(int n, double bandwidth_bytes_per_s) {
   return net;
 }
 
+// Two devices, `latency_s` one way each, 0 -> 1 at `forward` and 1 -> 0 at
+// `back` bytes/s: the toy network of the simulator tests.
+inline Network two_device_network(double latency_s, double forward, double back) {
+  Network net = uniform_network(2, forward);
+  net.latency_s = {0.0, latency_s, latency_s, 0.0};
+  net.bandwidth_bytes_per_s[2] = back;
+  return net;
+}
+
 // Replica r at stage s runs on device s * dp + r (any bijection would do).
 inline Plan grid_plan(int pp, int dp) {
   Plan plan;

@@ -13,7 +13,7 @@ namespace geotrain::plan {
 namespace {
 
 using testing::grid_plan;
-using testing::uniform_network;
+using testing::two_device_network;
 
 WireEncoding encoding(WireFormat format, int group = 64, double fraction = 0.01) { return {format, group, fraction}; }
 
@@ -94,8 +94,7 @@ TEST(CompressedWorkload, CostModelLinksCarryBothDirectionsSizes) {
   // 2 devices, pp 2 x dp 1, latency 1 ms, 1e6 B/s. Per direction 2048 x 128 =
   // 262,144 values: int8 forward 262,144 + 4,096 x 4 = 278,528 B; int4 back
   // 131,072 + 16,384 = 147,456 B. link = 2 x 0.001 + (278,528 + 147,456) / 1e6.
-  Network net = uniform_network(2, 1e6);
-  net.latency_s = {0.0, 0.001, 0.001, 0.0};
+  Network net = two_device_network(0.001, 1e6, 1e6);
   TrainingShape m = toy_shape();
   EXPECT_NEAR(CostModel(net, workload_from_model(m, 2, 1)).pipeline_link(0, 1), 0.002 + 2 * 524288 / 1e6, 1e-15);
   m.wire.activations = encoding(WireFormat::int8);
@@ -131,7 +130,7 @@ TEST(CompressedSimulation, PipelineMessagesShrinkTheStepByTheSavedBytes) {
   // int8 both ways: 1,048,576 + 16,384 x 4 = 1,114,112 B each: 2.228224 s (1.96608 s less).
   const double compute = 2.40518168576e-7;
   SimulationConfig c = communication_bound(ModelShape{"wide", 2, 1024, 8, 64, 1024}, 1);
-  const Network net = uniform_network(2, 1e6);
+  const Network net = two_device_network(0.0, 1e6, 1e6);
   const double fp16 = simulate(net, grid_plan(2, 1), c).iteration_s;
   EXPECT_NEAR(fp16, 4.194304 + compute, 1e-12);
   c.model.wire.activations = encoding(WireFormat::int8);
@@ -153,7 +152,7 @@ TEST(CompressedSimulation, GradientExchangeShrinksByTheSavedBytes) {
   // top-k 1%: ceil(583.04) = 584 pairs = 4,672 B: 0.004672 s.
   SimulationConfig c = communication_bound(ModelShape{"narrow", 1, 64, 4, 64, 64}, 2);
   c.dp_scheme = DataParallelScheme::direct;
-  const Network net = uniform_network(2, 1e6);
+  const Network net = two_device_network(0.0, 1e6, 1e6);
   const SimulationResult fp32 = simulate(net, grid_plan(1, 2), c);
   EXPECT_NEAR(fp32.datap_comm_s, 0.233216, 1e-15);
   c.model.wire.gradients = encoding(WireFormat::int8);

@@ -30,12 +30,7 @@ PipelineWork two_stage_work(double tied_bytes) {
 }
 
 // Latency 10 ms everywhere; 1e6 B/s, and `back` B/s from device 1 to 0.
-Network two_devices(double back) {
-  Network net = uniform_network(2, 1e6);
-  net.latency_s = {0.0, 0.01, 0.01, 0.0};
-  net.bandwidth_bytes_per_s[2] = back;
-  return net;
-}
+Network two_devices(double back) { return testing::two_device_network(0.01, 1e6, back); }
 
 TEST(TiedEmbedding, TwoStageTransferByHand) {
   // F0 0 -> 0.1; activation 1e4 / 1e6 = 0.01 + 0.01 latency: arrives 0.12;
@@ -180,8 +175,7 @@ TEST(GradientBuckets, OverlapWithTheLastBackwardByHand) {
   w.gradient_bytes = {3e5};
   w.layer_gradient_bytes = {2e5};
   w.dp_scheme = DataParallelScheme::direct;
-  Network net = testing::uniform_network(2, 1e6);
-  net.latency_s = {0.0, 0.01, 0.01, 0.0};
+  const Network net = two_devices(1e6);
   const Plan plan = testing::grid_plan(1, 2);
   // After the backward: 0.5 + 0.01 + 0.3 = 0.81.
   EXPECT_NEAR(simulate(net, plan, w).iteration_s, 0.81, 1e-12);

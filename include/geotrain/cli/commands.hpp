@@ -21,6 +21,15 @@ struct CompressionOptions {
   int group_size = kDefaultWireGroupSize;       // as compression.group_size
 };
 
+// --local-steps, --outer-wire, --outer-fragments of plan and simulate: the
+// runtime's [outer] keys (local_steps, wire, fragments).
+struct OuterOptions {
+  int local_steps = -1;  // -1: not given (synchronous, output as before); 0: synchronous; H >= 1: local steps
+  std::string wire;      // "": fp32; fp32 | int8 | int4 (group size: --group-size)
+  int fragments = 0;     // 0: the whole stage at each sync; F: streamed in F fragments
+  bool given() const { return local_steps >= 0; }
+};
+
 struct PlanCommandOptions {
   std::string scenario;
   std::string model;   // "": the scenario's [workload] model
@@ -39,6 +48,7 @@ struct PlanCommandOptions {
   std::string hostfile;        // Open MPI hostfile: each host with its device count
   std::string slurm_hostfile;  // one host per rank, for SLURM_HOSTFILE + srun --distribution=arbitrary
   CompressionOptions compression;
+  OuterOptions outer;
   bool candidates_given = false;  // --candidates on the command line (the layout search's default is smaller)
   // The layout (src/plan/README.md, "Layout search"): "auto" searches pp,
   // dp, micro-batch, layers per stage and idle devices; "fixed" keeps the
@@ -82,6 +92,7 @@ struct SimulateCommandOptions {
   std::string lm_head;             // "on" / "off"; "": off, or on with --untied-head
   bool untied_head = false;        // the last stage holds its own head; no tied-embedding exchange
   CompressionOptions compression;
+  OuterOptions outer;
   double gradient_bucket_mb = -1;  // > 0: data-parallel sums start in buckets during the last backward; < 0: by --system
   double flush_tolerance = 0.02;   // the recommended flush: utilisation within this share of the best
   std::string flops_formula = "paper";

@@ -107,6 +107,10 @@ struct PipelineWork {
   // Per device of the network (by id): multiplies forward_s and backward_s
   // on that device (reference rate / the device's rate); empty: 1 everywhere.
   std::vector<double> device_time_scale;
+  // Local steps (TrainingShape::outer): gradient_bytes are then each
+  // stage's pseudo-gradient on the wire, exchanged every local_steps steps
+  // instead of every step (src/plan/README.md, "Local steps").
+  OuterSync outer;
 };
 
 // Per-micro-batch compute of one stage from FLOPs: layers as
@@ -147,7 +151,16 @@ struct SimulationResult {
   // the mean and the least over all devices.
   double utilisation_mean = 0, utilisation_min = 0;
   double tied_exchange_s = 0;   // slowest replica's tied-embedding transfer (slower direction); 0: none
-  std::vector<double> stage_datap_s;         // exchange time of each stage group
+  // Local steps: iteration_s is the step time averaged over H steps, and
+  // datap_comm_s the slowest group's exchange / H. local_step_s: a step
+  // without data-parallel traffic; outer_exposed_s: what the steps wait for
+  // the syncs, per step (iteration_s - local_step_s).
+  double local_step_s = 0, outer_exposed_s = 0;
+  // Bytes sent between devices of different sites per step (data parallel:
+  // amortised over local steps); all 0 where the network has no sites.
+  double cross_site_pipeline_bytes = 0, cross_site_datap_bytes = 0, cross_site_tied_bytes = 0;
+  double cross_site_bytes() const { return cross_site_pipeline_bytes + cross_site_datap_bytes + cross_site_tied_bytes; }
+  std::vector<double> stage_datap_s;         // exchange time of each stage group (local steps: one sync, whole stage)
   std::vector<double> stage_last_backward_s; // when each group's last backward ends
   int micro_batches = 0;        // per replica per iteration
   int micro_batches_per_flush = 0;

@@ -21,6 +21,22 @@ struct TrafficEncoding {
 // (wire_encoded_bytes, the runtime's formula), or values * value_bytes.
 double traffic_bytes(const std::optional<WireEncoding>& encoding, double values, int value_bytes);
 
+// Local steps (DiLoCo-style data parallelism; the runtime's [outer] keys):
+// each replica takes `local_steps` inner steps alone, then the replicas sum
+// their pseudo-gradients (parameters at the last sync minus now), encoded as
+// `wire`, over the data-parallel group. No gradient is exchanged between
+// syncs. fragments > 0 streams the sync: a stage's parameters in that many
+// equal fragments, one synchronised every local_steps / fragments steps,
+// its exchange overlapping the inner steps that follow; 0: the whole stage
+// at once, the step waiting for it.
+struct OuterSync {
+  int local_steps = 0;  // H; 0: synchronous data parallelism, a gradient exchange every step
+  std::optional<WireEncoding> wire;  // unset: fp32, the model's gradient bytes per value
+  int fragments = 0;
+  bool enabled() const { return local_steps > 0; }
+  bool streamed() const { return enabled() && fragments > 0; }
+};
+
 // A model as the cost model sees it: its shape, the tokens of one global
 // batch (every replica's micro-batches) and the bytes of a value on the wire.
 // Default: the paper's GPT3-XL, batch 1024 sequences, fp16 activations.
@@ -35,6 +51,7 @@ struct TrainingShape : ModelShape {
   int activation_bytes = 2;  // fp16 activations on the wire
   int gradient_bytes = 4;    // fp32 gradients in the exchange
   TrafficEncoding wire;      // compressed traffic, where set
+  OuterSync outer;           // local steps; off by default
 };
 
 struct Workload {
@@ -44,7 +61,10 @@ struct Workload {
   // Their gradients coming back over the same boundary; unset: c_pp_bytes
   // (the paper's model: both directions carry c_PP).
   std::optional<double> c_pp_gradient_bytes;
-  double c_dp_bytes = 0;    // gradient bytes of one stage
+  double c_dp_bytes = 0;    // gradient bytes of one stage (with local steps: its pseudo-gradient)
+  // Steps per data-parallel exchange (local steps: H): the cost model
+  // amortises DATAP over them. 1: every step (the paper).
+  int datap_period_steps = 1;
   std::string origin;       // "model" or "dtfm-original"
   TrainingShape model;
   int devices() const { return pipeline_stages * data_parallel; }
@@ -57,7 +77,8 @@ double model_parameters(const ModelShape& model);
 
 // c_PP = (tokens_per_step / D_dp) * hidden * activation_bytes
 // c_DP = model_parameters / D_pp * gradient_bytes
-// then model.wire applied (encode_traffic).
+// then model.wire applied (encode_traffic); with model.outer enabled, c_DP
+// is the pseudo-gradient under outer.wire, exchanged every H steps.
 Workload workload_from_model(const TrainingShape& model, int pipeline_stages, int data_parallel);
 
 // Re-prices c_PP (forward), the activation gradients back and c_DP under
@@ -65,6 +86,11 @@ Workload workload_from_model(const TrainingShape& model, int pipeline_stages, in
 // value) encoded as wire_encoded_bytes encodes one message of that many
 // values. Classes `wire` leaves unset keep their bytes.
 void encode_traffic(Workload& workload, const TrafficEncoding& wire);
+
+// Local steps: c_DP becomes the pseudo-gradient (c_DP's unencoded value
+// count under outer.wire), exchanged every outer.local_steps steps. Call it
+// on an unencoded c_DP (encode_traffic without its gradients class).
+void apply_outer_sync(Workload& workload, const OuterSync& outer);
 
 // The constants of the original DT-FM scheduler, reproduced exactly so that
 // costs compare one-to-one with its published runs (reference §2.1, §8.2):
