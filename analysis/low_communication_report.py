@@ -167,7 +167,7 @@ def convergence(summary_path, emulated, plot_dir):
              f"Model `{summary['model']}`, {summary['steps']} steps, {summary['ranks']} ranks = "
              f"{summary['stages']} stages x {summary['replicas']} replicas, each replica 4 micro-batches of 2 "
              "sequences per step, the same tokens in the same order in every case; the validation loss every 50 "
-             "steps (right after an outer step for H = 5, 10, 25, 50). Peer: synchronous training (`sync`), "
+             "steps (right after an outer step for H = 10 and 50 unstreamed). Outer step: learning rate 0.7, Nesterov momentum 0.5 (the defaults) unless the case says otherwise. Peer: synchronous training (`sync`), "
              "same binary, same script.\n",
              "| case | options | data-parallel exchanges per step | validation loss at each 50 steps | final | vs sync |",
              "|---|---|---:|---|---:|---:|"]

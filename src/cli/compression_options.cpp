@@ -50,11 +50,11 @@ void add_outer_options(CLI::App* command, OuterOptions& o) {
                       "their pseudo-gradients; 0 = a gradient exchange every step (default)")
       ->check(CLI::Range(0, 1 << 20));
   command->add_option("--outer-wire", o.wire, "local steps: the pseudo-gradient on the wire, fp32, int8, int4 "
-                                              "(outer.wire; default fp32)")
+                                              "(the runtime's compression.gradients; default fp32)")
       ->check(CLI::IsMember({"fp32", "int8", "int4"}));
   command->add_option("--outer-fragments", o.fragments,
-                      "local steps: stream each stage's sync in F fragments, one every H/F steps, overlapping the "
-                      "steps that follow (outer.fragments; 0 = the whole stage at once, the default)")
+                      "local steps: stream each stage's sync in F <= H fragments, one every H/F steps, each "
+                      "overlapping the inner step that follows (outer.fragments; 1 = the whole stage at once, the default)")
       ->check(CLI::Range(0, 1 << 20));
 }
 
@@ -62,11 +62,12 @@ plan::OuterSync outer_sync(const OuterOptions& o, int group_size) {
   plan::OuterSync outer;
   const bool local = o.local_steps >= 1;
   if (!local && !o.wire.empty()) throw InputError("command line: --outer-wire: needs --local-steps >= 1");
-  if (!local && o.fragments > 0) throw InputError("command line: --outer-fragments: needs --local-steps >= 1");
+  if (!local && o.fragments > 1) throw InputError("command line: --outer-fragments: needs --local-steps >= 1");
   if (!local) return outer;
-  if (o.fragments > 0 && o.local_steps % o.fragments != 0) {
+  if (o.fragments > o.local_steps) {
     throw InputError("command line: --outer-fragments: " + std::to_string(o.fragments) +
-                     " fragments do not divide --local-steps " + std::to_string(o.local_steps));
+                     " fragments are more than --local-steps " + std::to_string(o.local_steps) +
+                     " (each is synchronised once every H steps, one step apart at least)");
   }
   outer.local_steps = o.local_steps;
   outer.fragments = o.fragments;

@@ -385,6 +385,16 @@ ModelFile load_model(const Config& config) {
   return file;
 }
 
+plan::OuterSync outer_sync(const Config& c) {
+  plan::OuterSync outer;
+  outer.local_steps = c.outer_local_steps;
+  outer.fragments = c.outer_fragments;
+  if (c.gradient_wire != WireFormat::fp32) {
+    outer.wire = WireEncoding{c.gradient_wire, c.compression_group_size, c.compression_topk_fraction};
+  }
+  return outer;
+}
+
 std::string describe(const Config& config) {
   Config copy = config;
   std::ostringstream out;

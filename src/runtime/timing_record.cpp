@@ -74,7 +74,8 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
     const double at_end = (s == 0 ? vocabulary + positions : 0.0) + tied_copy;
     work.layer_gradient_bytes.push_back(encoded(config.gradient_wire, std::max(parameters - at_end, 0.0)));
   }
-  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1) {
+  work.outer = io::outer_sync(config);
+  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1 && !work.outer.enabled()) {
     work.bucket_bytes = encoded(config.gradient_wire, config.gradient_bucket_mb * (1 << 20) / sizeof(float));
   }
   work.schedule = config.pipeline_schedule;

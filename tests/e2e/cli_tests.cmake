@@ -99,8 +99,8 @@ expect_input_error(simulate-negative-local-steps "command line.*--local-steps"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps -1)
 expect_input_error(simulate-bad-outer-wire "command line.*--outer-wire.*int2"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 10 --outer-wire int2)
-expect_input_error(simulate-fragments-not-dividing "command line.*--outer-fragments.*3 fragments do not divide --local-steps 10"
-  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 10 --outer-fragments 3)
+expect_input_error(simulate-fragments-beyond-local-steps "command line.*--outer-fragments.*12 fragments are more than --local-steps 10"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 10 --outer-fragments 12)
 expect_input_error(plan-outer-wire-without-local-steps "command line.*--outer-wire.*needs --local-steps"
   plan --scenario ${SCN}/tiny-2x2.toml --outer-wire int8)
 

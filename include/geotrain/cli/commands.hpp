@@ -22,11 +22,12 @@ struct CompressionOptions {
 };
 
 // --local-steps, --outer-wire, --outer-fragments of plan and simulate: the
-// runtime's [outer] keys (local_steps, wire, fragments).
+// runtime's outer.local_steps, compression.gradients (the pseudo-gradient's
+// wire under local steps) and outer.fragments.
 struct OuterOptions {
   int local_steps = -1;  // -1: not given (synchronous, output as before); 0: synchronous; H >= 1: local steps
   std::string wire;      // "": fp32; fp32 | int8 | int4 (group size: --group-size)
-  int fragments = 0;     // 0: the whole stage at each sync; F: streamed in F fragments
+  int fragments = 1;     // 1: the whole stage at each sync; F > 1: streamed in F fragments
   bool given() const { return local_steps >= 0; }
 };
 

@@ -25,16 +25,17 @@ double traffic_bytes(const std::optional<WireEncoding>& encoding, double values,
 // each replica takes `local_steps` inner steps alone, then the replicas sum
 // their pseudo-gradients (parameters at the last sync minus now), encoded as
 // `wire`, over the data-parallel group. No gradient is exchanged between
-// syncs. fragments > 0 streams the sync: a stage's parameters in that many
+// syncs. fragments > 1 streams the sync: a stage's parameters in that many
 // equal fragments, one synchronised every local_steps / fragments steps,
-// its exchange overlapping the inner steps that follow; 0: the whole stage
-// at once, the step waiting for it.
+// its exchange overlapping the one inner step that follows; 0 or 1: the
+// whole stage at once, the step waiting for it (the runtime's
+// outer.fragments = 1).
 struct OuterSync {
   int local_steps = 0;  // H; 0: synchronous data parallelism, a gradient exchange every step
   std::optional<WireEncoding> wire;  // unset: fp32, the model's gradient bytes per value
   int fragments = 0;
   bool enabled() const { return local_steps > 0; }
-  bool streamed() const { return enabled() && fragments > 0; }
+  bool streamed() const { return enabled() && fragments > 1; }
 };
 
 // A model as the cost model sees it: its shape, the tokens of one global

@@ -27,7 +27,7 @@ struct LocalStepsSettings {
   int local_steps = 1;  // H
   int fragments = 1;    // F <= H
   double learning_rate = 0.7;
-  double momentum = 0.9;  // Nesterov
+  double momentum = 0.5;  // Nesterov
   int replicas = 1;
 };
 

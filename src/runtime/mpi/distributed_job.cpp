@@ -292,7 +292,9 @@ class MpiCheckpointSink : public CheckpointSink {
 plan::TrainingShape shape_of(const ModelShape& m, const io::Config& c, int replicas) {
   const double tokens_per_step =
       static_cast<double>(c.micro_batch_sequences) * m.sequence_length * c.gradient_accumulation * replicas;
-  return plan::TrainingShape(m, tokens_per_step, 4, 4);
+  plan::TrainingShape shape(m, tokens_per_step, 4, 4);
+  shape.outer = io::outer_sync(c);  // local steps: the plan pays the data-parallel exchange once per H steps
+  return shape;
 }
 
 std::string format_plan(const plan::Plan& p, const std::string& placement, const plan::Network& net) {
