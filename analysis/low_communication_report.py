@@ -43,6 +43,7 @@ EMULATED = (  # (file stem, what it is, its convergence case for the wall-time c
     ("rank-order-inside-H10-F5-int4", "pipelines inside sites, H = 10, 5 fragments streamed, int4", "H10-F5-int4"),
     ("rank-order-inside-H20-int8", "pipelines inside sites, H = 20, int8", "H20-int8"),
     ("rank-order-pp1-H10-int8", "every rank a whole model (8 replicas), H = 10, int8", None),
+    ("rank-order-pp1-H10-int8-sites", "the same, a site's 2 replicas summing every step", None),
 )
 
 

@@ -105,6 +105,7 @@ std::vector<Field> fields(Config& c) {
       {"outer.learning_rate", &c.outer_learning_rate},
       {"outer.momentum", &c.outer_momentum},
       {"outer.fragments", &c.outer_fragments},
+      {"outer.sync_within_site", &c.outer_sync_within_site},
       {"optimizer.kind", &c.optimizer_kind},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
@@ -307,6 +308,9 @@ void check(const Config& c) {
     fail(where, "outer.fragments", "must be <= outer.local_steps (" + std::to_string(c.outer_local_steps) +
          "): each fragment is synchronised once every local_steps steps, one step apart at least; got " +
          std::to_string(c.outer_fragments));
+  }
+  if (c.outer_sync_within_site && c.outer_local_steps == 0) {
+    fail(where, "outer.sync_within_site", "needs outer.local_steps >= 1 (without local steps every replica sums every step)");
   }
   if (c.outer_local_steps > 0 && c.transport == Transport::nccl) {
     fail(where, "outer.local_steps", "needs network.transport = mpi (the outer step runs on the host)");

@@ -255,7 +255,8 @@ class RankTrainer {
            " bucket_mb=" + std::to_string(config_.gradient_bucket_mb) +
            " replicas=" + std::to_string(role_.replicas) +
            (local_steps() ? " local_steps=" + std::to_string(config_.outer_local_steps) +
-                                " fragments=" + std::to_string(config_.outer_fragments)
+                                " fragments=" + std::to_string(config_.outer_fragments) +
+                                (with_.within_site ? " within_site=" + std::to_string(role_.site_replicas) : "")
                           : std::string());
   }
 
@@ -371,13 +372,15 @@ class RankTrainer {
     }
     stage_.zero_grads();
     timeline_.record(io::EventKind::data, step_start, Clock::now());
-    // Local steps: each replica's gradient is the mean over its own tokens, not summed over replicas.
-    const int summed_replicas = local_steps() ? 1 : role_.replicas;
+    // Local steps: each replica's gradient is the mean over its own tokens
+    // (or its site's replicas' tokens), not summed over all replicas.
+    const int summed_replicas = !local_steps() ? role_.replicas : with_.within_site ? role_.site_replicas : 1;
+    Collectives& step_sums = with_.within_site ? *with_.within_site : with_.collectives;
     const double tokens = result_.tokens_per_step * summed_replicas / role_.replicas;
     double job_loss = pipeline_.run(batches, with_.links, static_cast<float>(1.0 / tokens));
     const auto sync_start = Clock::now();
     // The loss rides with the gradient and the norm: no exchange of its own.
-    const double norm = synchronize_gradients(stage_, with_.backend, with_.collectives, role_.stages, summed_replicas,
+    const double norm = synchronize_gradients(stage_, with_.backend, step_sums, role_.stages, summed_replicas,
                                               &job_loss, &timeline_, buckets_ ? &*buckets_ : nullptr);
     const auto optimizer_start = Clock::now();
     const double lr = optimizer_.step(step, norm);

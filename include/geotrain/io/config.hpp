@@ -102,6 +102,10 @@ struct Config {
   // steps staggered by local_steps / fragments, each exchange overlapping
   // the next inner step (1: the whole stage at once, not overlapped).
   int outer_fragments = 1;
+  // Hierarchical: replicas in one site (the network's site names: a
+  // scenario's [sites], or probed host names) still sum their gradients
+  // every step over their fast links; only the sites take local steps.
+  bool outer_sync_within_site = false;
   // [optimizer]
   InnerOptimizer optimizer_kind = InnerOptimizer::adamw;  // adamw | sgd
   double learning_rate = 1e-3;

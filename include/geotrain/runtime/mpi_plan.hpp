@@ -74,6 +74,8 @@ struct Topology {
   Communicator dp_comm;                       // those ranks; rank in it == replica
   Communicator pipeline_comm;                 // stages[*][replica]; rank in it == stage
   Communicator tied_comm;                     // this replica's first and last stage (pp > 1, those two only)
+  std::vector<int> site_ranks;                // dp_ranks in this rank's site (empty: sites not given)
+  Communicator site_comm;                     // those ranks; rank in it == position in site_ranks
   Communicator pipeline_links;                // a duplicate of the world communicator for activations
 };
 
@@ -83,8 +85,10 @@ struct Topology {
 // per replica and the tied-embedding pairs, duplicates `world` for the
 // point-to-point traffic (so its tags never meet a library's), and finds the
 // pipeline neighbours. A barrier with the deadline runs first, so a dead rank is
-// named instead of hanging the split.
-Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s);
+// named instead of hanging the split. With `site_of_rank`, also each data-parallel
+// group's members in one site (local steps' outer.sync_within_site).
+Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s,
+                       const std::vector<std::string>& site_of_rank = {});
 
 // One line: "rank 3: stage 1 of 2, replica 1 of 2, data-parallel group [1 3], previous 2, next -".
 std::string describe(const Topology& topology);

@@ -61,6 +61,10 @@ class MpiCollectives : public Collectives {
   // `gradient_codec`: how sum_data_parallel* put gradients on the wire
   // (fp32: exactly; lossy formats keep their error feedback here).
   MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec = {});
+  // The same, but the data-parallel sums go over this rank's site group only
+  // (topology.site_comm): local steps' per-step sum inside a site.
+  struct WithinSite {};
+  MpiCollectives(const Topology& topology, double deadline_s, WithinSite);
   void sum_data_parallel(float* host_data, std::size_t count) override;
   void sum_data_parallel_with_values(float* host_data, std::size_t count, double* values, int value_count) override;
   void sum_tied_embedding(float* host_data, std::size_t count) override;

@@ -80,6 +80,7 @@ struct RankRole {
   int replica = 0, replicas = 1;  // data-parallel position
   int rank = 0;                   // in the job (MPI_COMM_WORLD), for timing records
   bool reports = true;            // prints progress (one rank per job)
+  int site_replicas = 1;          // outer.sync_within_site: this stage's replicas in this rank's site
   model::StageSpec spec{};        // the layers it holds
   std::string plan_text;          // stored in checkpoints
 };
@@ -90,6 +91,7 @@ struct RankConnections {
   PipelineLinks& links;              // never used by a single-stage pipeline
   Collectives& collectives;
   CheckpointSink* checkpoints;       // null: no checkpoints
+  Collectives* within_site = nullptr;  // outer.sync_within_site: data-parallel sums over the site's replicas
 };
 
 // FLOPs of one token's forward + backward: 6 per parameter plus attention's

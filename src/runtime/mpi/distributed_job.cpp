@@ -399,6 +399,17 @@ class JobConnections {
                                                       wire_codec(config, config.activation_gradient_wire));
     }
     if (talk) log << "transport: " << (nccl_collectives_ ? "NCCL" : "MPI") << "\n";
+    if (config.outer_sync_within_site) {
+      if (topology.site_ranks.empty()) {
+        abort_all("outer.sync_within_site: the network names no sites (give network.matrix a scenario with [sites], "
+                  "or probe: sites are host names)");
+      }
+      within_site_.emplace(topology, deadline_s, MpiCollectives::WithinSite{});
+      if (talk) {
+        log << "local steps: replicas sum every step within their site (stage " << topology.stage << ": "
+            << topology.site_ranks.size() << " of " << topology.dp_ranks.size() << " replicas here)\n";
+      }
+    }
     if (!config.checkpoint_dir.empty()) {
       sink_.emplace(config.checkpoint_dir, config.checkpoint_keep,
                     sharded_form(config.checkpoint_form, topology.pipeline_stages * topology.data_parallel), deadline_s);
@@ -407,7 +418,7 @@ class JobConnections {
 
   RankConnections get() {
     Collectives& collectives = nccl_collectives_ ? *nccl_collectives_ : static_cast<Collectives&>(mpi_collectives_);
-    return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr};
+    return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr, within_site_ ? &*within_site_ : nullptr};
   }
 
  private:
@@ -416,6 +427,7 @@ class JobConnections {
   std::unique_ptr<PipelineLinks> links_;
   std::unique_ptr<Collectives> nccl_collectives_;
   std::optional<MpiCheckpointSink> sink_;
+  std::optional<MpiCollectives> within_site_;  // outer.sync_within_site
 };
 
 // Rank 0's closing lines: the summary and where a step's time went.
@@ -479,7 +491,8 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
 
   const plan::Network network = job_network(setup, ranks, talk, text);  // 1. measured, or given
   const plan::Plan the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, text);  // 2. on rank 0
-  const Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s);  // 3. communicators
+  const Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s,  // 3. communicators
+                                          config.outer_sync_within_site ? network.site_of_device : std::vector<std::string>{});
   JobConnections connections(config, topology, talk, text);
   RankRole role;
   role.stage = topology.stage, role.stages = the_plan.pipeline_stages;
@@ -488,6 +501,7 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   role.reports = root;
   role.spec = setup.stages[topology.stage];
   role.plan_text = format_plan(the_plan, plan::to_string(config.placement), network);
+  role.site_replicas = std::max<int>(1, static_cast<int>(topology.site_ranks.size()));
   if (kind == JobKind::evaluate) return evaluate_job(setup.inputs, role, connections.get(), log);
   const std::string timing_path = root ? io::expand_run_name(config.timing_file) : "";
   TrainResult result;

@@ -119,7 +119,8 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
   return *this;
 }
 
-Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s) {
+Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s,
+                       const std::vector<std::string>& site_of_rank) {
   Topology t;
   int size = 1;
   GT_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
@@ -164,7 +165,19 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   t.tied_comm = Communicator(tied);
   GT_MPI_CHECK(MPI_Comm_dup(world, &links));
   t.pipeline_links = Communicator(links);
-  for (MPI_Comm c : {dp, pipe, tied, links}) {
+  MPI_Comm site = MPI_COMM_NULL;
+  if (static_cast<int>(site_of_rank.size()) == size) {
+    // Colour: the group's first member in this rank's site (the same for all of them).
+    int colour = -1;
+    for (int member : t.dp_ranks) {
+      if (site_of_rank[member] != site_of_rank[t.rank]) continue;
+      if (colour < 0) colour = member;
+      t.site_ranks.push_back(member);
+    }
+    GT_MPI_CHECK(MPI_Comm_split(dp, colour, t.replica, &site));
+    t.site_comm = Communicator(site);
+  }
+  for (MPI_Comm c : {dp, pipe, tied, links, site}) {
     if (c != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   }
   return t;

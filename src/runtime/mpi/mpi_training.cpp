@@ -139,6 +139,14 @@ MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, Wire
                            topology.rank)),
       gradient_codec_(gradient_codec) {}
 
+MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WithinSite)
+    : MpiCollectives(topology, deadline_s) {
+  data_parallel_ = exchange_group(topology.site_comm.get(), topology.site_ranks, deadline_s,
+                                  "summing over the data-parallel group of stage " + std::to_string(topology.stage) +
+                                      " inside its site",
+                                  topology.rank);
+}
+
 void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
   sum_data_parallel_with_values(data, count, nullptr, 0);
 }

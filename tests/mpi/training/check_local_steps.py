@@ -16,11 +16,17 @@
    step-3 checkpoint), resumed from step 3 to 6: steps 4-6 losses and the
    final validation equal the uninterrupted run's bit for bit; the same
    checkpoint resumes on another layout (1x2) with a note.
+5. Sites (outer.sync_within_site): four replicas in one site sum every step,
+   so with outer rate 1 and no momentum the run is synchronous AdamW
+   training (validation within 1e-5 of the single rank); in two sites of two
+   (inputs/scenarios/tiny-2x2.toml), the replicas of a site agree after
+   every step and all four only after outer steps.
 
 usage: check_local_steps.py GEOTRAIN CONFIG -- MPIRUN...   (a Python with h5py)
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -105,7 +111,8 @@ def main():
         failures.append(f"the fragment schedule '{schedule}' is not in the log:\n{log}")
 
     # 4. Resume bit-exact with a fragment in flight; and on another layout.
-    streamed = ["--pipeline.stages=2", "--train.gradient_accumulation=2", "--outer.local_steps=2",
+    # Rank order: the same replica reports its own step losses in both runs.
+    streamed = ["--pipeline.placement=rank-order", "--pipeline.stages=2", "--train.gradient_accumulation=2", "--outer.local_steps=2",
                 "--outer.fragments=2", "--checkpoint.every_steps=3", "--checkpoint.keep=10"]
     whole, _ = run([*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, STEPS, 2), *streamed,
                     f"--checkpoint.dir={os.path.join(work, 'whole')}"], work)
@@ -126,7 +133,41 @@ def main():
     if len(losses(elsewhere, "step", "loss")) != STEPS - 3 or not noted:
         failures.append(f"resume on another layout: {elsewhere}\n{log}")
 
-    conclude(failures, "local steps: exact at H = 1, replicas agree after outer steps, schedule, bit-exact resume")
+    # 5. Replicas of one site sum every step.
+    one_site = os.path.join(work, "one-site.toml")
+    with open(one_site, "w") as f:
+        f.write("[network]\nlatency_ms = [[0,1,1,1],[1,0,1,1],[1,1,0,1],[1,1,1,0]]\n"
+                "bandwidth_gbps = [[0,10,10,10],[10,0,10,10],[10,10,0,10],[10,10,10,0]]\n"
+                'sites = ["A", "A", "A", "A"]\n')
+    adamw = short_run_flags(config, STEPS, 4) + ["--train.eval_every_steps=1"]  # 4 batches: one per replica
+    reference, _ = run([geotrain, "train", *adamw, "--pipeline.stages=1", f"--train.gradient_accumulation={MICRO_BATCHES}"], work)
+    sites = ["--outer.local_steps=2", "--outer.learning_rate=1", "--outer.momentum=0", "--outer.sync_within_site=true",
+             "--pipeline.stages=1", "--train.gradient_accumulation=1"]
+    records, log = run([*mpirun, "-np", "4", geotrain, "train", *adamw, *sites, f"--network.matrix={one_site}"], work)
+    got, golden = losses(records, "validation", "validation_loss"), losses(reference, "validation", "validation_loss")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, golden)) if len(got) == len(golden) else float("inf")
+    print(f"one site of 4, H=2 AdamW: worst relative difference {worst:.2e} from synchronous")
+    if worst > TOLERANCE or "sum every step within their site" not in log:
+        failures.append(f"one site: validation losses {got} vs synchronous {golden}\n{log}")
+    folder = os.path.join(work, "sites")
+    _, log = run([*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, 4, 2), *sites,
+                  "--network.matrix=" + os.path.join(os.path.dirname(config), "scenarios", "tiny-2x2.toml"),
+                  f"--checkpoint.dir={folder}", "--checkpoint.every_steps=1", "--checkpoint.keep=10",
+                  "--checkpoint.form=sharded"], work)
+    site_of_replica = {int(r): site for r, site in re.findall(r"^  pipeline (\d+): ranks \d+ \((\w+)\)$", log, re.M)}
+    for step in range(1, 5):
+        (digests,) = replica_parameters(os.path.join(folder, f"step_{step:08d}")).values()  # one stage
+        by_site = {}
+        for replica, digest in digests.items():
+            by_site.setdefault(site_of_replica.get(int(replica.split("_")[1]), "?"), set()).add(digest)
+        inside = sorted(by_site) == ["X", "Y"] and all(len(d) == 1 for d in by_site.values())
+        everywhere = len(set(digests.values())) == 1
+        print(f"two sites, after step {step}: within each site {'agree' if inside else 'DIFFER'}, "
+              f"across sites {'agree' if everywhere else 'differ'}")
+        if not inside or everywhere != (step % 2 == 0):
+            failures.append(f"two sites after step {step}: {by_site}")
+
+    conclude(failures, "local steps: exact at H = 1, replicas agree after outer steps, schedule, bit-exact resume, sites")
 
 
 if __name__ == "__main__":
