@@ -4,7 +4,7 @@
 # emulator against the probe and a link cut, the unit and MPI tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded code under
 # ThreadSanitizer, the fuzz harnesses for
-# a bounded time (GEOTRAIN_FUZZ_SECONDS each, 20), the CUDA backend's kernels
+# a bounded time (GEOTRAIN_FUZZ_SECONDS each, 12), the CUDA backend's kernels
 # executed on the CPU by the CUDA emulation (tests/cuda_emu), and a compile +
 # link of the CUDA backend when nvcc exists (no GPU needed). Exit status is
 # non-zero on any failure.
@@ -48,7 +48,7 @@ cmake --build --preset tsan -j "$jobs"
 ctest --preset tsan -j "$jobs"
 
 # libFuzzer (clang): every harness a bounded time on a copy of its corpus.
-bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-20}" build/fuzz/results
+bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-12}" build/fuzz/results
 
 # The CUDA kernels executed without a GPU (tests/cuda_emu): the .cu files
 # built by the host compiler, the golden and parity suites on them, again
