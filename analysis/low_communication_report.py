@@ -14,8 +14,9 @@ analysis/results/low_communication.md.
   against wall time on the emulated network (each case's steps times the
   emulated step time of its setting, where one was measured).
 
-The section "## Simulated at the paper's scale", if the report already has
-one, is kept as it is (written by hand from `geotrain simulate`).
+The sections named in KEPT, if the report already has them, are kept as
+they are (the outer-step sweep, the reading, and the simulated section from
+bench/local_steps_simulated.sh).
 
 usage: low_communication_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
 """
@@ -24,6 +25,8 @@ import os
 import re
 import sys
 import tomllib
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import emulation_report  # noqa: E402
@@ -42,8 +45,10 @@ EMULATED = (  # (file stem, what it is, its convergence case for the wall-time c
     ("rank-order-inside-H10-int8", "pipelines inside sites, H = 10, int8", "H10-int8"),
     ("rank-order-inside-H10-F5-int4", "pipelines inside sites, H = 10, 5 fragments streamed, int4", "H10-F5-int4"),
     ("rank-order-inside-H20-int8", "pipelines inside sites, H = 20, int8", "H20-int8"),
+    ("rank-order-inside-H20-F5-int4", "pipelines inside sites, H = 20, 5 fragments streamed, int4", None),
     ("rank-order-pp1-H10-int8", "every rank a whole model (8 replicas), H = 10, int8", None),
     ("rank-order-pp1-H10-int8-sites", "the same, a site's 2 replicas summing every step", None),
+    ("rank-order-pp1-H20-F5-int4", "every rank a whole model, H = 20, 5 fragments streamed, int4", None),
 )
 
 
@@ -79,7 +84,14 @@ def cross_site_bytes_per_step(run):
     tied = tied_bytes(run)
     stage_of = run.plan["stage_of_rank"]
     replica_of = run.plan["replica_of_rank"]
-    for rank, size in zip(e["rank"][allreduce], e["bytes"][allreduce]):
+    # outer.sync_within_site: each step's first gradient-sized sum is the
+    # site's (its group: the stage's replicas in the rank's site); a second
+    # one in the same step is the outer exchange over the whole group.
+    within_site = config_value(run, "outer.sync_within_site") == "true"
+    seen = set()
+    order = np.argsort(e["start"], kind="stable")
+    for i in order[allreduce[order]]:
+        rank, size, step = int(e["rank"][i]), int(e["bytes"][i]), int(e["step"][i])
         if size <= SCALAR_BYTES:
             continue
         if size == tied and devices.shape[0] > 1:
@@ -87,7 +99,10 @@ def cross_site_bytes_per_step(run):
             other = ends[1] if ends[0] == rank else ends[0]
             total += float(size) if sites[rank] != sites[other] else 0.0
             continue
-        group = devices[stage_of[rank]]
+        group = list(devices[stage_of[rank]])
+        if within_site and (rank, step) not in seen:
+            seen.add((rank, step))
+            group = [v for v in group if sites[v] == sites[rank]]
         d = len(group)
         if d < 2:
             continue
@@ -202,16 +217,24 @@ def convergence(summary_path, emulated, plot_dir):
     return lines
 
 
-def kept_section(report):
+# Sections written by hand (from other commands, or reading the figures),
+# kept as they are when the measured ones are regenerated.
+KEPT = ("## Outer step settings", "## Reading", "## Simulated at the paper's scale")
+
+
+def kept_sections(report):
     if not os.path.exists(report):
         return []
     with open(report) as f:
         text = f.read()
-    start = text.find("## Simulated at the paper's scale")
-    if start < 0:
-        return []
-    end = text.find("\n## ", start + 1)
-    return [text[start:end if end >= 0 else len(text)].rstrip(), ""]
+    kept = []
+    for heading in KEPT:
+        start = text.find(heading)
+        if start < 0:
+            continue
+        end = text.find("\n## ", start + 1)
+        kept += [text[start:end if end >= 0 else len(text)].rstrip(), ""]
+    return kept
 
 
 def main():
@@ -233,7 +256,7 @@ def main():
     lines += emulation_table(rows) + [""]
     lines += ["## Convergence at equal tokens\n"]
     lines += convergence(summary_path, emulated, os.path.dirname(report))
-    lines += kept_section(report)
+    lines += kept_sections(report)
     with open(report, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
     print("\n".join(lines))

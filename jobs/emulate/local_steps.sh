@@ -13,10 +13,12 @@
 #   H10-F5-int4   streamed: 5 fragments, one every 2 steps, each exchange
 #                 during the next inner step, 4 bits
 #   H20-int8      one synchronisation in the run (at its end)
+#   H20-F5-int4   streamed: a fragment every 4 steps
 #   pp1-H10-int8  every rank a whole model (8 replicas, 2 per site): no
 #                 pipeline bubble
 #   pp1-H10-int8-sites  the same, the 2 replicas of a site summing every step
 #                 (outer.sync_within_site)
+#   pp1-H20-F5-int4  whole models, streamed
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
 # Root; ~10 minutes on 2 cores, nothing else running.
@@ -42,7 +44,9 @@ whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_s
   run world-wide "$file" "$options" rank-order gpipe -inside-H10-int8 $inside --outer.local_steps=10 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -inside-H10-F5-int4 $inside --outer.local_steps=10 --outer.fragments=5 --compression.gradients=int4
   run world-wide "$file" "$options" rank-order gpipe -inside-H20-int8 $inside --outer.local_steps=20 --compression.gradients=int8
+  run world-wide "$file" "$options" rank-order gpipe -inside-H20-F5-int4 $inside --outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4
   run world-wide "$file" "$options" rank-order gpipe -pp1-H10-int8 $whole --outer.local_steps=10 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -pp1-H10-int8-sites $whole --outer.local_steps=10 --compression.gradients=int8 --outer.sync_within_site=true
+  run world-wide "$file" "$options" rank-order gpipe -pp1-H20-F5-int4 $whole --outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4
 }
 echo "written: $out (analysis/low_communication_report.py reads it)"

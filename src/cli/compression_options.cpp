@@ -54,7 +54,7 @@ void add_outer_options(CLI::App* command, OuterOptions& o) {
       ->check(CLI::IsMember({"fp32", "int8", "int4"}));
   command->add_option("--outer-fragments", o.fragments,
                       "local steps: stream each stage's sync in F <= H fragments, one every H/F steps, each "
-                      "overlapping the inner step that follows (outer.fragments; 1 = the whole stage at once, the default)")
+                      "overlapping the inner steps until the next (outer.fragments; 1 = the whole stage at once, the default)")
       ->check(CLI::Range(0, 1 << 20));
 }
 

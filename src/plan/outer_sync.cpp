@@ -34,8 +34,8 @@ double local_step_s(const Network& net, const Plan& plan, const PipelineWork& w,
 // each from the end of its stage's inner step: that step is longer by
 // (its end - local step), 1/H of it per step. With F fragments one
 // fragment's exchange (1/F of the bytes) starts every H/F steps and runs
-// during the one inner step that follows (the runtime applies it after
-// that step), which waits for what is left of it.
+// during the H/F inner steps until the next one starts (the runtime applies
+// it then), the last of which waits for what is left of it.
 void add_outer_sync(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   std::vector<double> ready;
   const double step = local_step_s(net, plan, w, *result, &ready, &result->tied_exchange_s);
@@ -49,7 +49,7 @@ void add_outer_sync(const Network& net, const Plan& plan, const PipelineWork& w,
     if (w.outer.streamed()) {
       const double steps_per_fragment = h / w.outer.fragments;
       const double fragment = datap_exchange_s(net, group, w.gradient_bytes[s] / w.outer.fragments, w.dp_scheme);
-      exposed = std::max(exposed, std::max(0.0, fragment - step) / steps_per_fragment);
+      exposed = std::max(exposed, std::max(0.0, fragment - steps_per_fragment * step) / steps_per_fragment);
     } else {
       exposed = std::max(exposed, std::max(0.0, ready[s] + whole - step) / h);
     }

@@ -50,7 +50,7 @@ OuterOptimizer::OuterOptimizer(kernels::Backend& backend, model::Stage& stage, C
       momentum_(stage.parameter_count(), 0.0f),
       parameters_(stage.parameter_count()),
       exchange_(stage.parameter_count()),
-      synchronised_after_(settings.fragments, 0) {
+      sent_(stage.parameter_count()) {
   // The anchor is the parameters as training starts (drawn, resumed or loaded).
   download_parameters();
   anchor_ = parameters_;
@@ -61,34 +61,40 @@ void OuterOptimizer::download_parameters() {
 }
 
 void OuterOptimizer::after_inner_step(int completed_steps, bool last, Timeline* timeline) {
-  if (in_flight_ >= 0) finish_and_apply(completed_steps, timeline);
-  if (last) {
+  const int due = fragment_due(settings_, completed_steps);
+  const bool whole = settings_.fragments == 1;
+  // The fragment in flight is applied when the next one starts (its window:
+  // the steps between them) or at the end.
+  if (in_flight_ >= 0 && (due >= 0 || last)) finish_and_apply(timeline);
+  if (last && !(whole && due >= 0)) {
+    // Every fragment once more, at once: training ends with identical replicas.
     for (int f = 0; f < settings_.fragments; ++f) {
-      if (synchronised_after_[f] == completed_steps) continue;
       start(f);
-      finish_and_apply(completed_steps, timeline);
+      finish_and_apply(timeline);
     }
     agree_ = true;
     return;
   }
-  const int due = fragment_due(settings_, completed_steps);
   if (due >= 0) {
     start(due);
-    if (settings_.fragments == 1) finish_and_apply(completed_steps, timeline);  // nothing to overlap with
+    if (whole) finish_and_apply(timeline);  // nothing to overlap with
   }
-  agree_ = settings_.fragments == 1 && due >= 0;
+  agree_ = whole && due >= 0;
 }
 
 void OuterOptimizer::start(int fragment) {
   download_parameters();
-  for (std::size_t i = bounds_[fragment]; i < bounds_[fragment + 1]; ++i) exchange_[i] = anchor_[i] - parameters_[i];
+  for (std::size_t i = bounds_[fragment]; i < bounds_[fragment + 1]; ++i) {
+    exchange_[i] = anchor_[i] - parameters_[i];
+    sent_[i] = parameters_[i];
+  }
   in_flight_ = fragment;
   on_wire_ = true;
   collectives_.start_data_parallel_fragment(fragment, exchange_.data() + bounds_[fragment],
                                             bounds_[fragment + 1] - bounds_[fragment]);
 }
 
-void OuterOptimizer::finish_and_apply(int completed_steps, Timeline* timeline) {
+void OuterOptimizer::finish_and_apply(Timeline* timeline) {
   const int f = in_flight_;
   const std::size_t begin = bounds_[f], end = bounds_[f + 1];
   if (on_wire_) {
@@ -107,8 +113,11 @@ void OuterOptimizer::finish_and_apply(int completed_steps, Timeline* timeline) {
     momentum_[i] = mu * momentum_[i] + pseudo_gradient;
     anchor_[i] -= lr * (pseudo_gradient + mu * momentum_[i]);  // Nesterov
   }
-  backend_.upload(stage_.params() + begin, anchor_.data() + begin, end - begin);
-  synchronised_after_[f] = completed_steps;
+  // The replica's own progress since the exchange started stays on top of
+  // the outer result (none when applied at once: the difference is 0 exactly).
+  download_parameters();
+  for (std::size_t i = begin; i < end; ++i) parameters_[i] = anchor_[i] + (parameters_[i] - sent_[i]);
+  backend_.upload(stage_.params() + begin, parameters_.data() + begin, end - begin);
   in_flight_ = -1;
 }
 
@@ -119,9 +128,11 @@ NamedResiduals OuterOptimizer::state() {
       collectives_.finish_data_parallel_buckets();
       on_wire_ = false;
     }
-    named.emplace_back("pending_" + std::to_string(in_flight_),
-                       std::vector<float>(exchange_.begin() + bounds_[in_flight_],
-                                          exchange_.begin() + bounds_[in_flight_ + 1]));
+    const auto range = [&](const std::vector<float>& of) {
+      return std::vector<float>(of.begin() + bounds_[in_flight_], of.begin() + bounds_[in_flight_ + 1]);
+    };
+    named.emplace_back("pending_" + std::to_string(in_flight_), range(exchange_));
+    named.emplace_back("sent_" + std::to_string(in_flight_), range(sent_));
   }
   return named;
 }
@@ -137,11 +148,12 @@ void OuterOptimizer::restore(const NamedResiduals& state) {
     if (name == "anchor" || name == "momentum") {
       expect(anchor_.size());
       (name == "anchor" ? anchor_ : momentum_) = values;
-    } else if (name.rfind("pending_", 0) == 0) {
-      const int f = std::stoi(name.substr(8));
+    } else if (name.rfind("pending_", 0) == 0 || name.rfind("sent_", 0) == 0) {
+      const bool pending = name[0] == 'p';
+      const int f = std::stoi(name.substr(pending ? 8 : 5));
       if (f < 0 || f >= settings_.fragments) throw std::invalid_argument("local-steps state '" + name + "': no such fragment");
       expect(bounds_[f + 1] - bounds_[f]);
-      std::copy(values.begin(), values.end(), exchange_.begin() + bounds_[f]);
+      std::copy(values.begin(), values.end(), (pending ? exchange_ : sent_).begin() + bounds_[f]);
       in_flight_ = f;
       on_wire_ = false;
     } else {

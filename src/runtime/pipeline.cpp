@@ -90,6 +90,7 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
     (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
     if (timed) timeline_->record(kind, mark, now, i, computing ? 0 : bytes, peer);
     mark = now;
+    if (poll_) poll_();
   }
   links.complete_sends();
   const auto now = Clock::now();

@@ -156,9 +156,7 @@ class RankTrainer {
     if (local_steps()) {
       outer_.emplace(with.backend, stage_, with.collectives, local_steps_settings());
       if (inputs.resume) restore_local_state(*inputs.resume, inputs.resume_path);
-      if (config_.outer_fragments > 1) {
-        pipeline_.set_gradient_ready([this](std::size_t, std::size_t) { outer_->progress(); });
-      }
+      if (config_.outer_fragments > 1) pipeline_.set_poll([this] { outer_->progress(); });
     } else if (role.replicas > 1 && config_.gradient_bucket_mb > 0) {
       const auto bucket_floats = static_cast<std::size_t>(config_.gradient_bucket_mb * (1 << 20) / sizeof(float));
       buckets_.emplace(with.collectives, with.backend, stage_.parameter_count(), bucket_floats);

@@ -113,17 +113,17 @@ TEST(LocalSteps, OneLocalStepInFp32IsTheSynchronousModel) {
 }
 
 TEST(LocalSteps, FragmentsOverlapTheFollowingStepsByHand) {
-  // H = 10 in 5 fragments: one every 2 steps, each exchange during the one
-  // inner step that follows (the runtime's window): 0.3 s.
-  // 5e5 B: a fragment of 1e5 B takes max(0.11, 0.21) = 0.21 s: hidden, 0.3 s per step.
-  const SimulationResult hidden = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(5e5, {10, {}, 5}));
+  // H = 10 in 5 fragments: one every 2 steps, each exchange during the 2
+  // inner steps until the next starts (the runtime's window): 2 x 0.3 = 0.6 s.
+  // 1e6 B: a fragment of 2e5 B takes max(0.21, 0.41) = 0.41 s: hidden, 0.3 s per step.
+  const SimulationResult hidden = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(1e6, {10, {}, 5}));
   EXPECT_NEAR(hidden.outer_exposed_s, 0.0, kTol);
   EXPECT_NEAR(hidden.iteration_s, 0.3, kTol);
-  // 4e6 B: a fragment of 8e5 B takes max(0.81, 1.61) = 1.61 s; 1.31 s beyond
-  // the window, once per 2 steps: 0.655 s per step, 0.955 s a step.
+  // 4e6 B: a fragment of 8e5 B takes max(0.81, 1.61) = 1.61 s; 1.01 s beyond
+  // the window, once per 2 steps: 0.505 s per step, 0.805 s a step.
   const SimulationResult exposed = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(4e6, {10, {}, 5}));
-  EXPECT_NEAR(exposed.outer_exposed_s, 0.655, kTol);
-  EXPECT_NEAR(exposed.iteration_s, 0.955, kTol);
+  EXPECT_NEAR(exposed.outer_exposed_s, 0.505, kTol);
+  EXPECT_NEAR(exposed.iteration_s, 0.805, kTol);
   // Not streamed: the whole 4e6 B (0.01 + 8 = 8.01 s) every 10 steps: 0.3 + 0.801.
   const SimulationResult whole = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(4e6, {10}));
   EXPECT_NEAR(whole.iteration_s, 1.101, kTol);

@@ -100,7 +100,8 @@ struct Config {
   double outer_momentum = 0.5;
   // Streaming: a stage's parameters in this many fragments, synchronised at
   // steps staggered by local_steps / fragments, each exchange overlapping
-  // the next inner step (1: the whole stage at once, not overlapped).
+  // the inner steps until the next starts, the replica's own progress
+  // meanwhile kept (1: the whole stage at once, not overlapped).
   int outer_fragments = 1;
   // Hierarchical: replicas in one site (the network's site names: a
   // scenario's [sites], or probed host names) still sum their gradients

@@ -27,7 +27,7 @@ double traffic_bytes(const std::optional<WireEncoding>& encoding, double values,
 // `wire`, over the data-parallel group. No gradient is exchanged between
 // syncs. fragments > 1 streams the sync: a stage's parameters in that many
 // equal fragments, one synchronised every local_steps / fragments steps,
-// its exchange overlapping the one inner step that follows; 0 or 1: the
+// its exchange overlapping the inner steps until the next starts; 0 or 1: the
 // whole stage at once, the step waiting for it (the runtime's
 // outer.fragments = 1).
 struct OuterSync {

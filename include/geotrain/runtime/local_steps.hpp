@@ -7,10 +7,12 @@
 //
 // Streaming: the stage's parameters are cut into `fragments` equal ranges;
 // fragment f is synchronised after the steps k with
-// k mod local_steps = fragment_offset(f), its exchange runs during the next
-// inner step and its outer step is applied after it. The fragment then takes
-// the outer result as is (its own change during that one inner step is
-// dropped), so that all replicas hold the same fragment again.
+// k mod local_steps = fragment_offset(f), its exchange runs during the inner
+// steps until the next fragment starts (about local_steps / fragments), and
+// its outer step is applied then, with the replica's own change to the
+// fragment since the exchange started kept on top (Streaming DiLoCo's
+// overlap, nothing dropped; the next pseudo-gradient carries that change).
+// Replicas agree again at the end, where every fragment is synchronised at once.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -40,7 +42,8 @@ int fragment_due(const LocalStepsSettings& settings, int completed_steps);
 // fragments + 1 offsets cutting `count` floats into near-equal ranges.
 std::vector<std::size_t> fragment_bounds(std::size_t count, int fragments);
 // For the log: "fragment 0 after steps 4, 8, 12; fragment 1 after steps 2, 6, 10"
-// (the first `rounds` synchronisations of each, applied one step later when F > 1).
+// (the first `rounds` synchronisations of each; when F > 1 each is applied
+// when the next starts).
 std::string fragment_schedule(const LocalStepsSettings& settings, int rounds);
 
 class OuterOptimizer {
@@ -55,20 +58,20 @@ class OuterOptimizer {
   void after_inner_step(int completed_steps, bool last, Timeline* timeline);
   // Lets an exchange in flight advance (between layers).
   void progress() { collectives_.progress_data_parallel(); }
-  // True when every fragment equals its last synchronised value on every
-  // replica (after a synchronisation of all of them).
+  // True when every replica holds the same parameters (after a
+  // synchronisation of the whole stage at once).
   bool replicas_agree() const { return agree_; }
 
-  // State for checkpoints: "anchor", "momentum", and the fragment in flight's
-  // finished sum as "pending_<f>" (waited for here: a checkpoint cannot hold
-  // a message in flight).
+  // State for checkpoints: "anchor", "momentum", and for the fragment in
+  // flight its finished sum "pending_<f>" (waited for here: a checkpoint
+  // cannot hold a message in flight) and its parameters when sent, "sent_<f>".
   NamedResiduals state();
   // Throws std::invalid_argument on a name or size this optimizer cannot have written.
   void restore(const NamedResiduals& state);
 
  private:
   void start(int fragment);
-  void finish_and_apply(int completed_steps, Timeline* timeline);
+  void finish_and_apply(Timeline* timeline);
   void download_parameters();
 
   kernels::Backend& backend_;
@@ -79,9 +82,9 @@ class OuterOptimizer {
   std::vector<float> anchor_, momentum_;  // the whole stage, host memory
   std::vector<float> parameters_;         // host copy of the stage's parameters
   std::vector<float> exchange_;           // pseudo-gradients in flight (their fragments' ranges)
+  std::vector<float> sent_;               // the parameters they were taken from
   int in_flight_ = -1;                    // its fragment; -1: none
   bool on_wire_ = false;                  // false: its sum is already in exchange_ (restored)
-  std::vector<int> synchronised_after_;   // per fragment: the step count of its last outer step
   bool agree_ = true;
 };
 

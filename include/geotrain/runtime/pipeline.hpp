@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <stdexcept>
+#include <functional>
 #include <vector>
 
 #include "geotrain/model/gpt.hpp"
@@ -92,6 +93,10 @@ class PipelineStep {
   // Passed to the step's last backward, whose gradient ranges are then final
   // for the step (the overlapped data-parallel sum starts them); empty: none.
   void set_gradient_ready(model::GradientReady ready) { gradient_ready_ = std::move(ready); }
+  // Called after every step of the program (a forward, a backward, a
+  // message): lets exchanges in flight on the side advance (MPI moves them
+  // only inside its calls); empty: none.
+  void set_poll(std::function<void()> poll) { poll_ = std::move(poll); }
 
   const std::vector<plan::Step>& program() const { return program_; }
 
@@ -106,6 +111,7 @@ class PipelineStep {
   StageTimes times_;
   Timeline* timeline_ = nullptr;
   model::GradientReady gradient_ready_;
+  std::function<void()> poll_;
   std::size_t last_backward_ = 0;  // index in program_ of the step's last backward
 
   // received_ <- the link.
