@@ -3,7 +3,9 @@
 # data parallelism"): the same model, network and tokens per step as
 # communication.sh (inputs/models/emulation.toml, 16 sequences of 128 tokens
 # per step, Oregon, Virginia, Tokyo, London with 2 ranks each, bandwidth
-# x0.05). Peers in the same session: today's planned synchronous run (4
+# x0.05), 40 steps (every run ends with a synchronisation of the whole
+# model, so that the replicas end identical; the more steps, the less it
+# weighs per step). Peers in the same session: today's planned synchronous run (4
 # stages x 2 replicas, fp32) and the rank-order one. Then whole pipelines
 # inside sites (2 stages x 4 replicas; rank order puts ranks j and j + 4,
 # both in site j, in pipeline j), data parallel across them:
@@ -21,12 +23,13 @@
 #   pp1-H20-F5-int4  whole models, streamed
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
-# Root; ~10 minutes on 2 cores, nothing else running.
+# Root; ~15 minutes on 2 cores, nothing else running. PEERS=0 skips the
+# synchronous runs (keeping earlier ones in the folder).
 #
 #   bash jobs/emulate/local_steps.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps=${1:-20}
+steps=${1:-40}
 out=runs/emulate-local-steps
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
@@ -37,9 +40,11 @@ inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 # shellcheck disable=SC2086  # option lists are words
 {
-  run world-wide "$file" "$options" planned gpipe "" --network.gradient_bucket_mb=0
-  run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
-  run world-wide "$file" "$options" rank-order gpipe -inside-sync $inside
+  if [[ ${PEERS:-1} != 0 ]]; then
+    run world-wide "$file" "$options" planned gpipe "" --network.gradient_bucket_mb=0
+    run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
+    run world-wide "$file" "$options" rank-order gpipe -inside-sync $inside
+  fi
   run world-wide "$file" "$options" rank-order gpipe -inside-H10 $inside --outer.local_steps=10
   run world-wide "$file" "$options" rank-order gpipe -inside-H10-int8 $inside --outer.local_steps=10 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -inside-H10-F5-int4 $inside --outer.local_steps=10 --outer.fragments=5 --compression.gradients=int4

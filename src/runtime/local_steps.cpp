@@ -67,11 +67,10 @@ void OuterOptimizer::after_inner_step(int completed_steps, bool last, Timeline* 
   // the steps between them) or at the end.
   if (in_flight_ >= 0 && (due >= 0 || last)) finish_and_apply(timeline);
   if (last && !(whole && due >= 0)) {
-    // Every fragment once more, at once: training ends with identical replicas.
-    for (int f = 0; f < settings_.fragments; ++f) {
-      start(f);
-      finish_and_apply(timeline);
-    }
+    // The whole stage once more, in one exchange (one latency, not one per
+    // fragment): training ends with identical replicas.
+    start(whole ? 0 : settings_.fragments);
+    finish_and_apply(timeline);
     agree_ = true;
     return;
   }
@@ -82,21 +81,27 @@ void OuterOptimizer::after_inner_step(int completed_steps, bool last, Timeline* 
   agree_ = whole && due >= 0;
 }
 
+// Fragment `fragments` (past the last) is the whole stage, with error
+// feedback of its own.
+std::pair<std::size_t, std::size_t> OuterOptimizer::range(int fragment) const {
+  if (fragment == settings_.fragments) return {0, bounds_.back()};
+  return {bounds_[fragment], bounds_[fragment + 1]};
+}
+
 void OuterOptimizer::start(int fragment) {
+  const auto [begin, end] = range(fragment);
   download_parameters();
-  for (std::size_t i = bounds_[fragment]; i < bounds_[fragment + 1]; ++i) {
+  for (std::size_t i = begin; i < end; ++i) {
     exchange_[i] = anchor_[i] - parameters_[i];
     sent_[i] = parameters_[i];
   }
   in_flight_ = fragment;
   on_wire_ = true;
-  collectives_.start_data_parallel_fragment(fragment, exchange_.data() + bounds_[fragment],
-                                            bounds_[fragment + 1] - bounds_[fragment]);
+  collectives_.start_data_parallel_fragment(fragment, exchange_.data() + begin, end - begin);
 }
 
 void OuterOptimizer::finish_and_apply(Timeline* timeline) {
-  const int f = in_flight_;
-  const std::size_t begin = bounds_[f], end = bounds_[f + 1];
+  const auto [begin, end] = range(in_flight_);
   if (on_wire_) {
     const auto wait = Timeline::Clock::now();
     collectives_.finish_data_parallel_buckets();
@@ -128,11 +133,12 @@ NamedResiduals OuterOptimizer::state() {
       collectives_.finish_data_parallel_buckets();
       on_wire_ = false;
     }
-    const auto range = [&](const std::vector<float>& of) {
-      return std::vector<float>(of.begin() + bounds_[in_flight_], of.begin() + bounds_[in_flight_ + 1]);
+    const auto [begin, end] = range(in_flight_);
+    const auto part = [&](const std::vector<float>& of) {
+      return std::vector<float>(of.begin() + static_cast<std::ptrdiff_t>(begin), of.begin() + static_cast<std::ptrdiff_t>(end));
     };
-    named.emplace_back("pending_" + std::to_string(in_flight_), range(exchange_));
-    named.emplace_back("sent_" + std::to_string(in_flight_), range(sent_));
+    named.emplace_back("pending_" + std::to_string(in_flight_), part(exchange_));
+    named.emplace_back("sent_" + std::to_string(in_flight_), part(sent_));
   }
   return named;
 }

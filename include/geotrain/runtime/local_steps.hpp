@@ -16,6 +16,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "geotrain/kernels/backend.hpp"
@@ -70,6 +71,7 @@ class OuterOptimizer {
   void restore(const NamedResiduals& state);
 
  private:
+  std::pair<std::size_t, std::size_t> range(int fragment) const;
   void start(int fragment);
   void finish_and_apply(Timeline* timeline);
   void download_parameters();
