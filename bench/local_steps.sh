@@ -41,9 +41,20 @@ for name in $cases; do
   entries+=("{\"case\": \"$name\", \"options\": \"${options[$name]}\", \"metrics\": \"$(basename "$metrics")\"}")
   echo "$model $name: $(grep -o '"final_validation_loss": [0-9.]*' "$metrics")"
 done
-{
-  echo "{\"model\": \"$model\", \"steps\": $steps, \"ranks\": 4, \"stages\": 2, \"replicas\": 2,"
-  echo " \"date\": \"$(date -u +%Y-%m-%d)\", \"machine\": \"$(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p')\","
-  echo " \"command\": \"bash bench/local_steps.sh\", \"cases\": [$(IFS=,; echo "${entries[*]}")]}"
-} > "$out"
+# Cases run before (CASES chose fewer this time) keep their entries.
+/usr/bin/python3 - "$out" "$model" "$steps" "bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
+    "$(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p')" "${entries[@]}" <<'PY'
+import json, os, sys
+out, model, steps, command, date, machine, *entries = sys.argv[1:]
+fresh = {e["case"]: e for e in map(json.loads, entries)}
+cases = []
+if os.path.exists(out):
+    with open(out) as f:
+        old = json.load(f)
+    if old.get("model") == model and old.get("steps") == int(steps):
+        cases = [fresh.pop(e["case"], e) for e in old["cases"]]  # in their order, rerun ones replaced
+with open(out, "w") as f:
+    json.dump({"model": model, "steps": int(steps), "ranks": 4, "stages": 2, "replicas": 2, "date": date,
+               "machine": machine, "command": command, "cases": cases + list(fresh.values())}, f, indent=1)
+PY
 echo "written: $out"

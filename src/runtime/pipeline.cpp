@@ -90,7 +90,12 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
     (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
     if (timed) timeline_->record(kind, mark, now, i, computing ? 0 : bytes, peer);
     mark = now;
-    if (poll_) poll_();
+    if (poll_) {  // exchanges on the side (decoding included): communication, not compute
+      poll_();
+      const auto polled = Clock::now();
+      times_.pipeline_s += seconds(mark, polled);
+      mark = polled;
+    }
   }
   links.complete_sends();
   const auto now = Clock::now();
