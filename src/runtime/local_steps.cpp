@@ -52,12 +52,12 @@ OuterOptimizer::OuterOptimizer(kernels::Backend& backend, model::Stage& stage, C
       exchange_(stage.parameter_count()),
       sent_(stage.parameter_count()) {
   // The anchor is the parameters as training starts (drawn, resumed or loaded).
-  download_parameters();
+  download_parameters(0, parameters_.size());
   anchor_ = parameters_;
 }
 
-void OuterOptimizer::download_parameters() {
-  backend_.download(parameters_.data(), stage_.params(), parameters_.size());
+void OuterOptimizer::download_parameters(std::size_t begin, std::size_t end) {
+  backend_.download(parameters_.data() + begin, stage_.params() + begin, end - begin);
 }
 
 void OuterOptimizer::after_inner_step(int completed_steps, bool last, Timeline* timeline) {
@@ -90,7 +90,7 @@ std::pair<std::size_t, std::size_t> OuterOptimizer::range(int fragment) const {
 
 void OuterOptimizer::start(int fragment) {
   const auto [begin, end] = range(fragment);
-  download_parameters();
+  download_parameters(begin, end);
   for (std::size_t i = begin; i < end; ++i) {
     exchange_[i] = anchor_[i] - parameters_[i];
     sent_[i] = parameters_[i];
@@ -120,7 +120,7 @@ void OuterOptimizer::finish_and_apply(Timeline* timeline) {
   }
   // The replica's own progress since the exchange started stays on top of
   // the outer result (none when applied at once: the difference is 0 exactly).
-  download_parameters();
+  download_parameters(begin, end);
   for (std::size_t i = begin; i < end; ++i) parameters_[i] = anchor_[i] + (parameters_[i] - sent_[i]);
   backend_.upload(stage_.params() + begin, parameters_.data() + begin, end - begin);
   in_flight_ = -1;

@@ -277,7 +277,9 @@ class RankTrainer {
     const std::string prefix = residual_prefix();
     NamedResiduals mine;
     for (const io::CheckpointTensor& t : checkpoint.residuals) {
-      if (t.name.rfind(prefix, 0) == 0 && t.name.compare(prefix.size(), kLocalState.size(), kLocalState) != 0) mine.emplace_back(t.name.substr(prefix.size()), t.value);
+      if (t.name.rfind(prefix, 0) != 0) continue;
+      const bool local_state = t.name.compare(prefix.size(), kLocalState.size(), kLocalState) == 0;
+      if (!local_state) mine.emplace_back(t.name.substr(prefix.size()), t.value);
     }
     if (mine.empty()) {
       resume_notes_ += "note: the checkpoint holds no error-feedback residuals for " + prefix +
@@ -383,7 +385,7 @@ class RankTrainer {
     const auto optimizer_start = Clock::now();
     const double lr = optimizer_.step(step, norm);
     with_.backend.synchronize();
-    auto optimizer_end = Clock::now();
+    const auto optimizer_end = Clock::now();
     timeline_.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
     double outer_s = 0;
     if (outer_) {

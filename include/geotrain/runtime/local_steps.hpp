@@ -74,7 +74,7 @@ class OuterOptimizer {
   std::pair<std::size_t, std::size_t> range(int fragment) const;
   void start(int fragment);
   void finish_and_apply(Timeline* timeline);
-  void download_parameters();
+  void download_parameters(std::size_t begin, std::size_t end);  // into parameters_
 
   kernels::Backend& backend_;
   model::Stage& stage_;
