@@ -15,8 +15,8 @@
 namespace geotrain::io {
 namespace {
 
-using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, DeviceRequest*,
-                            MatmulPrecision*, Transport*, WireFormat*, LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*,
+using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, std::vector<double>*,
+                            DeviceRequest*, MatmulPrecision*, LayoutChoice*, Transport*, WireFormat*, LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*,
                             plan::Placement*>;
 
 // Every value of a closed choice, in declaration order: the choices are
@@ -80,6 +80,7 @@ std::vector<Field> fields(Config& c) {
       {"pipeline.stages", &c.pipeline_stages},
       {"pipeline.schedule", &c.pipeline_schedule},
       {"pipeline.layers_per_stage", &c.layers_per_stage},
+      {"pipeline.layout", &c.layout},
       {"pipeline.placement", &c.placement},
       {"pipeline.plan_candidates", &c.plan_candidates},
       {"network.matrix", &c.network_matrix, true},
@@ -106,6 +107,7 @@ std::vector<Field> fields(Config& c) {
       {"outer.momentum", &c.outer_momentum},
       {"outer.fragments", &c.outer_fragments},
       {"outer.sync_within_site", &c.outer_sync_within_site},
+      {"emulation.compute_slowdown", &c.compute_slowdown},
       {"optimizer.kind", &c.optimizer_kind},
       {"optimizer.learning_rate", &c.learning_rate},
       {"optimizer.min_learning_rate_fraction", &c.min_learning_rate_fraction},
@@ -158,6 +160,15 @@ void assign(Field& f, const toml::node& node, const std::string& where, const st
             const std::int64_t v = *item.value<std::int64_t>();
             if (v < 1 || v > 1000000) fail(where, key, "entries must be in [1, 1000000], got " + std::to_string(v));
             target->push_back(static_cast<int>(v));
+          }
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          const toml::array* list = node.as_array();
+          if (!list) fail(where, key, "must be a list of numbers like [1, 2.5]");
+          target->clear();
+          for (const toml::node& item : *list) {
+            const std::optional<double> v = item.value<double>();
+            if (!v) fail(where, key, "must be a list of numbers like [1, 2.5]");
+            target->push_back(*v);
           }
         } else if constexpr (std::is_enum_v<T>) {
           auto v = node.value<std::string>();
@@ -290,6 +301,10 @@ void check(const Config& c) {
       fail(where, key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
     }
   };
+  for (double factor : c.compute_slowdown) finite_range("emulation.compute_slowdown", factor, 1, 1000);
+  if (c.layout == LayoutChoice::automatic && !c.layers_per_stage.empty()) {
+    fail(where, "pipeline.layers_per_stage", "cannot be combined with pipeline.layout = auto (the search splits the layers)");
+  }
   finite_range("optimizer.learning_rate", c.learning_rate, 1e-12, 10);
   finite_range("optimizer.min_learning_rate_fraction", c.min_learning_rate_fraction, 0, 1);
   finite_range("optimizer.beta1", c.beta1, 0, 0.999999);
@@ -410,7 +425,7 @@ std::string describe(const Config& config) {
           if constexpr (std::is_same_v<T, std::string>) out << toml_string(*target);
           else if constexpr (std::is_same_v<T, bool>) out << (*target ? "true" : "false");
           else if constexpr (std::is_enum_v<T>) out << '"' << to_string(*target) << '"';
-          else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>>) {
             out << '[';
             for (std::size_t i = 0; i < target->size(); ++i) out << (i ? ", " : "") << (*target)[i];
             out << ']';

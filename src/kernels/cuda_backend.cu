@@ -87,6 +87,7 @@ class CudaBackend final : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   void* native_stream() override { return stream_; }
+  double device_memory_bytes() const override { return static_cast<double>(properties_.totalGlobalMem); }
 
   std::string description() const override {
     const double gib = static_cast<double>(properties_.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0);

@@ -107,22 +107,26 @@ Plan decode_plan(std::span<const std::uint8_t> in, int expected_devices) {
   }
   const std::uint64_t stored = get_u64(in, expected_size - 8);
   if (stored != plan_checksum(in.first(expected_size - 8))) reject("checksum mismatch (corrupted in transit)");
-  if (expected_devices >= 0 && pp * dp != expected_devices) {
+  // A layout may leave devices idle (pp * dp < ranks), never use more.
+  if (expected_devices >= 0 && pp * dp > expected_devices) {
     reject("pp * dp = " + std::to_string(pp) + " * " + std::to_string(dp) + " = " + std::to_string(pp * dp) +
-           ", but there are " + std::to_string(expected_devices) + " ranks");
+           ", but there are only " + std::to_string(expected_devices) + " ranks");
   }
+  const std::size_t device_ids = expected_devices >= 0 ? static_cast<std::size_t>(expected_devices) : devices;
 
   Plan plan;
   plan.pipeline_stages = static_cast<int>(pp);
   plan.data_parallel = static_cast<int>(dp);
   plan.stages.assign(pp, std::vector<int>(dp));
-  std::vector<char> seen(devices, 0);
+  std::vector<char> seen(device_ids, 0);
   std::size_t at = kHeaderBytes;
   for (std::int64_t s = 0; s < pp; ++s) {
     for (std::int64_t r = 0; r < dp; ++r, at += 4) {
       const std::uint32_t device = get_u32(in, at);
       const std::string where = "stages[" + std::to_string(s) + "][" + std::to_string(r) + "]";
-      if (device >= devices) reject(where + " = " + std::to_string(device) + " is not a device id < " + std::to_string(devices));
+      if (device >= device_ids) {
+        reject(where + " = " + std::to_string(device) + " is not a device id < " + std::to_string(device_ids));
+      }
       if (seen[device]) reject(where + ": device " + std::to_string(device) + " appears twice");
       seen[device] = 1;
       plan.stages[s][r] = static_cast<int>(device);

@@ -1,5 +1,7 @@
 #include "geotrain/runtime/pipeline.hpp"
 
+#include "geotrain/runtime/device_probe.hpp"
+
 #include <chrono>
 #include <stdexcept>
 
@@ -85,8 +87,9 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
     // The backend may run asynchronously (CUDA): compute is charged when a
     // later transfer waits for it, which is where the time is really spent
     // from the pipeline's point of view only on the CPU backend.
-    const auto now = Clock::now();
     const bool computing = step.kind == plan::StepKind::forward || step.kind == plan::StepKind::backward;
+    if (computing) emulate_slowdown(slowdown_, seconds(mark, Clock::now()));
+    const auto now = Clock::now();
     (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
     if (timed) timeline_->record(kind, mark, now, i, computing ? 0 : bytes, peer);
     mark = now;

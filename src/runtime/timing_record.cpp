@@ -147,8 +147,8 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.bandwidth_bytes_per_s = job.network.bandwidth_bytes_per_s;
   run.site_of_rank = job.network.site_of_device;
   run.site_of_rank.resize(static_cast<std::size_t>(n));
-  run.stage_of_rank.assign(n, 0);
-  run.replica_of_rank.assign(n, 0);
+  run.stage_of_rank.assign(n, -1);  // -1: a rank the layout left idle
+  run.replica_of_rank.assign(n, -1);
   for (int s = 0; s < pp; ++s) {
     for (int r = 0; r < dp; ++r) {
       const int rank = job.plan.stages[s][r];

@@ -150,6 +150,9 @@ class RankTrainer {
         sample_prompt_(inputs.sample_prompt) {
     with.backend.set_matmul_precision(config_.matmul_precision);
     data_.set_replica(role.replica, role.replicas);
+    if (static_cast<std::size_t>(role.rank) < config_.compute_slowdown.size()) {
+      pipeline_.set_compute_slowdown(config_.compute_slowdown[static_cast<std::size_t>(role.rank)]);
+    }
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);

@@ -142,4 +142,43 @@ TEST(Topology, ShuffledPlanGivesConsistentCommunicatorsAndChains) {
   }
 }
 
+// A layout that leaves ranks out (pp x dp < ranks, as the layout search may
+// choose): those come back idle and in no communicator; the others form the
+// job communicator (by world rank) and their groups as for any plan.
+TEST(Topology, RanksLeftOutOfThePlanAreIdle) {
+  const int n = world_size();
+  ASSERT_GE(n, 3) << "run with at least 3 ranks";
+  const int rank = runtime::world_rank();
+  // Stages 2 -> 0 (one replica): rank 1 and ranks 3.. are idle.
+  plan::Plan p;
+  p.pipeline_stages = 2;
+  p.data_parallel = 1;
+  p.stages = {{2}, {0}};
+  const auto topology = runtime::make_topology(MPI_COMM_WORLD, p, 20);
+  const bool in_plan = rank == 0 || rank == 2;
+  EXPECT_EQ(topology.idle, !in_plan);
+  EXPECT_EQ(topology.job_ranks, (std::vector<int>{0, 2}));
+  if (!in_plan) {
+    EXPECT_EQ(topology.job_comm.get(), MPI_COMM_NULL);
+    EXPECT_EQ(topology.dp_comm.get(), MPI_COMM_NULL);
+    return;
+  }
+  int job_size = 0, job_rank = -1;
+  MPI_Comm_size(topology.job_comm.get(), &job_size);
+  MPI_Comm_rank(topology.job_comm.get(), &job_rank);
+  EXPECT_EQ(job_size, 2);
+  EXPECT_EQ(job_rank, rank == 0 ? 0 : 1);  // ordered by world rank
+  EXPECT_EQ(topology.stage, rank == 2 ? 0 : 1);
+  EXPECT_EQ(topology.next_rank, rank == 2 ? 0 : -1);
+  EXPECT_EQ(topology.previous_rank, rank == 0 ? 2 : -1);
+  // Activations travel by world rank: rank 2 sends to rank 0 on the links.
+  int value = rank == 2 ? 42 : 0;
+  if (rank == 2) MPI_Send(&value, 1, MPI_INT, 0, 7, topology.pipeline_links.get());
+  if (rank == 0) MPI_Recv(&value, 1, MPI_INT, 2, 7, topology.pipeline_links.get(), MPI_STATUS_IGNORE);
+  EXPECT_EQ(value, 42);
+  int sum = 0;
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, topology.job_comm.get());
+  EXPECT_EQ(sum, 2);
+}
+
 }  // namespace

@@ -150,6 +150,29 @@ TEST(Config, TypedChoicesAreParsedOnce) {
   EXPECT_NE(describe(c).find("pipeline.schedule = \"gpipe\""), std::string::npos);
 }
 
+// pipeline.layout and the emulation's per-rank slowdown (a list of numbers).
+TEST(Config, LayoutChoiceAndComputeSlowdown) {
+  const Config c = default_config({"--pipeline.layout=auto", "--emulation.compute_slowdown=[1, 2.5, 4]"});
+  EXPECT_EQ(c.layout, LayoutChoice::automatic);
+  EXPECT_EQ(c.compute_slowdown, (std::vector<double>{1.0, 2.5, 4.0}));
+  EXPECT_NE(describe(c).find("emulation.compute_slowdown = [1, 2.5, 4]"), std::string::npos);
+  EXPECT_NE(describe(c).find("pipeline.layout = \"auto\""), std::string::npos);
+  EXPECT_EQ(default_config().layout, LayoutChoice::fixed);
+  EXPECT_NE(error_of([] { default_config({"--emulation.compute_slowdown=[1, 0.5]"}); })
+                .find("emulation.compute_slowdown: must be in [1.000000, 1000.000000], got 0.5"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { default_config({"--emulation.compute_slowdown=[1, \"x\"]"}); })
+                .find("emulation.compute_slowdown: must be a list of numbers"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { default_config({"--pipeline.layout=best"}); })
+                .find("pipeline.layout: must be one of fixed, auto, got 'best'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              default_config({"--pipeline.layout=auto", "--pipeline.stages=2", "--pipeline.layers_per_stage=[3, 1]"});
+            }).find("pipeline.layers_per_stage: cannot be combined with pipeline.layout = auto"),
+            std::string::npos);
+}
+
 TEST(Config, ModelShapeOverridesApplyOnTopOfTheModelFile) {
   const std::string tiny = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/models/tiny.toml";
   const Config c = default_config({"--model.file=" + tiny, "--model.sequence_length=64", "--model.layers=2"});

@@ -149,7 +149,8 @@ TEST(PlanCodec, RejectsWithAMessageNamingTheField) {
   auto bad_sum = good;
   bad_sum[30] ^= 1;
   EXPECT_NE(message(bad_sum, 4).find("checksum"), std::string::npos);
-  EXPECT_NE(message(good, 6).find("ranks"), std::string::npos);
+  EXPECT_NE(message(good, 3).find("only 3 ranks"), std::string::npos);
+  EXPECT_EQ(message(good, 6), "accepted");  // two ranks left idle
 
   // A well-formed message (valid checksum) that lists a device twice.
   Plan duplicate = plan;

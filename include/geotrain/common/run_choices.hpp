@@ -31,6 +31,11 @@ enum class CheckpointForm { automatic, single, sharded };
 // training exactly; AdamW is not (its update of an average is not the
 // average of its updates).
 enum class InnerOptimizer { adamw, sgd };
+// pipeline.layout: fixed = pipeline.stages (and layers_per_stage, the
+// train.* batch) as given, every rank used; auto = rank 0's layout search
+// chooses stages, replicas, micro-batches, the layer split and which ranks
+// train (the rest stay idle), from the probed network and device speeds.
+enum class LayoutChoice { fixed, automatic };
 
 // Names as config files and messages spell them; "?" for no value.
 inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
@@ -52,6 +57,10 @@ inline constexpr EnumName<CheckpointForm> kCheckpointFormNames[] = {
 inline constexpr EnumName<InnerOptimizer> kInnerOptimizerNames[] = {{InnerOptimizer::adamw, "adamw"},
                                                                      {InnerOptimizer::sgd, "sgd"}};
 
+inline constexpr EnumName<LayoutChoice> kLayoutChoiceNames[] = {{LayoutChoice::fixed, "fixed"},
+                                                                 {LayoutChoice::automatic, "auto"}};
+
+inline std::string to_string(LayoutChoice choice) { return name_in(kLayoutChoiceNames, choice); }
 inline std::string to_string(InnerOptimizer kind) { return name_in(kInnerOptimizerNames, kind); }
 inline std::string to_string(CheckpointForm form) { return name_in(kCheckpointFormNames, form); }
 inline std::string to_string(WireFormat format) { return name_in(kWireFormatNames, format); }

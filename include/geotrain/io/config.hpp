@@ -58,6 +58,9 @@ struct Config {
   int pipeline_stages = 1;
   plan::Schedule pipeline_schedule = plan::Schedule::one_f_one_b;  // 1f1b | gpipe
   std::vector<int> layers_per_stage;       // empty: an even split
+  // auto: the layout search picks the layout (the global batch stays
+  // micro_batch_sequences x gradient_accumulation x ranks / stages).
+  LayoutChoice layout = LayoutChoice::fixed;
   plan::Placement placement = plan::Placement::planned;  // planned | rank-order | dtfm-rank-order | random
   int plan_candidates = 2000;              // the planner's search effort (per island)
   // [network]
@@ -107,6 +110,11 @@ struct Config {
   // scenario's [sites], or probed host names) still sum their gradients
   // every step over their fast links; only the sites take local steps.
   bool outer_sync_within_site = false;
+  // [emulation]: for experiments on one machine only, never for real runs.
+  // compute_slowdown[r]: rank r's forward and backward (and its device
+  // probe) take this many times as long, the extra spent asleep, so that
+  // identical CPUs act as mixed devices. Empty: none; else one per rank.
+  std::vector<double> compute_slowdown;
   // [optimizer]
   InnerOptimizer optimizer_kind = InnerOptimizer::adamw;  // adamw | sgd
   double learning_rate = 1e-3;

@@ -31,6 +31,8 @@ class Backend {
   // that communication libraries (NCCL) can order their work after it;
   // nullptr for the CPU backend.
   virtual void* native_stream() { return nullptr; }
+  // The device's own memory in bytes; 0 where it is the host's (the CPU).
+  virtual double device_memory_bytes() const { return 0; }
 
   // ---- memory
   virtual float* alloc(std::size_t count) = 0;             // zero-initialised

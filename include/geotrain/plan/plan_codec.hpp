@@ -31,7 +31,8 @@ constexpr std::uint32_t kPlanCodecVersion = 1;
 std::vector<std::uint8_t> encode_plan(const Plan& plan);
 
 // Throws std::invalid_argument with a message naming the first bad field.
-// `expected_devices` < 0: accept any pp*dp.
+// `expected_devices` >= 0: the job's ranks; device ids must be below it and
+// pp*dp at most it (a layout may leave ranks idle). < 0: exactly pp*dp devices.
 Plan decode_plan(std::span<const std::uint8_t> bytes, int expected_devices = -1);
 
 // 64-bit checksum used by the encoding (FNV-1a + mixer).

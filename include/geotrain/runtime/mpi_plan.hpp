@@ -31,7 +31,8 @@ bool ranks_agree(MPI_Comm comm, std::uint64_t value, double deadline_s, const st
 
 // Collective: rank 0 passes its plan (others pass anything, e.g. Plan{}).
 // Rank 0 encodes it (plan/plan_codec.hpp), broadcasts the bytes; every rank
-// decodes and validates them (pp * dp must equal the communicator size) and
+// decodes and validates them (pp * dp at most the communicator size: a layout
+// may leave ranks idle) and
 // the ranks agree on plan.hash(). A rejected message or a disagreement
 // aborts every rank with a message saying why.
 plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double deadline_s);
@@ -65,6 +66,11 @@ class Communicator {
 // plan was made for (the probe's numbering).
 struct Topology {
   int rank = 0;
+  // A layout may leave ranks out (pp x dp < ranks): those are idle, in none
+  // of the communicators below, and leave the job.
+  bool idle = false;
+  std::vector<int> job_ranks;                 // the ranks in the plan, ascending
+  Communicator job_comm;                      // those ranks; rank in it == position in job_ranks
   int stage = 0, replica = 0;                 // rank == plan.stages[stage][replica]
   int pipeline_stages = 1, data_parallel = 1;
   int previous_rank = -1;                     // stages[stage-1][replica]; -1 on the first stage
@@ -84,7 +90,8 @@ struct Topology {
 // (MPI_Comm_split(color = stage, key = replica)), one pipeline communicator
 // per replica and the tied-embedding pairs, duplicates `world` for the
 // point-to-point traffic (so its tags never meet a library's), and finds the
-// pipeline neighbours. A barrier with the deadline runs first, so a dead rank is
+// pipeline neighbours, and one communicator of the ranks the plan uses (the
+// others come back idle). A barrier with the deadline runs first, so a dead rank is
 // named instead of hanging the split. With `site_of_rank`, also each data-parallel
 // group's members in one site (local steps' outer.sync_within_site).
 Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s,

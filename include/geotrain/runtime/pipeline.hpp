@@ -97,6 +97,9 @@ class PipelineStep {
   // message): lets exchanges in flight on the side advance (MPI moves them
   // only inside its calls); empty: none.
   void set_poll(std::function<void()> poll) { poll_ = std::move(poll); }
+  // emulation.compute_slowdown: each forward and backward takes `factor`
+  // times as long (the extra asleep, charged to compute).
+  void set_compute_slowdown(double factor) { slowdown_ = factor; }
 
   const std::vector<plan::Step>& program() const { return program_; }
 
@@ -112,6 +115,7 @@ class PipelineStep {
   Timeline* timeline_ = nullptr;
   model::GradientReady gradient_ready_;
   std::function<void()> poll_;
+  double slowdown_ = 1.0;
   std::size_t last_backward_ = 0;  // index in program_ of the step's last backward
 
   // received_ <- the link.

@@ -1,5 +1,6 @@
 // geotrain train under mpirun / srun: the whole start-up and the training
 // loop on every rank. Rank 0 prints; every rank fails together.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <climits>
@@ -23,6 +24,7 @@
 #include "geotrain/runtime/checkpointing.hpp"
 #include "geotrain/runtime/distributed_job.hpp"
 #include "geotrain/runtime/evaluation.hpp"
+#include "geotrain/runtime/job_layout.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
 #include "geotrain/runtime/encoded_links.hpp"
@@ -75,16 +77,20 @@ RankTiming unpack_timing(const std::vector<std::uint8_t>& bytes) {
   return t;
 }
 
-// Every rank's events to rank 0, which writes the timing file; the others
-// wait for its verdict, so the launcher does not stop rank 0 mid-write.
+// Every training rank's events to the reporting rank (the job
+// communicator's first), which writes the timing file; the others wait for
+// its verdict, so the launcher does not stop it mid-write. Idle ranks have
+// no events.
 bool write_job_timing(const std::string& path, const io::Config& config, const ModelShape& model,
-                      const JobDescription& job, const TrainResult& result, double deadline_s) {
-  const auto parts = gather_bytes(MPI_COMM_WORLD, pack_timing(result), 0, deadline_s, "gathering timing events");
+                      const JobDescription& job, const TrainResult& result, const Topology& topology, int world_size,
+                      double deadline_s) {
+  MPI_Comm comm = topology.job_comm.get();
+  const auto parts = gather_bytes(comm, pack_timing(result), 0, deadline_s, "gathering timing events");
   std::vector<std::uint8_t> verdict;
   if (!parts.empty()) {
     try {
-      std::vector<RankTiming> ranks;
-      for (const std::vector<std::uint8_t>& part : parts) ranks.push_back(unpack_timing(part));
+      std::vector<RankTiming> ranks(static_cast<std::size_t>(world_size));
+      for (std::size_t i = 0; i < parts.size(); ++i) ranks[topology.job_ranks[i]] = unpack_timing(parts[i]);
       io::write_timing_file(path, make_timing_run(config, model, job, result, ranks));
       verdict = {1};
     } catch (const std::exception& e) {
@@ -92,7 +98,7 @@ bool write_job_timing(const std::string& path, const io::Config& config, const M
       verdict = {0};
     }
   }
-  verdict = broadcast_bytes(MPI_COMM_WORLD, verdict, 0, deadline_s, "waiting for rank 0 to write the timing file");
+  verdict = broadcast_bytes(comm, verdict, 0, deadline_s, "waiting for the reporting rank to write the timing file");
   return verdict.size() == 1 && verdict[0] == 1;
 }
 
@@ -106,6 +112,11 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
                      " does not divide the " + std::to_string(ranks) +
                      " ranks of this job (ranks = stages x data-parallel replicas; change the rank count or "
                      "pipeline.stages)");
+  }
+  if (!config.compute_slowdown.empty() && static_cast<int>(config.compute_slowdown.size()) != ranks) {
+    throw InputError(config.origin_of("emulation.compute_slowdown") + ": emulation.compute_slowdown: has " +
+                     std::to_string(config.compute_slowdown.size()) + " entries but the job has " +
+                     std::to_string(ranks) + " ranks (one factor per rank, or none)");
   }
   const char* split_key = config.layers_per_stage.empty() ? "pipeline.stages" : "pipeline.layers_per_stage";
   try {
@@ -133,37 +144,40 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
 // rank prints its message and every rank returns that rank's exit code.
 // `what` names the wait for the deadline's message.
 int agree_on_failure(const std::string& error, int code, double deadline_s,
-                     const std::string& what = "checking that every rank read its inputs") {
+                     const std::string& what = "checking that every rank read its inputs",
+                     MPI_Comm comm = MPI_COMM_WORLD) {
   int rank = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
   int first_failed = error.empty() ? size : rank;
   MPI_Request request;
-  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request));
-  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, -1, deadline_s, what);
+  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, comm, &request));
+  wait_collective_or_abort({&request, 1}, comm, -1, deadline_s, what);
   if (first_failed == size) return 0;
   if (rank == first_failed) {
-    std::cerr << "geotrain: error: " << error << (size > 1 ? " (rank " + std::to_string(rank) + ", host " + host_name() + ")" : "")
-              << "\n";
+    std::cerr << "geotrain: error: " << error
+              << (size > 1 ? " (rank " + std::to_string(world_rank()) + ", host " + host_name() + ")" : "") << "\n";
   }
-  GT_MPI_CHECK(MPI_Ibcast(&code, 1, MPI_INT, first_failed, MPI_COMM_WORLD, &request));
-  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, first_failed, deadline_s, "agreeing on the exit code");
+  GT_MPI_CHECK(MPI_Ibcast(&code, 1, MPI_INT, first_failed, comm, &request));
+  wait_collective_or_abort({&request, 1}, comm, first_failed, deadline_s, "agreeing on the exit code");
   return code;
 }
 
-// Every rank's `flag`, on every rank (MPI_Iallgather, with the deadline).
-std::vector<int> gather_flags(int flag, double deadline_s, const std::string& what) {
+// Every rank's `flag` in `comm`, on every rank (MPI_Iallgather, with the deadline).
+std::vector<int> gather_flags(int flag, double deadline_s, const std::string& what, MPI_Comm comm) {
   int size = 1;
-  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
   std::vector<int> flags(static_cast<std::size_t>(size));
   MPI_Request request;
-  GT_MPI_CHECK(MPI_Iallgather(&flag, 1, MPI_INT, flags.data(), 1, MPI_INT, MPI_COMM_WORLD, &request));
-  wait_collective_or_abort({&request, 1}, MPI_COMM_WORLD, -1, deadline_s, what);
+  GT_MPI_CHECK(MPI_Iallgather(&flag, 1, MPI_INT, flags.data(), 1, MPI_INT, comm, &request));
+  wait_collective_or_abort({&request, 1}, comm, -1, deadline_s, what);
   return flags;
 }
 
 // Checkpoints under MPI, written by a background thread (BackgroundWorker:
 // no MPI there; every exchange is on the training thread, with deadlines).
+// "Rank 0" below is the first training rank (world rank 0 unless the layout
+// leaves it idle).
 //  - single: the ranks' tensors are gathered to rank 0 at save(), which
 //    writes the one file in the background.
 //  - sharded: each rank that holds something to write (its stage's tensors
@@ -172,9 +186,16 @@ std::vector<int> gather_flags(int flag, double deadline_s, const std::string& wh
 //    is there, rank 0 writes the manifest and `latest`, in the background too.
 class MpiCheckpointSink : public CheckpointSink {
  public:
-  MpiCheckpointSink(std::string dir, int keep, bool sharded, double deadline_s)
-      : dir_(std::move(dir)), keep_(keep), sharded_(sharded), deadline_s_(deadline_s) {
+  // Over the training ranks (`job_comm`; idle ranks take no part); shards
+  // are named by world rank, the job communicator's first rank leads.
+  MpiCheckpointSink(std::string dir, int keep, bool sharded, double deadline_s, MPI_Comm job_comm,
+                    std::vector<int> job_ranks)
+      : dir_(std::move(dir)), keep_(keep), sharded_(sharded), deadline_s_(deadline_s), comm_(job_comm),
+        job_ranks_(std::move(job_ranks)) {
     GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    int position = 0;
+    GT_MPI_CHECK(MPI_Comm_rank(comm_, &position));
+    leads_ = position == 0;
   }
 
   void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
@@ -203,14 +224,14 @@ class MpiCheckpointSink : public CheckpointSink {
       error = std::string("checkpoint not written: ") + e.what();
     }
     if (!sharded_ || manifest_queued_) {
-      settle(error, sharded_ ? "waiting for rank 0 to write the checkpoint's manifest"
-                             : "waiting for rank 0 to write the checkpoint");
+      settle(error, sharded_ ? "waiting for the reporting rank to write the checkpoint's manifest"
+                             : "waiting for the reporting rank to write the checkpoint");
       manifest_queued_ = false;
       return std::exchange(pending_, "");
     }
     settle(error, "waiting for every rank to write its part of the checkpoint");
-    const std::vector<int> wrote = gather_flags(wrote_ ? 1 : 0, deadline_s_, "listing the checkpoint's shards");
-    if (rank_ == 0) queue_manifest(wrote);
+    const std::vector<int> wrote = gather_flags(wrote_ ? 1 : 0, deadline_s_, "listing the checkpoint's shards", comm_);
+    if (leads_) queue_manifest(wrote);
     manifest_queued_ = true;
     return "";
   }
@@ -218,7 +239,7 @@ class MpiCheckpointSink : public CheckpointSink {
  private:
   // Every rank learns whether one failed; the lowest failing one prints.
   void settle(const std::string& error, const std::string& what) {
-    if (const int code = agree_on_failure(error, kExitRunError, deadline_s_, what)) {
+    if (const int code = agree_on_failure(error, kExitRunError, deadline_s_, what, comm_)) {
       pending_.clear();
       manifest_queued_ = false;
       throw ReportedFailure(code);
@@ -227,12 +248,12 @@ class MpiCheckpointSink : public CheckpointSink {
 
   void save_gathered(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
     const std::vector<std::vector<std::uint8_t>> parts =
-        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
+        gather_bytes(comm_, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
     tensors.clear();
     const std::vector<std::vector<std::uint8_t>> residual_parts =
-        gather_bytes(MPI_COMM_WORLD, io::serialize_tensors(metadata.residuals), 0, deadline_s_,
+        gather_bytes(comm_, io::serialize_tensors(metadata.residuals), 0, deadline_s_,
                      "gathering the error-feedback residuals");
-    if (parts.empty()) return;  // not rank 0
+    if (parts.empty()) return;  // not the leading rank
     try {
       for (const std::vector<std::uint8_t>& part : parts) {
         for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
@@ -249,7 +270,7 @@ class MpiCheckpointSink : public CheckpointSink {
   }
 
   void save_shard(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
-    if (rank_ == 0) {
+    if (leads_) {
       manifest_ = metadata;  // the attributes (the tensors are not in it yet: no copy of them)
       manifest_.residuals.clear();
       // A manifest of this step left by an earlier run (killed before
@@ -268,7 +289,7 @@ class MpiCheckpointSink : public CheckpointSink {
   void queue_manifest(const std::vector<int>& wrote) {
     std::vector<std::string> shards;
     for (std::size_t r = 0; r < wrote.size(); ++r) {
-      if (wrote[r]) shards.push_back(io::shard_name(static_cast<int>(r)));
+      if (wrote[r]) shards.push_back(io::shard_name(job_ranks_[r]));
     }
     auto metadata = std::make_shared<const io::Checkpoint>(std::move(manifest_));
     worker_.start([metadata, shards = std::move(shards), dir = dir_, keep = keep_] {
@@ -280,7 +301,10 @@ class MpiCheckpointSink : public CheckpointSink {
   int keep_;
   bool sharded_;
   double deadline_s_;
-  int rank_ = 0;
+  MPI_Comm comm_;
+  std::vector<int> job_ranks_;  // world rank of each rank of comm_
+  bool leads_ = false;          // comm_'s first rank: gathers, writes the manifest
+  int rank_ = 0;                // world rank: names this rank's shard
   std::string pending_;     // the path of the checkpoint in flight ("" when none)
   bool wrote_ = false;      // sharded: this rank writes a shard of it
   bool manifest_queued_ = false;  // sharded: every shard is written; rank 0 writes the manifest
@@ -311,7 +335,31 @@ std::string format_plan(const plan::Plan& p, const std::string& placement, const
     }
     out << "\n";
   }
+  std::string idle;  // the network is rank 0's (elsewhere it may be empty)
+  for (int d = 0; d < net.device_count; ++d) {
+    bool used = false;
+    for (const auto& stage : p.stages) used = used || std::find(stage.begin(), stage.end(), d) != stage.end();
+    if (!used) idle += " " + std::to_string(d);
+  }
+  if (!idle.empty()) out << "  idle ranks:" << idle << "\n";
   return out.str();
+}
+
+// pipeline.layout = auto: the batch the fixed layout would train (micro-batch
+// x accumulation x ranks / pipeline.stages) is the global batch to keep.
+int global_batch_sequences(const io::Config& config, int ranks) {
+  return config.micro_batch_sequences * config.gradient_accumulation * (ranks / config.pipeline_stages);
+}
+
+// The searched layout replaces the fixed one's keys (so that logs,
+// checkpoints and the timing file show what ran).
+void adopt_layout(Setup& setup, const JobLayout& layout) {
+  io::Config& c = setup.inputs.config;
+  c.pipeline_stages = layout.plan.pipeline_stages;
+  c.layers_per_stage = layout.layers_per_stage;
+  c.micro_batch_sequences = layout.micro_batch_sequences;
+  c.gradient_accumulation = layout.micro_batches;
+  setup.stages = model::split_layers(setup.inputs.model.layers, c.pipeline_stages, c.layers_per_stage);
 }
 
 // The network the planner sees: network.matrix, else probed (one rank: trivial).
@@ -372,14 +420,10 @@ WireCodec gradient_codec(const io::Config& config) { return wire_codec(config, c
 // built (unless network.transport = mpi), else MPI.
 class JobConnections {
  public:
-  JobConnections(const io::Config& config, const Topology& topology, bool talk, std::ostream& log)
-      : mpi_collectives_(topology, config.network_deadline_s, gradient_codec(config)) {
+  JobConnections(const io::Config& config, const Topology& topology, std::unique_ptr<kernels::Backend> backend,
+                 bool talk, std::ostream& log)
+      : backend_(std::move(backend)), mpi_collectives_(topology, config.network_deadline_s, gradient_codec(config)) {
     const double deadline_s = config.network_deadline_s;
-    try {
-      backend_ = kernels::make_backend(config.device);
-    } catch (const std::exception& e) {
-      abort_all(e.what());
-    }
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
 #ifdef GEOTRAIN_HAVE_NCCL
     if (on_gpu && config.transport != Transport::mpi && !exchanges_on_host(config)) {
@@ -412,7 +456,8 @@ class JobConnections {
     }
     if (!config.checkpoint_dir.empty()) {
       sink_.emplace(config.checkpoint_dir, config.checkpoint_keep,
-                    sharded_form(config.checkpoint_form, topology.pipeline_stages * topology.data_parallel), deadline_s);
+                    sharded_form(config.checkpoint_form, topology.pipeline_stages * topology.data_parallel), deadline_s,
+                    topology.job_comm.get(), topology.job_ranks);
     }
   }
 
@@ -489,21 +534,48 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   const bool talk = root && !config.quiet && kind == JobKind::train;
   std::ostream& text = text_stream(config, log);
 
-  const plan::Network network = job_network(setup, ranks, talk, text);  // 1. measured, or given
-  const plan::Plan the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, text);  // 2. on rank 0
+  plan::Network network = job_network(setup, ranks, talk, text);  // 1. measured, or given
+  std::unique_ptr<kernels::Backend> backend;
+  try {
+    backend = kernels::make_backend(config.device);
+  } catch (const std::exception& e) {
+    abort_all(e.what());
+  }
+  plan::Plan the_plan;  // 2. on rank 0
+  std::string idle_note;
+  if (config.layout == LayoutChoice::automatic) {
+    const JobLayout layout = search_job_layout(config, setup.inputs.model, network, *backend,
+                                               global_batch_sequences(config, ranks), deadline_s);
+    if (!layout.error.empty()) {
+      if (root) std::cerr << "geotrain: error: " << config.origin_of("pipeline.layout") << ": " << layout.error << "\n";
+      return kExitInputError;
+    }
+    adopt_layout(setup, layout);
+    the_plan = layout.plan;
+    idle_note = idle_reason(layout, rank);
+    if (talk) text << describe(layout) << format_plan(the_plan, "auto layout", network) << std::flush;
+  } else {
+    the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, text);
+  }
   const Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s,  // 3. communicators
                                           config.outer_sync_within_site ? network.site_of_device : std::vector<std::string>{});
-  JobConnections connections(config, topology, talk, text);
+  if (topology.idle) {
+    std::cerr << "geotrain: rank " << rank << " (host " << host_name() << "): " << idle_note << "\n";
+    return 0;
+  }
+  const bool reports = rank == topology.job_ranks.front();
+  JobConnections connections(config, topology, std::move(backend), reports && !config.quiet && kind == JobKind::train, text);
   RankRole role;
   role.stage = topology.stage, role.stages = the_plan.pipeline_stages;
   role.replica = topology.replica, role.replicas = the_plan.data_parallel;
   role.rank = rank;
-  role.reports = root;
+  role.reports = reports;
   role.spec = setup.stages[topology.stage];
   role.plan_text = format_plan(the_plan, plan::to_string(config.placement), network);
   role.site_replicas = std::max<int>(1, static_cast<int>(topology.site_ranks.size()));
   if (kind == JobKind::evaluate) return evaluate_job(setup.inputs, role, connections.get(), log);
-  const std::string timing_path = root ? io::expand_run_name(config.timing_file) : "";
+  const bool talks = reports && !config.quiet;
+  const std::string timing_path = reports ? io::expand_run_name(config.timing_file) : "";
   TrainResult result;
   try {
     result = train(setup.inputs, role, connections.get(), log);  // 4. training
@@ -519,10 +591,12 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
     job.network_source = setup.matrix ? config.network_matrix : (ranks > 1 ? "probed" : "single rank");
     job.plan = the_plan;
     job.plan_text = role.plan_text;
-    if (!write_job_timing(timing_path, config, setup.inputs.model, job, result, deadline_s)) return kExitRunError;
-    if (talk) text << "timing: " << timing_path << "\n";
+    if (!write_job_timing(timing_path, config, setup.inputs.model, job, result, topology, ranks, deadline_s)) {
+      return kExitRunError;
+    }
+    if (talks) text << "timing: " << timing_path << "\n";
   }
-  if (root) report_job_end(result, config, ranks, the_plan.pipeline_stages, text);
+  if (reports) report_job_end(result, config, static_cast<int>(topology.job_ranks.size()), the_plan.pipeline_stages, text);
   return result.stopped_by_signal ? kExitRunError : 0;
 }
 

@@ -133,21 +133,32 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   }
   t.pipeline_stages = plan.pipeline_stages;
   t.data_parallel = plan.data_parallel;
+  t.idle = true;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     for (int r = 0; r < plan.data_parallel; ++r) {
-      if (plan.stages[s][r] == t.rank) t.stage = s, t.replica = r;
+      t.job_ranks.push_back(plan.stages[s][r]);
+      if (plan.stages[s][r] == t.rank) t.stage = s, t.replica = r, t.idle = false;
     }
   }
-  t.dp_ranks = plan.stages[t.stage];
-  for (int s = 0; s < plan.pipeline_stages; ++s) t.pipeline_ranks.push_back(plan.stages[s][t.replica]);
-  if (t.stage > 0) t.previous_rank = plan.stages[t.stage - 1][t.replica];
-  if (t.stage + 1 < plan.pipeline_stages) t.next_rank = plan.stages[t.stage + 1][t.replica];
+  std::sort(t.job_ranks.begin(), t.job_ranks.end());
 
   MPI_Request request;
   GT_MPI_CHECK(MPI_Ibarrier(world, &request));
   wait_collective_or_abort({&request, 1}, world, -1, deadline_s, "building the communicators");
+  MPI_Comm job = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(world, t.idle ? MPI_UNDEFINED : 0, t.rank, &job));
+  t.job_comm = Communicator(job);
+  // Activations go by world rank (as the plan names ranks), on a duplicate of `world`.
+  MPI_Comm links = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_dup(world, &links));
+  t.pipeline_links = Communicator(links);
+  if (t.idle) return t;  // the other communicators are split from job_comm
+  t.dp_ranks = plan.stages[t.stage];
+  for (int s = 0; s < plan.pipeline_stages; ++s) t.pipeline_ranks.push_back(plan.stages[s][t.replica]);
+  if (t.stage > 0) t.previous_rank = plan.stages[t.stage - 1][t.replica];
+  if (t.stage + 1 < plan.pipeline_stages) t.next_rank = plan.stages[t.stage + 1][t.replica];
   MPI_Comm dp = MPI_COMM_NULL;
-  GT_MPI_CHECK(MPI_Comm_split(world, t.stage, t.replica, &dp));
+  GT_MPI_CHECK(MPI_Comm_split(job, t.stage, t.replica, &dp));
   t.dp_comm = Communicator(dp);
   int dp_rank = -1, dp_size = 0;
   GT_MPI_CHECK(MPI_Comm_rank(dp, &dp_rank));
@@ -157,14 +168,12 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
               std::to_string(dp_rank) + " of " + std::to_string(dp_size) + ", expected replica " +
               std::to_string(t.replica) + " of " + std::to_string(plan.data_parallel));
   }
-  MPI_Comm pipe = MPI_COMM_NULL, tied = MPI_COMM_NULL, links = MPI_COMM_NULL;
-  GT_MPI_CHECK(MPI_Comm_split(world, t.replica, t.stage, &pipe));
+  MPI_Comm pipe = MPI_COMM_NULL, tied = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(job, t.replica, t.stage, &pipe));
   t.pipeline_comm = Communicator(pipe);
   const bool holds_embedding = t.pipeline_stages > 1 && (t.stage == 0 || t.stage == t.pipeline_stages - 1);
-  GT_MPI_CHECK(MPI_Comm_split(world, holds_embedding ? t.replica : MPI_UNDEFINED, t.stage, &tied));
+  GT_MPI_CHECK(MPI_Comm_split(job, holds_embedding ? t.replica : MPI_UNDEFINED, t.stage, &tied));
   t.tied_comm = Communicator(tied);
-  GT_MPI_CHECK(MPI_Comm_dup(world, &links));
-  t.pipeline_links = Communicator(links);
   MPI_Comm site = MPI_COMM_NULL;
   if (static_cast<int>(site_of_rank.size()) == size) {
     // Colour: the group's first member in this rank's site (the same for all of them).
@@ -177,7 +186,7 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
     GT_MPI_CHECK(MPI_Comm_split(dp, colour, t.replica, &site));
     t.site_comm = Communicator(site);
   }
-  for (MPI_Comm c : {dp, pipe, tied, links, site}) {
+  for (MPI_Comm c : {job, dp, pipe, tied, links, site}) {
     if (c != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   }
   return t;

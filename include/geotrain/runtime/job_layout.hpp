@@ -1,0 +1,47 @@
+// pipeline.layout = auto under mpirun: every rank measures its device, rank
+// 0 runs the layout search (plan/layout_search.hpp) on the job's network and
+// those speeds, and every rank receives the layout it trains with.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "geotrain/common/model_shape.hpp"
+#include "geotrain/io/config.hpp"
+#include "geotrain/kernels/backend.hpp"
+#include "geotrain/plan/network.hpp"
+#include "geotrain/plan/plan.hpp"
+#include "geotrain/plan/simulator.hpp"
+#include "geotrain/runtime/device_probe.hpp"
+
+namespace geotrain::runtime {
+
+struct JobLayout {
+  plan::Plan plan;                    // ranks by world rank; the ranks absent are idle
+  std::vector<int> layers_per_stage;  // pipeline order
+  int micro_batch_sequences = 1;
+  int micro_batches = 1;              // per replica per step (one flush)
+  std::vector<int> idle_ranks;
+  double predicted_iteration_s = 0;   // the simulator's, on the measured speeds
+  std::vector<double> rank_tflops;    // as measured, per rank
+  std::string error;                  // non-empty: nothing fits (bad input); every rank has it
+};
+
+// The simulator's view of a geotrain job: the model, the global batch, the
+// schedule, the exchange MpiCollectives runs, the wire formats and local
+// steps of `config`; devices at `efficiency` of their measured GEMM speed.
+plan::SimulationConfig job_simulation_config(const io::Config& config, const ModelShape& model,
+                                             int global_batch_sequences);
+
+// Collective over MPI_COMM_WORLD. `network` (rank 0's; others' ignored)
+// gets measured device types unless it has types already (network.matrix).
+JobLayout search_job_layout(const io::Config& config, const ModelShape& model, plan::Network& network,
+                            kernels::Backend& backend, int global_batch_sequences, double deadline_s);
+
+// Rank 0's log lines: the chosen layout, the measured speeds, idle ranks.
+std::string describe(const JobLayout& layout);
+
+// An idle rank's one line: why it has nothing to do.
+std::string idle_reason(const JobLayout& layout, int rank);
+
+}  // namespace geotrain::runtime
