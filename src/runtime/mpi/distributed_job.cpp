@@ -353,12 +353,17 @@ int global_batch_sequences(const io::Config& config, int ranks) {
 
 // The searched layout replaces the fixed one's keys (so that logs,
 // checkpoints and the timing file show what ran).
-void adopt_layout(Setup& setup, const JobLayout& layout) {
+void adopt_layout(Setup& setup, const JobLayout& layout, int ranks) {
   io::Config& c = setup.inputs.config;
-  c.pipeline_stages = layout.plan.pipeline_stages;
-  c.layers_per_stage = layout.layers_per_stage;
+  // Validation keeps the sequences the fixed layout would have evaluated
+  // (eval_batches batches of micro-batch x replicas), whatever the layout.
+  const int evaluated = c.eval_batches * c.micro_batch_sequences * (ranks / c.pipeline_stages);
+  const int per_batch = layout.micro_batch_sequences * layout.plan.data_parallel;
+  c.eval_batches = std::max(1, (evaluated + per_batch - 1) / per_batch);
   c.micro_batch_sequences = layout.micro_batch_sequences;
   c.gradient_accumulation = layout.micro_batches;
+  c.pipeline_stages = layout.plan.pipeline_stages;
+  c.layers_per_stage = layout.layers_per_stage;
   setup.stages = model::split_layers(setup.inputs.model.layers, c.pipeline_stages, c.layers_per_stage);
 }
 
@@ -547,10 +552,13 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
     const JobLayout layout = search_job_layout(config, setup.inputs.model, network, *backend,
                                                global_batch_sequences(config, ranks), deadline_s);
     if (!layout.error.empty()) {
-      if (root) std::cerr << "geotrain: error: " << config.origin_of("pipeline.layout") << ": " << layout.error << "\n";
+      if (root) {
+        std::cerr << "geotrain: error: " << config.origin_of("pipeline.layout") << ": pipeline.layout: auto: "
+                  << layout.error << " (network: " << (setup.matrix ? config.network_matrix : "probed") << ")\n";
+      }
       return kExitInputError;
     }
-    adopt_layout(setup, layout);
+    adopt_layout(setup, layout, ranks);
     the_plan = layout.plan;
     idle_note = idle_reason(layout, rank);
     if (talk) text << describe(layout) << format_plan(the_plan, "auto layout", network) << std::flush;

@@ -123,7 +123,7 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
       layout.micro_batches = found.micro_batches;
       layout.predicted_iteration_s = found.simulation.iteration_s;
     } catch (const std::exception& e) {
-      error = std::string("pipeline.layout = auto: ") + e.what();
+      error = e.what();
     }
   }
   const auto verdict = broadcast_bytes(MPI_COMM_WORLD, std::vector<std::uint8_t>(error.begin(), error.end()), 0,
