@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/kernels/backend.hpp"
+#include "geotrain/runtime/job_layout.hpp"
 
 namespace geotrain::cli {
 
@@ -29,6 +32,12 @@ void add_probe_command(CLI::App& app, ProbeCommandOptions& o) {
       ->check(CLI::Range(1, 1000000));
   probe->add_option("--deadline-s", o.deadline_s, "seconds any rank waits for a peer before aborting the job")
       ->check(CLI::Range(0.001, 1e6));
+  probe->add_option("--device", o.device,
+                    "measure each rank's compute speed (a GEMM) and memory on this backend and write them as "
+                    "[device_types]; none: the network only")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "none"}));
+  probe->add_option("--precision", o.precision, "the GEMM's precision (the training's device.matmul_precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
 namespace {
@@ -52,9 +61,23 @@ int run_probe_command(const ProbeCommandOptions& o) {
   options.latency_repeats = o.latency_repeats;
   options.deadline_s = o.deadline_s;
   const double start = MPI_Wtime();
-  const plan::Network net = runtime::probe_network(MPI_COMM_WORLD, options);
-  if (mpi.rank() != 0) return 0;
+  plan::Network net = runtime::probe_network(MPI_COMM_WORLD, options);
   const double seconds = MPI_Wtime() - start;
+  std::vector<runtime::DeviceMeasurement> devices;
+  if (o.device != "none") {
+    std::unique_ptr<kernels::Backend> backend;
+    try {
+      DeviceRequest request = DeviceRequest::automatic;
+      parse_device_request(o.device, &request);
+      backend = kernels::make_backend(request);
+    } catch (const std::exception& e) {
+      runtime::abort_all(std::string("--device ") + o.device + ": " + e.what());
+    }
+    const MatmulPrecision precision = o.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp32;
+    devices = runtime::measure_devices(*backend, precision, 1.0, o.deadline_s);
+    if (mpi.rank() == 0) runtime::set_measured_types(net, devices);
+  }
+  if (mpi.rank() != 0) return 0;
 
   std::ostringstream text;
   text << "[scenario]\n"
@@ -88,6 +111,12 @@ int run_probe_command(const ProbeCommandOptions& o) {
     std::cout << "  latency   min / median / max: " << summary(latency, 1e6, 1) << " us (one way)\n"
               << "  bandwidth min / median / max: " << summary(bandwidth, 1.0 / plan::kBytesPerGbit, 2)
               << " Gbit/s\n";
+  }
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    const plan::DeviceType& type = net.device_types[static_cast<std::size_t>(net.type_of_device[r])];
+    std::cout << "  rank " << r << ": " << std::setprecision(4) << devices[r].tflops << " TFLOPS (GEMM, " << o.precision
+              << "), " << std::setprecision(1) << devices[r].memory_bytes / plan::kBytesPerGib << " GiB -> type "
+              << type.name << "\n";
   }
   std::cout << "wrote " << o.out << "\n";
   return 0;

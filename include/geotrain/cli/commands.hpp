@@ -163,6 +163,8 @@ struct ProbeCommandOptions {
   int repeats = 4;               // timed bandwidth messages per direction and pair
   int latency_repeats = 20;      // timed small round trips per pair
   double deadline_s = 30;        // per network wait
+  std::string device = "auto";   // whose speed and memory are measured: auto | cpu | cuda | none
+  std::string precision = "fp32";  // the GEMM's: fp32 | bf16 (the training's device.matmul_precision)
 };
 
 void add_probe_command(CLI::App& app, ProbeCommandOptions& options);

@@ -33,6 +33,12 @@ struct JobLayout {
 plan::SimulationConfig job_simulation_config(const io::Config& config, const ModelShape& model,
                                              int global_batch_sequences);
 
+// Collective over MPI_COMM_WORLD: every rank measures its device
+// (measure_device; the host's memory shared by the ranks on it); rank 0
+// gets every rank's measurement, in rank order (others: empty).
+std::vector<DeviceMeasurement> measure_devices(kernels::Backend& backend, MatmulPrecision precision, double slowdown,
+                                               double deadline_s);
+
 // Collective over MPI_COMM_WORLD. `network` (rank 0's; others' ignored)
 // gets measured device types unless it has types already (network.matrix).
 JobLayout search_job_layout(const io::Config& config, const ModelShape& model, plan::Network& network,

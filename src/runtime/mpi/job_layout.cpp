@@ -69,6 +69,20 @@ void decode_extras(const std::vector<double>& v, int ranks, JobLayout& l) {
 
 }  // namespace
 
+std::vector<DeviceMeasurement> measure_devices(kernels::Backend& backend, MatmulPrecision precision, double slowdown,
+                                               double deadline_s) {
+  const DeviceMeasurement own = measure_device(backend, precision, slowdown, ranks_on_this_host());
+  const auto parts = gather_bytes(MPI_COMM_WORLD, to_bytes({own.tflops, own.memory_bytes}), 0, deadline_s,
+                                  "gathering the device measurements");
+  std::vector<DeviceMeasurement> devices;
+  for (const auto& part : parts) {
+    const std::vector<double> v = to_doubles(part);
+    if (v.size() != 2) abort_all("device measurement of another rank is malformed");
+    devices.push_back({v[0], v[1]});
+  }
+  return devices;
+}
+
 plan::SimulationConfig job_simulation_config(const io::Config& c, const ModelShape& model, int global_batch_sequences) {
   plan::SimulationConfig s;
   s.model = plan::TrainingShape(model, static_cast<double>(global_batch_sequences) * model.sequence_length, 4, 4);
@@ -95,20 +109,11 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
   GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
   const double slowdown =
       static_cast<std::size_t>(rank) < config.compute_slowdown.size() ? config.compute_slowdown[rank] : 1.0;
-  const int on_host = ranks_on_this_host();
-  const DeviceMeasurement own = measure_device(backend, config.matmul_precision, slowdown, on_host);
-  const auto parts = gather_bytes(MPI_COMM_WORLD, to_bytes({own.tflops, own.memory_bytes}), 0, deadline_s,
-                                  "gathering the device measurements");
+  const std::vector<DeviceMeasurement> devices = measure_devices(backend, config.matmul_precision, slowdown, deadline_s);
   JobLayout layout;
   std::string error;
   if (rank == 0) {
-    std::vector<DeviceMeasurement> devices;
-    for (const auto& part : parts) {
-      const std::vector<double> v = to_doubles(part);
-      if (v.size() != 2) abort_all("device measurement of another rank is malformed");
-      devices.push_back({v[0], v[1]});
-      layout.rank_tflops.push_back(v[0]);
-    }
+    for (const DeviceMeasurement& d : devices) layout.rank_tflops.push_back(d.tflops);
     if (!network.typed()) set_measured_types(network, devices);
     plan::LayoutOptions options;
     options.single_flush = true;
