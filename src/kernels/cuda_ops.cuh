@@ -67,7 +67,6 @@ class Scratch {
 // Named temporaries; an op may use several at once, never one twice.
 struct Workspace {
   Scratch gemm_operand[3];  // bf16 copies of GEMM operands (bf16 mode only)
-  Scratch attention;        // permuted q, k, v, y and their gradients (fp32)
   Scratch partials;         // partial sums of the deterministic reductions
   Scratch sort;             // embedding backward: CUB temporaries, sorted tokens and positions
   Scratch flags;            // crossentropy: first row with a target outside [0, V)
@@ -110,9 +109,9 @@ void gemm(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, in
 void column_sums_accumulate(const Context& ctx, float* out, const float* in, int rows, int cols);
 
 // ---- attention.cu
-void attention_forward(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(const Context& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH);
+void attention_forward(const Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(const Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* lse, int B, int T, int C, int NH);
 
 // ---- gelu.cu
 void gelu_forward(const Context& ctx, float* out, const float* inp, std::size_t n);

@@ -55,7 +55,8 @@ class CountingBackend final : public kernels::Backend {
   }
   void set_matmul_precision(MatmulPrecision) override {}
   void attention_forward(float*, float*, const float*, int, int, int, int) override { no_op(); }
-  void attention_backward(float*, float*, const float*, const float*, const float*, int, int, int, int) override {
+  void attention_backward(float*, float*, const float*, const float*, const float*, const float*, int, int, int,
+                          int) override {
     no_op();
   }
   void gelu_forward(float*, const float*, std::size_t) override { no_op(); }
