@@ -117,7 +117,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   load_tile(q_tile, kTile, head, stride, r0, T, hs, bf16);
   float m = -INFINITY, l = 0.0f;
   float o[kMaxHs / kRowThreads];
-  #pragma unroll
+  GT_UNROLL
   for (int j = 0; j < kMaxHs / kRowThreads; ++j) o[j] = 0.0f;
 
   for (int key_tile = 0; key_tile <= tile; ++key_tile) {
@@ -127,7 +127,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     __syncthreads();
     float s[kTile / kRowThreads];
     float tile_max = -INFINITY;
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kTile / kRowThreads; ++j) {
       const int c = g + kRowThreads * j;
       s[j] = -INFINITY;
@@ -140,7 +140,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     const float m_new = fmaxf(m, group_max<kRowThreads>(tile_max));
     const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
     float sum = 0.0f;
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kTile / kRowThreads; ++j) {
       const int c = g + kRowThreads * j;
       const float p = c0 + c <= t ? expf(s[j] - m_new) : 0.0f;
@@ -152,7 +152,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     __syncthreads();  // k no longer read; p written
     load_tile(kv_tile, kTile, head + 2 * C, stride, c0, T, hs, bf16);
     __syncthreads();
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
       const int d = g + kRowThreads * j;
       if (d >= hs) continue;  // not break: the loop unrolls, o/dk/dv/dq stay in registers
@@ -164,7 +164,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   if (r0 + r >= T) return;
   const float inverse = 1.0f / l;  // l >= 1: the row's maximum contributes e^0
   float* out_t = out + (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * hs;
-  #pragma unroll
+  GT_UNROLL
   for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
     const int d = g + kRowThreads * j;
     if (d >= hs) continue;
@@ -237,7 +237,7 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
   load_tile(w.k, kBack, head + C, stride, c0, T, hs, bf16);
   load_tile(w.v, kBack, head + 2 * C, stride, c0, T, hs, bf16);
   float dk[kMaxHs / kBackRowThreads], dv[kMaxHs / kBackRowThreads];
-  #pragma unroll
+  GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) dk[j] = dv[j] = 0.0f;
   const int tiles = (T + kBack - 1) / kBack;
   for (int query_tile = tile; query_tile < tiles; ++query_tile) {
@@ -245,7 +245,7 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
     __syncthreads();  // the previous query tile's reads are done
     load_query_side(w, head, dout_head, lse_head, D_head, stride, C, r0, T, hs, bf16);
     __syncthreads();
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kBack / kBackRowThreads; ++j) {
       const int r = g + kBackRowThreads * j;
       float p, ds;
@@ -254,7 +254,7 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
       w.g[c * (kBack + 1) + r] = operand(ds, bf16);
     }
     __syncthreads();
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
       const int d = g + kBackRowThreads * j;
       if (d >= hs) continue;
@@ -269,7 +269,7 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
   }
   if (key >= T) return;
   float* row = dqkv + (token0 + key) * stride + static_cast<std::size_t>(h) * hs;
-  #pragma unroll
+  GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
     const int d = g + kBackRowThreads * j;
     if (d >= hs) continue;
@@ -295,7 +295,7 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
   load_query_side(w, head, dout_head, lse + static_cast<std::size_t>(slice) * T, D + static_cast<std::size_t>(slice) * T,
                   stride, C, r0, T, hs, bf16);
   float dq[kMaxHs / kBackRowThreads];
-  #pragma unroll
+  GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) dq[j] = 0.0f;
   for (int key_tile = 0; key_tile <= tile; ++key_tile) {
     const int c0 = key_tile * kBack, cols = min(kBack, T - c0);
@@ -303,7 +303,7 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
     load_tile(w.k, kBack, head + C, stride, c0, T, hs, bf16);
     load_tile(w.v, kBack, head + 2 * C, stride, c0, T, hs, bf16);
     __syncthreads();
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kBack / kBackRowThreads; ++j) {
       const int c = g + kBackRowThreads * j;
       float p, ds;
@@ -311,7 +311,7 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
       w.g[r * (kBack + 1) + c] = operand(ds, bf16);
     }
     __syncthreads();
-    #pragma unroll
+    GT_UNROLL
     for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
       const int d = g + kBackRowThreads * j;
       if (d >= hs) continue;
@@ -322,7 +322,7 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
   }
   if (t >= T) return;
   float* row = dqkv + (token0 + t) * stride + static_cast<std::size_t>(h) * hs;
-  #pragma unroll
+  GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
     const int d = g + kBackRowThreads * j;
     if (d >= hs) continue;
