@@ -96,7 +96,7 @@ void matmul_forward(const Context& ctx, float* out, const float* inp, const floa
                     int C, int OC);
 void matmul_backward(const Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC);
-// The GEMM layer shared by matmul and attention. gemm_operand returns x itself
+// The GEMM layer under matmul (attention.cu has its own fused kernels). gemm_operand returns x itself
 // in fp32 mode, or a bf16 copy of its `count` values held in `scratch`.
 const void* gemm_operand(const Context& ctx, const float* x, std::size_t count, Scratch& scratch);
 // Column-major, as cuBLAS: C = alpha op(A) op(B) + beta C for `batch`
