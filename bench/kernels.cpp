@@ -139,8 +139,8 @@ class Block {
     for (auto* p : {&qkv_, &dqkv_}) *p = alloc(N * 3 * C);
     for (auto* p : {&fc_, &gelu_, &dfc_, &dgelu_}) *p = alloc(N * 4 * C);
     for (auto* p : {&mean1_, &rstd1_, &mean2_, &rstd2_}) *p = alloc(N);
-    att_ = alloc(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
-    datt_ = alloc(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
+    lse_ = alloc(static_cast<std::size_t>(B_) * NH_ * T_);
+    attention_scratch_ = alloc(static_cast<std::size_t>(B_) * NH_ * T_);
     std::mt19937 engine(2);
     std::normal_distribution<float> normal(0.0f, 0.5f);
     for (std::size_t i = 0; i < N * C; ++i) x_[i] = normal(engine);
@@ -187,7 +187,7 @@ class Block {
     const std::size_t NC = static_cast<std::size_t>(N) * C;
     k_.layernorm_forward(ln1_, mean1_, rstd1_, x_, param(w_, 8), param(w_, 9), N, C);
     k_.matmul_forward(qkv_, ln1_, param(w_, 0), param(w_, 4), N, C, 3 * C);
-    k_.attention_forward(att_out_, att_, qkv_, B_, T_, C, NH_);
+    k_.attention_forward(att_out_, lse_, qkv_, B_, T_, C, NH_);
     k_.matmul_forward(r2_, att_out_, param(w_, 1), param(w_, 5), N, C, C);
     k_.accumulate(r2_, x_, NC);
     k_.layernorm_forward(ln2_, mean2_, rstd2_, r2_, param(w_, 10), param(w_, 11), N, C);
@@ -211,7 +211,7 @@ class Block {
     k_.fill_zero(datt_out_, NC);
     k_.matmul_backward(datt_out_, param(dw_, 1), param(dw_, 5), dr2_, att_out_, param(w_, 1), N, C, C);
     k_.fill_zero(dqkv_, 3 * NC);
-    k_.attention_backward(dqkv_, datt_, datt_out_, qkv_, att_, B_, T_, C, NH_);
+    k_.attention_backward(dqkv_, attention_scratch_, datt_out_, qkv_, att_out_, lse_, B_, T_, C, NH_);
     k_.fill_zero(dln_, NC);
     k_.matmul_backward(dln_, param(dw_, 0), param(dw_, 4), dqkv_, ln1_, param(w_, 0), N, C, 3 * C);
     k_.fill_zero(dx_, NC);
@@ -223,7 +223,7 @@ class Block {
   int B_, T_, C_, NH_;
   std::vector<float*> owned_;
   float *x_, *ln1_, *att_out_, *r2_, *ln2_, *out_, *dout_, *dx_, *dln_, *datt_out_, *dr2_;
-  float *qkv_, *dqkv_, *fc_, *gelu_, *dfc_, *dgelu_, *mean1_, *rstd1_, *mean2_, *rstd2_, *att_, *datt_;
+  float *qkv_, *dqkv_, *fc_, *gelu_, *dfc_, *dgelu_, *mean1_, *rstd1_, *mean2_, *rstd2_, *lse_, *attention_scratch_;
   float *w_, *dw_;
 };
 

@@ -1,28 +1,41 @@
-// Causal multi-head self-attention, CPU twin.
-// qkv[B,T,3C] holds q | k | v per token, each C = NH heads x hs channels.
-//   forward:  att[b,h,t,:] = softmax over t2 <= t of (q_t . k_t2) / sqrt(hs)
-//             (0 above the diagonal); out[b,t,h] = sum_t2 att[t,t2] v_t2
-//   backward: dv_t2 += att[t,t2] dout_t;  datt[t,t2] = dout_t . v_t2
-//             dpre[t,t2] = att[t,t2] (datt[t,t2] - sum_j att[t,j] datt[t,j])
-//             dq_t += dpre[t,t2] k_t2 / sqrt(hs);  dk_t2 += dpre[t,t2] q_t / sqrt(hs)
-// Plain loops, not GEMMs: at GPT-2 sizes per head (hs = 64) the triangular
-// products are small, and loops keep the causal mask free.
+// Causal multi-head self-attention, CPU twin of attention.cu: the same tiled
+// algorithm with an online softmax (FlashAttention-2), the same tiles, the
+// same rounding of operands to bf16 where the matmul precision is bf16.
+// qkv[B,T,3C] holds q | k | v per token, each C = NH heads x hs channels;
+// scale = 1/sqrt(hs); s[t,t2] = scale q_t . k_t2 for t2 <= t.
+//   forward, per query tile (kAttentionTile rows), over key tiles 0..itself:
+//     m' = max(m, max_t2 s);  l = l e^(m - m') + sum_t2 e^(s - m')
+//     o = o e^(m - m') + sum_t2 e^(s - m') v_t2;   finally out = o / l and
+//     lse = m + log l, the only per-row state kept for the backward.
+//   backward (kAttentionBackwardTile), probabilities recomputed per tile:
+//     D_t = dout_t . out_t;  p = e^(s - lse_t);  dv_t2 += p dout_t
+//     dp = dout_t . v_t2;    ds = scale p (dp - D_t)
+//     dq_t += ds k_t2  (per query tile, looping over key tiles)
+//     dk_t2 += ds q_t  (per key tile, looping over query tiles)
+//   so every output row is owned by one task and summed in a fixed order:
+//   the result does not depend on the thread count, and no T x T matrix
+//   exists anywhere.
+// bf16 precision: q, k, v, dout and the GEMM-like operands p and ds are
+// rounded to bf16 before their products, as attention.cu does on the GPU
+// (fp32 sums). The softmax statistics, D and lse stay fp32.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "cpu_math.hpp"
 #include "cpu_ops.hpp"
 #include "cpu_parallel.hpp"
+#include "op_constants.hpp"
 
 namespace geotrain::kernels::cpu {
 namespace {
 
-// GEOTRAIN_SIMD_CLONES (cpu_math.hpp): the per-row / per-head bodies are also
-// built for AVX2 + FMA; with hs = 32..64 the inner loops are only 4-16 SSE
-// vectors long, and AVX2 halves that.
+constexpr int kMaxHs = kAttentionMaxHeadSize;
 
-// Pointers into one (batch, head) slice of the packed qkv / out tensors.
+// Pointers into one (batch, head) slice of the packed qkv tensor.
 struct HeadView {
   const float* qkv;  // qkv + b*T*3C + h*hs: add t*3C for token t's q, + C for k, + 2C for v
   int C;
@@ -34,9 +47,8 @@ struct HeadView {
 
 // The simd reduction lets the compiler keep several partial sums (a float
 // reduction is otherwise summed strictly in order, one add latency per
-// element); attention forward ran ~1.7x faster with it at GPT-2 124M shapes
-// (B=4, T=256). The order is fixed at compile time: results stay the same
-// from run to run and for any thread count.
+// element). The order is fixed at compile time: results stay the same from
+// run to run and for any thread count.
 float dot(const float* x, const float* y, int n) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -44,113 +56,259 @@ float dot(const float* x, const float* y, int n) {
   return sum;
 }
 
-// One query row: scores, max-subtracted softmax into att_row[0..T), then
-// the weighted sum of values into out.
-GEOTRAIN_SIMD_CLONES void attend_row(float* out, float* att_row, const HeadView& head, int t, int T, float scale) {
-  float max_score = -std::numeric_limits<float>::infinity();
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float score = dot(head.q(t), head.k(t2), head.hs) * scale;
-    att_row[t2] = score;
-    if (score > max_score) max_score = score;
-  }
-  // Vectorised exp (cpu_math.hpp) and a simd sum: the order is fixed at
-  // compile time, as in dot(), so results do not depend on the thread count.
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int t2 = 0; t2 <= t; ++t2) {
-    att_row[t2] = exp_vectorisable(att_row[t2] - max_score);
-    sum += att_row[t2];
-  }
-  const float inverse = 1.0f / sum;  // sum >= 1: the row's maximum contributes exp(0)
-  for (int t2 = 0; t2 <= t; ++t2) att_row[t2] *= inverse;
-  for (int t2 = t + 1; t2 < T; ++t2) att_row[t2] = 0.0f;
+float operand(float x, bool bf16) { return bf16 ? round_to_bf16(x) : x; }
 
-  // `omp simd` here and in the backward: out / dq / dk / dv never overlap
-  // the rows they read (different thirds of qkv, or different tensors), but
-  // the compiler cannot prove it and otherwise keeps these loops scalar or
-  // behind runtime alias checks. Element-wise loops: no reordering of sums.
-  for (int i = 0; i < head.hs; ++i) out[i] = 0.0f;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* v = head.v(t2);
-    const float a = att_row[t2];
-#pragma omp simd
-    for (int i = 0; i < head.hs; ++i) out[i] += a * v[i];
+void load_row(float* to, const float* from, int hs, bool bf16) {
+  for (int i = 0; i < hs; ++i) to[i] = operand(from[i], bf16);
+}
+
+void check_head_size(int C, int NH) {
+  if (NH <= 0 || C % NH != 0 || C / NH > kMaxHs) {
+    throw std::invalid_argument("attention: head size C/NH must divide C and be at most " +
+                                std::to_string(kMaxHs) + " (C = " + std::to_string(C) +
+                                ", NH = " + std::to_string(NH) + ")");
   }
 }
 
-// One (batch, head) slice. Row t adds into dk and dv of every t2 <= t, so
-// the slice is one task: all its writes stay in one thread.
-GEOTRAIN_SIMD_CLONES void attention_backward_head(float* dqkv_head, float* datt, const float* dout_head, const HeadView& head,
-                             const float* att, int T, float scale) {
-  const int C = head.C, hs = head.hs;
-  auto dq = [&](int t) { return dqkv_head + static_cast<std::ptrdiff_t>(t) * 3 * C; };
-  for (int t = 0; t < T; ++t) {
-    const float* att_row = att + static_cast<std::ptrdiff_t>(t) * T;
-    float* datt_row = datt + static_cast<std::ptrdiff_t>(t) * T;
-    const float* dout_t = dout_head + static_cast<std::ptrdiff_t>(t) * C;
-
-    // Through the weighted sum: d(att) and d(v).
-    for (int t2 = 0; t2 <= t; ++t2) {
-      datt_row[t2] = dot(dout_t, head.v(t2), hs);
-      float* dv = dq(t2) + 2 * C;
-      const float a = att_row[t2];
-#pragma omp simd
-      for (int i = 0; i < hs; ++i) dv[i] += a * dout_t[i];
+// One query tile of one (batch, head): rows r0 .. r0 + rows - 1.
+// `omp simd` on the row updates: o, v and the tiles never overlap, but the
+// compiler cannot prove it.
+GEOTRAIN_SIMD_CLONES void forward_tile(float* out_head, float* lse_head, const HeadView& head, int tile, int T,
+                                       float scale, bool bf16) {
+  constexpr int kT = kAttentionTile;
+  const int hs = head.hs;
+  const int r0 = tile * kT, rows = std::min(kT, T - r0);
+  alignas(64) float q[kT][kMaxHs], k[kT][kMaxHs], v[kT][kMaxHs], o[kT][kMaxHs];
+  float m[kT], l[kT], s[kT];
+  for (int r = 0; r < rows; ++r) {
+    load_row(q[r], head.q(r0 + r), hs, bf16);
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0.0f;
+    for (int i = 0; i < hs; ++i) o[r][i] = 0.0f;
+  }
+  for (int key_tile = 0; key_tile <= tile; ++key_tile) {
+    const int c0 = key_tile * kT, cols = std::min(kT, T - c0);
+    for (int c = 0; c < cols; ++c) {
+      load_row(k[c], head.k(c0 + c), hs, bf16);
+      load_row(v[c], head.v(c0 + c), hs, bf16);
     }
-    // Through the softmax, in place: datt_row becomes d(scores).
-    const float weighted = dot(att_row, datt_row, t + 1);
-    for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = att_row[t2] * (datt_row[t2] - weighted);
-    for (int t2 = t + 1; t2 < T; ++t2) datt_row[t2] = 0.0f;
-    // Through the scaled dot products: d(q) and d(k).
-    float* dq_t = dq(t);
-    const float* q_t = head.q(t);
-    for (int t2 = 0; t2 <= t; ++t2) {
-      const float g = datt_row[t2] * scale;
-      const float* k = head.k(t2);
-      float* dk = dq(t2) + C;
+    for (int r = 0; r < rows; ++r) {
+      const int keys = std::min(cols, r0 + r - c0 + 1);  // >= 1: key c0 <= r0 <= t
+      float tile_max = -std::numeric_limits<float>::infinity();
+      for (int c = 0; c < keys; ++c) {
+        s[c] = dot(q[r], k[c], hs) * scale;
+        tile_max = std::max(tile_max, s[c]);
+      }
+      const float m_new = std::max(m[r], tile_max);
+      const float alpha = std::exp(m[r] - m_new);  // 0 on the first tile (m = -inf)
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int c = 0; c < keys; ++c) {
+        s[c] = exp_vectorisable(s[c] - m_new);
+        sum += s[c];
+      }
+      l[r] = l[r] * alpha + sum;
+      m[r] = m_new;
+      float* o_r = o[r];
 #pragma omp simd
-      for (int i = 0; i < hs; ++i) {
-        dq_t[i] += g * k[i];
-        dk[i] += g * q_t[i];
+      for (int i = 0; i < hs; ++i) o_r[i] *= alpha;
+      for (int c = 0; c < keys; ++c) {
+        const float p = operand(s[c], bf16);
+        const float* v_c = v[c];
+#pragma omp simd
+        for (int i = 0; i < hs; ++i) o_r[i] += p * v_c[i];
       }
     }
   }
+  for (int r = 0; r < rows; ++r) {
+    const float inverse = 1.0f / l[r];  // l >= 1: the row's maximum contributes e^0
+    float* out_t = out_head + static_cast<std::ptrdiff_t>(r0 + r) * head.C;
+    for (int i = 0; i < hs; ++i) out_t[i] = o[r][i] * inverse;
+    lse_head[r0 + r] = m[r] + std::log(l[r]);
+  }
+}
+
+// The tiles of the backward: q, dout (query rows), k, v (key rows) as
+// operands, lse and D per query row.
+struct BackwardTiles {
+  static constexpr int kT = kAttentionBackwardTile;
+  alignas(64) float q[kT][kMaxHs], dout[kT][kMaxHs], k[kT][kMaxHs], v[kT][kMaxHs];
+  float lse[kT], D[kT];
+};
+
+void load_query_tile(BackwardTiles& w, const HeadView& head, const float* dout_head, const float* lse_head,
+                     const float* D_head, int r0, int rows, bool bf16) {
+  for (int r = 0; r < rows; ++r) {
+    load_row(w.q[r], head.q(r0 + r), head.hs, bf16);
+    load_row(w.dout[r], dout_head + static_cast<std::ptrdiff_t>(r0 + r) * head.C, head.hs, bf16);
+    w.lse[r] = lse_head[r0 + r];
+    w.D[r] = D_head[r0 + r];
+  }
+}
+
+void load_key_tile(BackwardTiles& w, const HeadView& head, int c0, int cols, bool bf16) {
+  for (int c = 0; c < cols; ++c) {
+    load_row(w.k[c], head.k(c0 + c), head.hs, bf16);
+    load_row(w.v[c], head.v(c0 + c), head.hs, bf16);
+  }
+}
+
+// p and ds of query row r and key row c of the loaded tiles (ds includes the
+// scale, as the gradient of the scaled score).
+struct Recomputed {
+  float p, ds;
+};
+inline Recomputed recompute(const BackwardTiles& w, int r, int c, int hs, float scale) {
+  const float p = exp_vectorisable(dot(w.q[r], w.k[c], hs) * scale - w.lse[r]);
+  const float dp = dot(w.dout[r], w.v[c], hs);
+  return {p, scale * p * (dp - w.D[r])};
+}
+
+// dk, dv of one key tile, over the query tiles from its own to the last.
+GEOTRAIN_SIMD_CLONES void backward_key_tile(float* dqkv_head, const float* dout_head, const HeadView& head,
+                                            const float* lse_head, const float* D_head, int tile, int T,
+                                            float scale, bool bf16) {
+  constexpr int kT = BackwardTiles::kT;
+  const int hs = head.hs, C = head.C;
+  const int c0 = tile * kT, cols = std::min(kT, T - c0);
+  BackwardTiles w;
+  alignas(64) float dk[kT][kMaxHs] = {}, dv[kT][kMaxHs] = {};
+  load_key_tile(w, head, c0, cols, bf16);
+  const int query_tiles = (T + kT - 1) / kT;
+  for (int query_tile = tile; query_tile < query_tiles; ++query_tile) {
+    const int r0 = query_tile * kT, rows = std::min(kT, T - r0);
+    load_query_tile(w, head, dout_head, lse_head, D_head, r0, rows, bf16);
+    for (int c = 0; c < cols; ++c) {
+      float* dk_c = dk[c];
+      float* dv_c = dv[c];
+      for (int r = std::max(0, c0 + c - r0); r < rows; ++r) {  // query r0 + r >= key c0 + c
+        const Recomputed g = recompute(w, r, c, hs, scale);
+        const float p = operand(g.p, bf16), ds = operand(g.ds, bf16);
+        const float* dout_r = w.dout[r];
+        const float* q_r = w.q[r];
+#pragma omp simd
+        for (int i = 0; i < hs; ++i) {
+          dv_c[i] += p * dout_r[i];
+          dk_c[i] += ds * q_r[i];
+        }
+      }
+    }
+  }
+  for (int c = 0; c < cols; ++c) {
+    float* row = dqkv_head + static_cast<std::ptrdiff_t>(c0 + c) * 3 * C;
+    for (int i = 0; i < hs; ++i) {
+      row[C + i] += dk[c][i];
+      row[2 * C + i] += dv[c][i];
+    }
+  }
+}
+
+// dq of one query tile, over the key tiles from the first to its own.
+GEOTRAIN_SIMD_CLONES void backward_query_tile(float* dqkv_head, const float* dout_head, const HeadView& head,
+                                              const float* lse_head, const float* D_head, int tile, int T,
+                                              float scale, bool bf16) {
+  constexpr int kT = BackwardTiles::kT;
+  const int hs = head.hs, C = head.C;
+  const int r0 = tile * kT, rows = std::min(kT, T - r0);
+  BackwardTiles w;
+  alignas(64) float dq[kT][kMaxHs] = {};
+  load_query_tile(w, head, dout_head, lse_head, D_head, r0, rows, bf16);
+  for (int key_tile = 0; key_tile <= tile; ++key_tile) {
+    const int c0 = key_tile * kT, cols = std::min(kT, T - c0);
+    load_key_tile(w, head, c0, cols, bf16);
+    for (int r = 0; r < rows; ++r) {
+      float* dq_r = dq[r];
+      const int keys = std::min(cols, r0 + r - c0 + 1);
+      for (int c = 0; c < keys; ++c) {
+        const float ds = operand(recompute(w, r, c, hs, scale).ds, bf16);
+        const float* k_c = w.k[c];
+#pragma omp simd
+        for (int i = 0; i < hs; ++i) dq_r[i] += ds * k_c[i];
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* row = dqkv_head + static_cast<std::ptrdiff_t>(r0 + r) * 3 * C;
+    for (int i = 0; i < hs; ++i) row[i] += dq[r][i];
+  }
+}
+
+// Where one (batch, head, tile) task reads and writes.
+struct Task {
+  int b, h, tile;
+};
+Task task_of(std::ptrdiff_t index, int NH, int tiles) {
+  const int tile = static_cast<int>(index % tiles);
+  const std::ptrdiff_t slice = index / tiles;
+  return {static_cast<int>(slice / NH), static_cast<int>(slice % NH), tile};
 }
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       MatmulPrecision precision) {
+  if (B == 0 || T == 0 || C == 0) return;
+  check_head_size(C, NH);
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(B) * NH * T;  // (b, h, t) flattened
-  const std::size_t work = static_cast<std::size_t>(rows) * T * hs;
-#pragma omp parallel for schedule(dynamic, 16) if (worth_parallel(work))
-  for (std::ptrdiff_t row = 0; row < rows; ++row) {
-    // Causal rows differ in length (t + 1 keys): dynamic scheduling balances them.
-    const int t = static_cast<int>(row % T);
-    const int h = static_cast<int>((row / T) % NH);
-    const int b = static_cast<int>(row / (static_cast<std::ptrdiff_t>(T) * NH));
-    const HeadView head{qkv + static_cast<std::ptrdiff_t>(b) * T * 3 * C + h * hs, C, hs};
-    float* out_row = out + (static_cast<std::ptrdiff_t>(b) * T + t) * C + h * hs;
-    attend_row(out_row, att + row * T, head, t, T, scale);
+  const bool bf16 = precision == MatmulPrecision::bf16;
+  const int tiles = (T + kAttentionTile - 1) / kAttentionTile;
+  const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(B) * NH * tiles;
+  const std::size_t work = static_cast<std::size_t>(B) * NH * T * T * hs;
+  // Tiles further down the sequence attend to more keys: dynamic scheduling balances them.
+#pragma omp parallel for schedule(dynamic, 1) if (worth_parallel(work))
+  for (std::ptrdiff_t index = 0; index < tasks; ++index) {
+    const Task task = task_of(index, NH, tiles);
+    const std::ptrdiff_t token0 = static_cast<std::ptrdiff_t>(task.b) * T;
+    const HeadView head{qkv + token0 * 3 * C + task.h * hs, C, hs};
+    forward_tile(out + token0 * C + task.h * hs, lse + (static_cast<std::ptrdiff_t>(task.b) * NH + task.h) * T,
+                 head, task.tile, T, scale, bf16);
   }
 }
 
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH) {
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH, MatmulPrecision precision) {
+  if (B == 0 || T == 0 || C == 0) return;
+  check_head_size(C, NH);
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int slices = B * NH;
-  const std::size_t work = static_cast<std::size_t>(slices) * T * T * hs;
-#pragma omp parallel for schedule(static) if (worth_parallel(work))
-  for (int slice = 0; slice < slices; ++slice) {
-    const int b = slice / NH, h = slice % NH;
-    const std::ptrdiff_t token0 = static_cast<std::ptrdiff_t>(b) * T;
-    const std::ptrdiff_t square = static_cast<std::ptrdiff_t>(slice) * T * T;
-    const HeadView head{qkv + token0 * 3 * C + h * hs, C, hs};
-    attention_backward_head(dqkv + token0 * 3 * C + h * hs, datt + square, dout + token0 * C + h * hs,
-                            head, att + square, T, scale);
+  const bool bf16 = precision == MatmulPrecision::bf16;
+  const std::size_t work = static_cast<std::size_t>(B) * NH * T * T * hs;
+
+  // D[b,h,t] = dout_t . out_t (fp32): the row sums of p * dp without p.
+  float* D = scratch;
+  const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(B) * NH * T;
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(rows) * hs))
+  for (std::ptrdiff_t row = 0; row < rows; ++row) {
+    const int t = static_cast<int>(row % T);
+    const int h = static_cast<int>((row / T) % NH);
+    const std::ptrdiff_t b = row / (static_cast<std::ptrdiff_t>(T) * NH);
+    const std::ptrdiff_t at = (b * T + t) * C + h * hs;
+    D[row] = dot(dout + at, out + at, hs);
   }
+
+  const int tiles = (T + kAttentionBackwardTile - 1) / kAttentionBackwardTile;
+  const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(B) * NH * tiles;
+  auto run = [&](auto&& body) {
+#pragma omp parallel for schedule(dynamic, 1) if (worth_parallel(work))
+    for (std::ptrdiff_t index = 0; index < tasks; ++index) {
+      const Task task = task_of(index, NH, tiles);
+      const std::ptrdiff_t token0 = static_cast<std::ptrdiff_t>(task.b) * T;
+      const std::ptrdiff_t slice = static_cast<std::ptrdiff_t>(task.b) * NH + task.h;
+      const HeadView head{qkv + token0 * 3 * C + task.h * hs, C, hs};
+      body(dqkv + token0 * 3 * C + task.h * hs, dout + token0 * C + task.h * hs, head, lse + slice * T,
+           D + slice * T, task.tile);
+    }
+  };
+  // Two passes, as the two CUDA kernels: dk and dv per key tile, dq per query tile.
+  run([&](float* dqkv_head, const float* dout_head, const HeadView& head, const float* lse_head,
+          const float* D_head, int tile) {
+    backward_key_tile(dqkv_head, dout_head, head, lse_head, D_head, tile, T, scale, bf16);
+  });
+  run([&](float* dqkv_head, const float* dout_head, const HeadView& head, const float* lse_head,
+          const float* D_head, int tile) {
+    backward_query_tile(dqkv_head, dout_head, head, lse_head, D_head, tile, T, scale, bf16);
+  });
 }
 
 }  // namespace geotrain::kernels::cpu

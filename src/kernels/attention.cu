@@ -1,217 +1,374 @@
-// Causal multi-head self-attention with batched GEMMs, forward and backward.
+// Causal multi-head self-attention, fused and tiled (FlashAttention-2 style),
+// forward and backward. No T x T matrix exists in global memory: the forward
+// keeps only lse[B,NH,T] (log-sum-exp of each query row's scaled scores) and
+// the backward recomputes the probabilities tile by tile from it.
 // qkv[B,T,3C] (per token: q | k | v, each NH heads x HS = C/NH), out[B,T,C],
-// att[B,NH,T,T] (softmax probabilities, 0 above the diagonal), scale 1/sqrt(HS).
+// scale 1/sqrt(HS). The kernels read qkv, dout and write out, dqkv in their
+// packed layouts (no permuted copies).
 //
-//   forward:  q, k, v [B,NH,T,HS]  <- permute(qkv)
-//             att = q k^T * scale            (strided batched GEMM, B*NH batches)
-//             att = causal_softmax(att)      (one warp per row, in place)
-//             y = att v;  out = unpermute(y)
-//   backward: dy <- permute(dout); q, k, v <- permute(qkv)
-//             datt = dy v^T;  dv = att^T dy
-//             datt = scale * att * (datt - rowsum(att * datt))   (0 above the diagonal)
-//             dq = datt k;  dk = datt^T q;  dqkv += unpermute(dq, dk, dv)
-// The GEMMs compute full T x T products (the upper triangle is masked
-// afterwards). In bf16 mode every GEMM operand (q, k, v, att, dy, datt) is
-// rounded to bf16 and accumulated in fp32 (see matmul.cu); the softmax and its
-// backward, att and datt stay fp32.
+//   forward (one block per query tile of kAttentionTile rows and (b, h);
+//   key tiles 0..its own, with an online softmax):
+//     s = scale q k^T;  m' = max(m, rowmax s);  l = l e^(m-m') + rowsum e^(s-m')
+//     o = o e^(m-m') + e^(s-m') v;  out = o / l;  lse = m + log l
+//   backward (kAttentionBackwardTile):
+//     D = rowsum(dout * out)                            (row_dot_kernel)
+//     per key tile, over query tiles from its own on:   (backward_key_kernel)
+//       p = e^(s - lse);  dv += p^T dout;  dp = dout v^T;  ds = scale p (dp - D)
+//       dk += ds^T q
+//     per query tile, over key tiles up to its own:     (backward_query_kernel)
+//       the same p and ds;  dq += ds k
+// Every output row belongs to one block and is summed in a fixed order (no
+// atomics): bitwise reproducible. The dq pass recomputes p and ds rather than
+// adding into dq from every key tile's block, which would need atomics.
 //
-// Row-major [T,HS] per batch matrix is the column-major HS x T matrix (ld HS);
-// row-major [T,T] is column-major T x T transposed (ld T). Hence:
-//   att^T(col) = k(op T) q(op N):       gemm(T, N, m=T,  n=T, k=HS)
-//   y^T        = v(op N) att^T(op N):   gemm(N, N, m=HS, n=T, k=T)
-//   datt^T     = v(op T) dy(op N):      gemm(T, N, m=T,  n=T, k=HS)
-//   dv^T       = dy(op N) att(op T):    gemm(N, T, m=HS, n=T, k=T)
-//   dq^T       = k(op N) datt^T(op N):  gemm(N, N, m=HS, n=T, k=T)
-//   dk^T       = q(op N) datt(op T):    gemm(N, T, m=HS, n=T, k=T)
+// Precision: fp32 accumulation always. In bf16 mode the operands of the
+// products - q, k, v, dout and the probabilities p and score gradients ds -
+// are rounded to bf16 (round to nearest even) as matmul.cu rounds GEMM
+// operands; the softmax statistics m, l, lse and D stay fp32.
+// attention.cpu.cpp is the same algorithm with the same tiles.
+//
+// Not tuned: CUDA-core FMAs, no tensor cores (mma) yet, so it trades speed
+// for memory against the former cuBLAS version; tests/gpu/run.sh measures it.
+#include <cuda_bf16.h>
+
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.cuh"
+#include "op_constants.hpp"
 
 namespace geotrain::kernels::cuda {
 namespace {
 
-constexpr int kRowThreads = 256;
-constexpr int kRowsPerBlock = kRowThreads / kWarpSize;
+constexpr int kMaxHs = kAttentionMaxHeadSize;
+// Shared tiles hold rows of up to kMaxHs channels padded by one float, so the
+// threads of a warp that read different rows at the same channel hit
+// different banks (rows are hs + 1 apart).
+constexpr int kTileRowFloats = kMaxHs + 1;
 
-// Where element i of a [B, NH, T, HS] tensor sits.
-struct HeadPosition {
-  std::size_t b, h, t, d;
+// Forward: kRowThreads threads per query row; thread g of a row owns the
+// scores of keys g, g + 4, ... and the output channels g, g + 4, ...
+constexpr int kTile = kAttentionTile;
+constexpr int kRowThreads = 4;
+constexpr int kForwardThreads = kTile * kRowThreads;
+
+// Backward: kBackRowThreads threads per (key or query) row.
+constexpr int kBack = kAttentionBackwardTile;
+constexpr int kBackRowThreads = 8;
+constexpr int kBackwardThreads = kBack * kBackRowThreads;
+
+constexpr int kRowDotThreads = 256;
+constexpr int kRowDotRows = kRowDotThreads / kWarpSize;
+
+__device__ __forceinline__ float operand(float x, bool bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+
+// tile[r][d] = operand(src[(first + r) * stride + d]) for rows < T, 0 past
+// the end (so that products with them are exact zeros, never NaN).
+__device__ void load_tile(float* tile, int rows, const float* src, std::size_t stride, int first, int T, int hs,
+                          bool bf16) {
+  const int ld = hs + 1;
+  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
+    const int r = i / hs, d = i % hs;
+    const int t = first + r;
+    tile[r * ld + d] = t < T ? operand(src[static_cast<std::size_t>(t) * stride + d], bf16) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ float dot(const float* x, const float* y, int n) {
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+// Sums / maxima over the kRowThreads (or kBackRowThreads) adjacent lanes of
+// a row, in a fixed butterfly order; every lane of the warp takes part.
+template <int kLanes>
+__device__ __forceinline__ float group_sum(float value) {
+  for (int offset = 1; offset < kLanes; offset *= 2) value += __shfl_xor_sync(kFullMask, value, offset);
+  return value;
+}
+template <int kLanes>
+__device__ __forceinline__ float group_max(float value) {
+  for (int offset = 1; offset < kLanes; offset *= 2) value = fmaxf(value, __shfl_xor_sync(kFullMask, value, offset));
+  return value;
+}
+
+// grid (B*NH, query tiles), block kForwardThreads.
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH, int hs,
+                                         float scale, bool bf16) {
+  __shared__ float q_tile[kTile * kTileRowFloats];
+  __shared__ float kv_tile[kTile * kTileRowFloats];  // k, then v of the same key tile
+  __shared__ float p_tile[kTile * (kTile + 1)];
+  const int slice = blockIdx.x, tile = blockIdx.y;
+  const int b = slice / NH, h = slice % NH;
+  const int C = NH * hs, ld = hs + 1;
+  const std::size_t stride = 3 * static_cast<std::size_t>(C);
+  const float* head = qkv + static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hs;
+  const int r = threadIdx.x / kRowThreads, g = threadIdx.x % kRowThreads;
+  const int r0 = tile * kTile;
+  // Rows past the end compute as the last row (finite values, whole warps
+  // in the shuffles) and are not written.
+  const int t = min(r0 + r, T - 1);
+
+  load_tile(q_tile, kTile, head, stride, r0, T, hs, bf16);
+  float m = -INFINITY, l = 0.0f;
+  float o[kMaxHs / kRowThreads];
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kRowThreads; ++j) o[j] = 0.0f;
+
+  for (int key_tile = 0; key_tile <= tile; ++key_tile) {
+    const int c0 = key_tile * kTile, cols = min(kTile, T - c0);
+    __syncthreads();  // the previous tile's reads of kv_tile and p_tile are done
+    load_tile(kv_tile, kTile, head + C, stride, c0, T, hs, bf16);
+    __syncthreads();
+    float s[kTile / kRowThreads];
+    float tile_max = -INFINITY;
+    GT_UNROLL
+    for (int j = 0; j < kTile / kRowThreads; ++j) {
+      const int c = g + kRowThreads * j;
+      s[j] = -INFINITY;
+      if (c0 + c <= t) {
+        s[j] = dot(q_tile + r * ld, kv_tile + c * ld, hs) * scale;
+        tile_max = fmaxf(tile_max, s[j]);
+      }
+    }
+    // Key c0 <= r0 <= t is always in range: the maximum is finite.
+    const float m_new = fmaxf(m, group_max<kRowThreads>(tile_max));
+    const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    float sum = 0.0f;
+    GT_UNROLL
+    for (int j = 0; j < kTile / kRowThreads; ++j) {
+      const int c = g + kRowThreads * j;
+      const float p = c0 + c <= t ? expf(s[j] - m_new) : 0.0f;
+      sum += p;
+      p_tile[r * (kTile + 1) + c] = operand(p, bf16);
+    }
+    l = l * alpha + group_sum<kRowThreads>(sum);
+    m = m_new;
+    __syncthreads();  // k no longer read; p written
+    load_tile(kv_tile, kTile, head + 2 * C, stride, c0, T, hs, bf16);
+    __syncthreads();
+    GT_UNROLL
+    for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
+      const int d = g + kRowThreads * j;
+      if (d >= hs) continue;  // not break: the loop unrolls, o/dk/dv/dq stay in registers
+      float acc = o[j] * alpha;
+      for (int c = 0; c < cols; ++c) acc += p_tile[r * (kTile + 1) + c] * kv_tile[c * ld + d];
+      o[j] = acc;
+    }
+  }
+  if (r0 + r >= T) return;
+  const float inverse = 1.0f / l;  // l >= 1: the row's maximum contributes e^0
+  float* out_t = out + (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * hs;
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
+    const int d = g + kRowThreads * j;
+    if (d >= hs) continue;
+    out_t[d] = o[j] * inverse;
+  }
+  if (g == 0) lse[static_cast<std::size_t>(slice) * T + t] = m + logf(l);
+}
+
+// D[b,h,t] = dout_t . out_t over the head's channels; one warp per row.
+__global__ void attention_row_dot_kernel(float* D, const float* dout, const float* out, int rows, int T, int NH,
+                                         int hs) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kRowDotRows + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const int t = row % T, h = (row / T) % NH, b = row / (T * NH);
+  const std::size_t at = (static_cast<std::size_t>(b) * T + t) * NH * hs + static_cast<std::size_t>(h) * hs;
+  float sum = 0.0f;
+  for (int d = lane; d < hs; d += kWarpSize) sum += dout[at + d] * out[at + d];
+  sum = warp_sum(sum);
+  if (lane == 0) D[row] = sum;
+}
+
+// The tiles both backward kernels work on.
+struct BackwardShared {
+  float q[kBack * kTileRowFloats], dout[kBack * kTileRowFloats];
+  float k[kBack * kTileRowFloats], v[kBack * kTileRowFloats];
+  float lse[kBack], D[kBack];
+  float g[kBack * (kBack + 1)], p[kBack * (kBack + 1)];  // ds (and p) of the tile pair
 };
 
-__device__ inline HeadPosition head_position(std::size_t i, int T, int NH, int HS) {
-  HeadPosition at;
-  at.d = i % HS;
-  i /= HS;
-  at.t = i % T;
-  i /= T;
-  at.h = i % NH;
-  at.b = i / NH;
-  return at;
-}
-
-// qkv[B,T,3,NH,HS] -> parts[3][B,NH,T,HS] (q, then k, then v).
-__global__ void split_heads_kernel(float* parts, const float* qkv, int B, int T, int NH, int HS) {
-  const std::size_t C = static_cast<std::size_t>(NH) * HS;
-  const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-  for (std::size_t i = global_index(); i < 3 * BTC; i += global_stride()) {
-    const std::size_t part = i / BTC;
-    const HeadPosition at = head_position(i % BTC, T, NH, HS);
-    parts[i] = qkv[(at.b * T + at.t) * 3 * C + part * C + at.h * HS + at.d];
+__device__ void load_query_side(BackwardShared& w, const float* head, const float* dout_head, const float* lse_head,
+                                const float* D_head, std::size_t stride, int C, int r0, int T, int hs, bool bf16) {
+  load_tile(w.q, kBack, head, stride, r0, T, hs, bf16);
+  load_tile(w.dout, kBack, dout_head, C, r0, T, hs, bf16);
+  if (threadIdx.x < kBack) {
+    const int t = r0 + threadIdx.x;
+    w.lse[threadIdx.x] = t < T ? lse_head[t] : 0.0f;
+    w.D[threadIdx.x] = t < T ? D_head[t] : 0.0f;
   }
 }
 
-// y[B,NH,T,HS] -> out[B,T,NH*HS]  (overwrite)
-__global__ void merge_heads_kernel(float* out, const float* y, int B, int T, int NH, int HS) {
-  const std::size_t C = static_cast<std::size_t>(NH) * HS;
-  const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-  for (std::size_t i = global_index(); i < BTC; i += global_stride()) {
-    const std::size_t c = i % C, bt = i / C;
-    const std::size_t t = bt % T, b = bt / T;
-    const std::size_t h = c / HS, d = c % HS;
-    out[i] = y[((b * NH + h) * T + t) * HS + d];
+// p and ds for query row r, key row c of the loaded tiles; 0 where masked.
+__device__ __forceinline__ void recompute(const BackwardShared& w, int r, int c, bool allowed, int hs, float scale,
+                                          float* p, float* ds) {
+  *p = 0.0f;
+  *ds = 0.0f;
+  if (!allowed) return;
+  const int ld = hs + 1;
+  *p = expf(dot(w.q + r * ld, w.k + c * ld, hs) * scale - w.lse[r]);
+  const float dp = dot(w.dout + r * ld, w.v + c * ld, hs);
+  *ds = scale * *p * (dp - w.D[r]);
+}
+
+// grid (B*NH, key tiles), block kBackwardThreads: dk, dv of one key tile.
+__global__ void attention_backward_key_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                              const float* D, int T, int NH, int hs, float scale, bool bf16) {
+  __shared__ BackwardShared w;
+  const int slice = blockIdx.x, tile = blockIdx.y;
+  const int b = slice / NH, h = slice % NH;
+  const int C = NH * hs, ld = hs + 1;
+  const std::size_t stride = 3 * static_cast<std::size_t>(C);
+  const std::size_t token0 = static_cast<std::size_t>(b) * T;
+  const float* head = qkv + token0 * stride + static_cast<std::size_t>(h) * hs;
+  const float* dout_head = dout + token0 * C + static_cast<std::size_t>(h) * hs;
+  const float* lse_head = lse + static_cast<std::size_t>(slice) * T;
+  const float* D_head = D + static_cast<std::size_t>(slice) * T;
+  const int c = threadIdx.x / kBackRowThreads, g = threadIdx.x % kBackRowThreads;
+  const int c0 = tile * kBack, key = c0 + c;
+
+  load_tile(w.k, kBack, head + C, stride, c0, T, hs, bf16);
+  load_tile(w.v, kBack, head + 2 * C, stride, c0, T, hs, bf16);
+  float dk[kMaxHs / kBackRowThreads], dv[kMaxHs / kBackRowThreads];
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) dk[j] = dv[j] = 0.0f;
+  const int tiles = (T + kBack - 1) / kBack;
+  for (int query_tile = tile; query_tile < tiles; ++query_tile) {
+    const int r0 = query_tile * kBack, rows = min(kBack, T - r0);
+    __syncthreads();  // the previous query tile's reads are done
+    load_query_side(w, head, dout_head, lse_head, D_head, stride, C, r0, T, hs, bf16);
+    __syncthreads();
+    GT_UNROLL
+    for (int j = 0; j < kBack / kBackRowThreads; ++j) {
+      const int r = g + kBackRowThreads * j;
+      float p, ds;
+      recompute(w, r, c, key < T && r0 + r < T && r0 + r >= key, hs, scale, &p, &ds);
+      w.p[c * (kBack + 1) + r] = operand(p, bf16);
+      w.g[c * (kBack + 1) + r] = operand(ds, bf16);
+    }
+    __syncthreads();
+    GT_UNROLL
+    for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
+      const int d = g + kBackRowThreads * j;
+      if (d >= hs) continue;
+      float dk_acc = dk[j], dv_acc = dv[j];
+      for (int r = 0; r < rows; ++r) {
+        dv_acc += w.p[c * (kBack + 1) + r] * w.dout[r * ld + d];
+        dk_acc += w.g[c * (kBack + 1) + r] * w.q[r * ld + d];
+      }
+      dk[j] = dk_acc;
+      dv[j] = dv_acc;
+    }
+  }
+  if (key >= T) return;
+  float* row = dqkv + (token0 + key) * stride + static_cast<std::size_t>(h) * hs;
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
+    const int d = g + kBackRowThreads * j;
+    if (d >= hs) continue;
+    row[C + d] += dk[j];
+    row[2 * C + d] += dv[j];
   }
 }
 
-// dout[B,T,NH*HS] -> dy[B,NH,T,HS]
-__global__ void split_gradient_kernel(float* dy, const float* dout, int B, int T, int NH, int HS) {
-  const std::size_t C = static_cast<std::size_t>(NH) * HS;
-  const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-  for (std::size_t i = global_index(); i < BTC; i += global_stride()) {
-    const HeadPosition at = head_position(i, T, NH, HS);
-    dy[i] = dout[(at.b * T + at.t) * C + at.h * HS + at.d];
+// grid (B*NH, query tiles), block kBackwardThreads: dq of one query tile.
+__global__ void attention_backward_query_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                                const float* D, int T, int NH, int hs, float scale, bool bf16) {
+  __shared__ BackwardShared w;
+  const int slice = blockIdx.x, tile = blockIdx.y;
+  const int b = slice / NH, h = slice % NH;
+  const int C = NH * hs, ld = hs + 1;
+  const std::size_t stride = 3 * static_cast<std::size_t>(C);
+  const std::size_t token0 = static_cast<std::size_t>(b) * T;
+  const float* head = qkv + token0 * stride + static_cast<std::size_t>(h) * hs;
+  const float* dout_head = dout + token0 * C + static_cast<std::size_t>(h) * hs;
+  const int r = threadIdx.x / kBackRowThreads, g = threadIdx.x % kBackRowThreads;
+  const int r0 = tile * kBack, t = r0 + r;
+
+  load_query_side(w, head, dout_head, lse + static_cast<std::size_t>(slice) * T, D + static_cast<std::size_t>(slice) * T,
+                  stride, C, r0, T, hs, bf16);
+  float dq[kMaxHs / kBackRowThreads];
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) dq[j] = 0.0f;
+  for (int key_tile = 0; key_tile <= tile; ++key_tile) {
+    const int c0 = key_tile * kBack, cols = min(kBack, T - c0);
+    __syncthreads();  // the previous key tile's reads are done
+    load_tile(w.k, kBack, head + C, stride, c0, T, hs, bf16);
+    load_tile(w.v, kBack, head + 2 * C, stride, c0, T, hs, bf16);
+    __syncthreads();
+    GT_UNROLL
+    for (int j = 0; j < kBack / kBackRowThreads; ++j) {
+      const int c = g + kBackRowThreads * j;
+      float p, ds;
+      recompute(w, r, c, t < T && c0 + c <= t, hs, scale, &p, &ds);
+      w.g[r * (kBack + 1) + c] = operand(ds, bf16);
+    }
+    __syncthreads();
+    GT_UNROLL
+    for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
+      const int d = g + kBackRowThreads * j;
+      if (d >= hs) continue;
+      float acc = dq[j];
+      for (int c = 0; c < cols; ++c) acc += w.g[r * (kBack + 1) + c] * w.k[c * ld + d];
+      dq[j] = acc;
+    }
+  }
+  if (t >= T) return;
+  float* row = dqkv + (token0 + t) * stride + static_cast<std::size_t>(h) * hs;
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
+    const int d = g + kBackRowThreads * j;
+    if (d >= hs) continue;
+    row[d] += dq[j];
   }
 }
 
-// dqkv[B,T,3,NH,HS] += parts[3][B,NH,T,HS]
-__global__ void merge_gradients_kernel(float* dqkv, const float* parts, int B, int T, int NH, int HS) {
-  const std::size_t C = static_cast<std::size_t>(NH) * HS;
-  const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-  for (std::size_t i = global_index(); i < 3 * BTC; i += global_stride()) {
-    const std::size_t c3 = i % (3 * C), bt = i / (3 * C);
-    const std::size_t t = bt % T, b = bt / T;
-    const std::size_t part = c3 / C, c = c3 % C;
-    const std::size_t h = c / HS, d = c % HS;
-    dqkv[i] += parts[part * BTC + ((b * NH + h) * T + t) * HS + d];
+void check_shape(int B, int C, int NH, int T, int tile) {
+  if (NH <= 0 || C % NH != 0 || C / NH > kMaxHs) {
+    throw std::invalid_argument("attention: head size C/NH must divide C and be at most " + std::to_string(kMaxHs) +
+                                " (C = " + std::to_string(C) + ", NH = " + std::to_string(NH) + ")");
   }
-}
-
-// One warp per row of att[rows, T] (row r is query t = r % T): softmax over
-// keys 0..t in fp32, zeros after t. The scale is already applied.
-__global__ void causal_softmax_kernel(float* att, int rows, int T) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (r >= rows) return;
-  const int t = r % T;
-  float* row = att + static_cast<std::size_t>(r) * T;
-  float maximum = -INFINITY;
-  for (int j = lane; j <= t; j += kWarpSize) maximum = fmaxf(maximum, row[j]);
-  maximum = warp_max(maximum);
-  float sum = 0.0f;
-  for (int j = lane; j <= t; j += kWarpSize) sum += expf(row[j] - maximum);
-  const float inverse = 1.0f / warp_sum(sum);
-  for (int j = lane; j < T; j += kWarpSize) row[j] = j <= t ? expf(row[j] - maximum) * inverse : 0.0f;
-}
-
-// In place on datt: datt = scale * att * (datt - sum_j att*datt), 0 after t.
-__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int rows, int T, float scale) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (r >= rows) return;
-  const int t = r % T;
-  const std::size_t offset = static_cast<std::size_t>(r) * T;
-  const float* p = att + offset;
-  float* d = datt + offset;
-  float dot = 0.0f;
-  for (int j = lane; j <= t; j += kWarpSize) dot += p[j] * d[j];
-  dot = warp_sum(dot);
-  for (int j = lane; j < T; j += kWarpSize) d[j] = j <= t ? scale * p[j] * (d[j] - dot) : 0.0f;
+  if (static_cast<long long>(T + tile - 1) / tile > kMaxGridY) {
+    throw std::invalid_argument("attention: sequence too long for the grid (T = " + std::to_string(T) + ")");
+  }
+  (void)B;
 }
 
 }  // namespace
 
-void attention_forward(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(const Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return;
-  const int HS = C / NH;
-  const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-  const std::size_t TT = static_cast<std::size_t>(T) * T;
-  const long long head_stride = static_cast<long long>(T) * HS;
-  const int batch = B * NH;
-  const int rows = batch * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  Workspace& w = *ctx.work;
-
-  float* parts = w.attention.get<float>(4 * BTC, ctx.stream);  // q, k, v, y
-  float* y = parts + 3 * BTC;
-  split_heads_kernel<<<elementwise_blocks(3 * BTC), kElementwiseThreads, 0, ctx.stream>>>(parts, qkv, B, T, NH, HS);
-  GT_CUDA_CHECK_LAUNCH();
-
-  const void* qkv_operand = gemm_operand(ctx, parts, 3 * BTC, w.gemm_operand[0]);
-  const std::size_t element = ctx.precision == MatmulPrecision::bf16 ? 2 : 4;
-  const char* base = static_cast<const char*>(qkv_operand);
-  const void* q = base;
-  const void* k = base + BTC * element;
-  const void* v = base + 2 * BTC * element;
-
-  gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, scale, k, HS, head_stride, q, HS, head_stride, 0.0f, att, T,
-       static_cast<long long>(TT), batch);
-  causal_softmax_kernel<<<ceil_div(rows, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(att, rows, T);
-  GT_CUDA_CHECK_LAUNCH();
-  const void* att_operand = gemm_operand(ctx, att, batch * TT, w.gemm_operand[1]);
-  gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, v, HS, head_stride, att_operand, T,
-       static_cast<long long>(TT), 0.0f, y, HS, head_stride, batch);
-  merge_heads_kernel<<<elementwise_blocks(BTC), kElementwiseThreads, 0, ctx.stream>>>(out, y, B, T, NH, HS);
+  check_shape(B, C, NH, T, kTile);
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const bool bf16 = ctx.precision == MatmulPrecision::bf16;
+  const dim3 grid(B * NH, ceil_div(T, kTile));
+  attention_forward_kernel<<<grid, kForwardThreads, 0, ctx.stream>>>(out, lse, qkv, T, NH, hs, scale, bf16);
   GT_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(const Context& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
+void attention_backward(const Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* lse, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return;
-  const int HS = C / NH;
-  const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-  const std::size_t TT = static_cast<std::size_t>(T) * T;
-  const long long head_stride = static_cast<long long>(T) * HS;
-  const long long att_stride = static_cast<long long>(TT);
-  const int batch = B * NH;
-  const int rows = batch * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  Workspace& w = *ctx.work;
-  const std::size_t element = ctx.precision == MatmulPrecision::bf16 ? 2 : 4;
-
-  // parts: q, k, v | dy | dq, dk, dv
-  float* parts = w.attention.get<float>(7 * BTC, ctx.stream);
-  float* dy = parts + 3 * BTC;
-  float* dparts = parts + 4 * BTC;
-  float* dq = dparts;
-  float* dk = dparts + BTC;
-  float* dv = dparts + 2 * BTC;
-  split_heads_kernel<<<elementwise_blocks(3 * BTC), kElementwiseThreads, 0, ctx.stream>>>(parts, qkv, B, T, NH, HS);
+  check_shape(B, C, NH, T, kBack);
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const bool bf16 = ctx.precision == MatmulPrecision::bf16;
+  const int rows = B * NH * T;
+  float* D = scratch;
+  attention_row_dot_kernel<<<ceil_div(rows, kRowDotRows), kRowDotThreads, 0, ctx.stream>>>(D, dout, out, rows, T, NH, hs);
   GT_CUDA_CHECK_LAUNCH();
-  split_gradient_kernel<<<elementwise_blocks(BTC), kElementwiseThreads, 0, ctx.stream>>>(dy, dout, B, T, NH, HS);
+  const dim3 grid(B * NH, ceil_div(T, kBack));
+  attention_backward_key_kernel<<<grid, kBackwardThreads, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T, NH, hs, scale, bf16);
   GT_CUDA_CHECK_LAUNCH();
-
-  const char* qkv_base = static_cast<const char*>(gemm_operand(ctx, parts, 3 * BTC, w.gemm_operand[0]));
-  const void* q = qkv_base;
-  const void* k = qkv_base + BTC * element;
-  const void* v = qkv_base + 2 * BTC * element;
-  const void* dy_operand = gemm_operand(ctx, dy, BTC, w.gemm_operand[2]);
-  const void* att_operand = gemm_operand(ctx, att, batch * TT, w.gemm_operand[1]);
-
-  gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, HS, head_stride, dy_operand, HS, head_stride, 0.0f, datt,
-       T, att_stride, batch);
-  gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, dy_operand, HS, head_stride, att_operand, T, att_stride, 0.0f,
-       dv, HS, head_stride, batch);
-  causal_softmax_backward_kernel<<<ceil_div(rows, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(datt, att, rows, T,
-                                                                                               scale);
-  GT_CUDA_CHECK_LAUNCH();
-  // The bf16 copy of att is no longer needed: its scratch takes the one of datt.
-  const void* datt_operand = gemm_operand(ctx, datt, batch * TT, w.gemm_operand[1]);
-  gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, k, HS, head_stride, datt_operand, T, att_stride, 0.0f, dq, HS,
-       head_stride, batch);
-  gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, q, HS, head_stride, datt_operand, T, att_stride, 0.0f, dk, HS,
-       head_stride, batch);
-  merge_gradients_kernel<<<elementwise_blocks(3 * BTC), kElementwiseThreads, 0, ctx.stream>>>(dqkv, dparts, B, T,
-                                                                                              NH, HS);
+  attention_backward_query_kernel<<<grid, kBackwardThreads, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T, NH, hs, scale, bf16);
   GT_CUDA_CHECK_LAUNCH();
 }
 

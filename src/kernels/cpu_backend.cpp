@@ -138,12 +138,12 @@ class CpuBackend final : public Backend {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, precision_);
   }
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
-    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+    cpu::attention_forward(out, lse, qkv, B, T, C, NH, precision_);
   }
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                          int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, precision_);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {

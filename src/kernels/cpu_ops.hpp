@@ -39,10 +39,14 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int C, int OC, MatmulPrecision precision);
 float round_to_bf16(float x);
 
-// attention.cpu.cpp
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH);
+// attention.cpu.cpp: the tiled algorithm of attention.cu. With
+// MatmulPrecision::bf16 the operands of its products are rounded to bf16, as
+// on the GPU. Throws std::invalid_argument for a head size above
+// kAttentionMaxHeadSize.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       MatmulPrecision precision);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH, MatmulPrecision precision);
 
 // gelu.cpu.cpp
 void gelu_forward(float* out, const float* inp, std::size_t n);

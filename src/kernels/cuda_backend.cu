@@ -154,12 +154,12 @@ class CudaBackend final : public Backend {
     cuda::matmul_backward(context_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   void set_matmul_precision(MatmulPrecision precision) override { context_.precision = precision; }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
-    cuda::attention_forward(context_, out, att, qkv, B, T, C, NH);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+    cuda::attention_forward(context_, out, lse, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                          int T, int C, int NH) override {
-    cuda::attention_backward(context_, dqkv, datt, dout, qkv, att, B, T, C, NH);
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    cuda::attention_backward(context_, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override {
     cuda::gelu_forward(context_, out, inp, n);

@@ -10,6 +10,14 @@
 
 namespace geotrain::kernels::cuda {
 
+// `#pragma unroll` under nvcc; the host compiler of the CUDA emulation
+// (tests/cuda_emu) would warn about an unknown pragma.
+#if defined(__CUDACC__)
+#define GT_UNROLL _Pragma("unroll")
+#else
+#define GT_UNROLL
+#endif
+
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 // Threads per block of the element-wise kernels (grid-stride loops).

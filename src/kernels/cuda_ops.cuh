@@ -67,7 +67,6 @@ class Scratch {
 // Named temporaries; an op may use several at once, never one twice.
 struct Workspace {
   Scratch gemm_operand[3];  // bf16 copies of GEMM operands (bf16 mode only)
-  Scratch attention;        // permuted q, k, v, y and their gradients (fp32)
   Scratch partials;         // partial sums of the deterministic reductions
   Scratch sort;             // embedding backward: CUB temporaries, sorted tokens and positions
   Scratch flags;            // crossentropy: first row with a target outside [0, V)
@@ -97,7 +96,7 @@ void matmul_forward(const Context& ctx, float* out, const float* inp, const floa
                     int C, int OC);
 void matmul_backward(const Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC);
-// The GEMM layer shared by matmul and attention. gemm_operand returns x itself
+// The GEMM layer under matmul (attention.cu has its own fused kernels). gemm_operand returns x itself
 // in fp32 mode, or a bf16 copy of its `count` values held in `scratch`.
 const void* gemm_operand(const Context& ctx, const float* x, std::size_t count, Scratch& scratch);
 // Column-major, as cuBLAS: C = alpha op(A) op(B) + beta C for `batch`
@@ -110,9 +109,9 @@ void gemm(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, in
 void column_sums_accumulate(const Context& ctx, float* out, const float* in, int rows, int cols);
 
 // ---- attention.cu
-void attention_forward(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(const Context& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH);
+void attention_forward(const Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(const Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* lse, int B, int T, int C, int NH);
 
 // ---- gelu.cu
 void gelu_forward(const Context& ctx, float* out, const float* inp, std::size_t n);

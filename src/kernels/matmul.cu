@@ -1,5 +1,4 @@
-// Linear layer on cuBLAS, forward and backward, and the GEMM layer that the
-// attention shares.
+// Linear layer on cuBLAS, forward and backward, and the GEMM layer under it.
 //   forward:  out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC])
 //   backward: dinp[N,C] += dout @ weight;  dweight[OC,C] += dout^T @ inp;
 //             dbias[OC] += column sums of dout

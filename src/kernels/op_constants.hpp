@@ -15,4 +15,16 @@ inline constexpr float kLayerNormEps = 1e-5f;
 inline constexpr float kGeluScale = 0.7978845608028654f;
 inline constexpr float kGeluCubic = 0.044715f;
 
+// Fused attention (attention.cu, attention.cpu.cpp): query and key tiles of
+// the forward and of the backward, and the largest head size the kernels hold
+// (their shared-memory tiles and per-thread accumulators are sized for it;
+// GPT-2 has 64, GPT-3 XL 128). The backward's tile is smaller because it
+// keeps four operand tiles (q, k, v, dout) in shared memory at once, where
+// the forward keeps two: both fit the 48 KiB of static shared memory at
+// head size 128. The CPU twin uses the same tiles, so it visits the same
+// blocks in the same order.
+inline constexpr int kAttentionTile = 32;
+inline constexpr int kAttentionBackwardTile = 16;
+inline constexpr int kAttentionMaxHeadSize = 128;
+
 }  // namespace geotrain::kernels

@@ -13,7 +13,7 @@
 namespace geotrain::model {
 
 struct Stage::LayerActivations {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *attention_out, *residual2;
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *attention_lse, *attention_out, *residual2;
   float *ln2, *ln2_mean, *ln2_rstd, *fc, *gelu, *out;
 };
 
@@ -103,7 +103,7 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
     for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
       LayerActivations a;
       a.ln1 = A(N * C), a.ln1_mean = A(N), a.ln1_rstd = A(N), a.qkv = A(N * 3 * C);
-      a.att = A(static_cast<std::size_t>(B_) * NH_ * T_ * T_), a.attention_out = A(N * C);
+      a.attention_lse = A(static_cast<std::size_t>(B_) * NH_ * T_), a.attention_out = A(N * C);
       a.residual2 = A(N * C), a.ln2 = A(N * C), a.ln2_mean = A(N), a.ln2_rstd = A(N);
       a.fc = A(N * 4 * C), a.gelu = A(N * 4 * C), a.out = A(N * C);
       slot->layers.push_back(a);
@@ -118,7 +118,7 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
   dresidual_ = A(N * C);
   dln_ = A(N * C);
   dqkv_ = A(N * 3 * C);
-  datt_ = A(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
+  attention_scratch_ = A(static_cast<std::size_t>(B_) * NH_ * T_);
   dattention_out_ = A(N * C);
   dfc_ = A(N * 4 * C);
   dgelu_ = A(N * 4 * C);
@@ -132,7 +132,7 @@ Stage::~Stage() {
   for (SlotActivations* slot : slots_) {
     R(slot->embedded), R(slot->input), R(slot->tokens), R(slot->targets);
     for (auto& a : slot->layers) {
-      for (float* p : {a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.att, a.attention_out, a.residual2, a.ln2,
+      for (float* p : {a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.attention_lse, a.attention_out, a.residual2, a.ln2,
                        a.ln2_mean, a.ln2_rstd, a.fc, a.gelu, a.out}) {
         R(p);
       }
@@ -140,14 +140,15 @@ Stage::~Stage() {
     for (float* p : {slot->lnf, slot->lnf_mean, slot->lnf_rstd, slot->logits, slot->losses}) R(p);
     delete slot;
   }
-  for (float* p : {params_, grads_, dresidual_, dln_, dqkv_, datt_, dattention_out_, dfc_, dgelu_, dlogits_}) R(p);
+  for (float* p : {params_, grads_, dresidual_, dln_, dqkv_, attention_scratch_, dattention_out_, dfc_, dgelu_, dlogits_}) R(p);
 }
 
 std::size_t Stage::activation_floats_per_slot() const {
   const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
   // ln1, qkv(3), attention_out, residual2, ln2, fc(4), gelu(4), out = 16 NC;
-  // four N-vectors of layernorm statistics; the attention matrix.
-  const std::size_t per_layer = 16 * N * C + 4 * N + static_cast<std::size_t>(B_) * NH_ * T_ * T_;
+  // four N-vectors of layernorm statistics; the attention's log-sum-exp per
+  // (sequence, head, query), B*NH*T (the fused attention keeps no T x T matrix).
+  const std::size_t per_layer = 16 * N * C + 4 * N + static_cast<std::size_t>(B_) * NH_ * T_;
   std::size_t total = N * C + per_layer * (spec_.last_layer - spec_.first_layer);
   if (spec_.has_head) total += N * C + 3 * N + N * V_;
   return total;
@@ -198,7 +199,7 @@ void Stage::layer_forward(const LayerWeights& w, const float* x, LayerActivation
   auto& k = backend_;
   k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias, N, C);
   k.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias, N, C, 3 * C);
-  k.attention_forward(a.attention_out, a.att, a.qkv, B_, T_, C, NH_);
+  k.attention_forward(a.attention_out, a.attention_lse, a.qkv, B_, T_, C, NH_);
   // residual2 = x + proj(attention): project into residual2, then add x.
   k.matmul_forward(a.residual2, a.attention_out, w.attn_proj_weight, w.attn_proj_bias, N, C, C);
   k.accumulate(a.residual2, x, static_cast<std::size_t>(N) * C);
@@ -228,7 +229,8 @@ void Stage::layer_backward(const LayerWeights& w, const LayerWeights& g, const f
   k.matmul_backward(dattention_out_, g.attn_proj_weight, g.attn_proj_bias, dresidual_, a.attention_out,
                     w.attn_proj_weight, N, C, C);
   k.fill_zero(dqkv_, 3 * NC);
-  k.attention_backward(dqkv_, datt_, dattention_out_, a.qkv, a.att, B_, T_, C, NH_);
+  k.attention_backward(dqkv_, attention_scratch_, dattention_out_, a.qkv, a.attention_out, a.attention_lse, B_, T_, C,
+                       NH_);
   k.fill_zero(dln_, NC);
   k.matmul_backward(dln_, g.qkv_weight, g.qkv_bias, dqkv_, a.ln1, w.qkv_weight, N, C, 3 * C);
   k.layernorm_backward(dresidual_, g.ln1_weight, g.ln1_bias, dln_, x, w.ln1_weight, a.ln1_mean, a.ln1_rstd, N, C);

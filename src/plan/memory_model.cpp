@@ -12,10 +12,11 @@ namespace {
 
 // Values saved per layer per micro-batch of N = b*T tokens: ln1, qkv (3),
 // attention output, residual, ln2, fc (4), gelu (4), layer output = 16 NC;
-// four layernorm statistics per token; the attention matrix B*NH*T*T.
+// four layernorm statistics per token; the fused attention's log-sum-exp per
+// (sequence, head, query), B*NH*T: no T x T matrix is kept.
 double layer_activation_values(const ModelShape& m, double b) {
   const double N = b * m.sequence_length, C = m.hidden;
-  return 16.0 * N * C + 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length) * m.sequence_length;
+  return 16.0 * N * C + 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length);
 }
 
 // The head's saved values: final layernorm output and statistics, logits
@@ -51,13 +52,13 @@ double slot_bytes(const ModelShape& m, const StagePart& part, double b, const Me
 }
 
 // Backward scratch shared by all micro-batches: residual and layernorm
-// gradients, qkv (3), attention matrix, attention output, fc and gelu (4 +
-// 4) = 14 NC + B*NH*T*T; the logits' gradient on the head; the pipeline's
+// gradients, qkv (3), attention output, fc and gelu (4 + 4) = 14 NC, and the
+// attention backward's row sums B*NH*T; the logits' gradient on the head; the pipeline's
 // receive buffer NC. With recomputation, one layer's (and the head's) full
 // activations are rebuilt here too.
 double workspace_bytes(const ModelShape& m, const StagePart& part, double b, const MemorySettings& s) {
   const double N = b * m.sequence_length, C = m.hidden;
-  const double attention = b * m.heads * static_cast<double>(m.sequence_length) * m.sequence_length;
+  const double attention = b * m.heads * static_cast<double>(m.sequence_length);
   double values = 14.0 * N * C + attention + N * C;
   if (part.last && s.head) values += N * m.vocabulary;
   if (s.recompute) {

@@ -144,20 +144,40 @@ def case_tied_lm_head():
             "dlogits": logits.grad, "dx": x.grad, "dwte": wte.grad, "dwpe": wpe.grad}
 
 
-def case_attention():
-    g = generator(105)
-    hs = C // NH
-    qkv = leaf(randn(g, B, T, 3 * C))
-    q, k, v = qkv.split(C, dim=2)
-    q, k, v = (z.reshape(B, T, NH, hs).transpose(1, 2) for z in (q, k, v))  # [B, NH, T, hs]
+def attention(seed, b, t, c, nh):
+    """Causal attention as the textbook formula (the full T x T softmax), so
+    that the fused, tiled kernels are checked against an independent form.
+    lse is each query row's log-sum-exp of the scaled, masked scores."""
+    g = generator(seed)
+    hs = c // nh
+    qkv = leaf(randn(g, b, t, 3 * c))
+    q, k, v = qkv.split(c, dim=2)
+    q, k, v = (z.reshape(b, t, nh, hs).transpose(1, 2) for z in (q, k, v))  # [b, nh, t, hs]
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    att = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    att.retain_grad()
-    out = (att @ v).transpose(1, 2).reshape(B, T, C)
-    dout = randn(g, B, T, C)
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [b, nh, t]
+    att = torch.softmax(scores, dim=-1)
+    out = (att @ v).transpose(1, 2).reshape(b, t, c)
+    dout = randn(g, b, t, c)
     out.backward(dout)
-    return {"qkv": qkv, "out": out, "att": att, "dout": dout, "dqkv": qkv.grad}
+    return {"qkv": qkv, "out": out, "lse": lse, "dout": dout, "dqkv": qkv.grad}
+
+
+def case_attention():
+    return attention(105, B, T, C, NH)
+
+
+# The fused attention works on tiles of 32 (forward) and 16 (backward) rows:
+# sequence lengths of one token, less than a tile, exactly two tiles, and
+# ragged ends; head sizes from 4 to the kernels' largest, 128.
+ATTENTION_SHAPES = {  # name: (seed, B, T, C, NH)
+    "attention_t1": (111, 3, 1, 12, 2),
+    "attention_t7": (112, 2, 7, 12, 3),
+    "attention_t64": (113, 2, 64, 48, 3),
+    "attention_t100": (114, 2, 100, 40, 2),
+    "attention_t130": (115, 1, 130, 128, 1),
+}
 
 
 def case_gelu():
@@ -236,6 +256,7 @@ CASES = {
     "matmul": case_matmul,
     "tied_lm_head": case_tied_lm_head,
     "attention": case_attention,
+    **{name: (lambda shape=shape: attention(*shape)) for name, shape in ATTENTION_SHAPES.items()},
     "gelu": case_gelu,
     "residual": case_residual,
     "crossentropy": case_crossentropy,

@@ -136,10 +136,14 @@ if grep -qE '^ +train ' <<<"$geotrain_help"; then
     step train_tiny_cpu_20 90 "$geotrain" train --device.kind=cpu "${short[@]}" --train.log_json=true
     # The tiny model's default run (300 steps) on the GPU.
     step train_tiny_cuda 90 "$geotrain" train --device.kind=cuda
-    # GPT-2 124M, 8 x 1024 tokens per step, both precisions.
+    # GPT-2 124M, 8 x 1024 tokens per step, both precisions; nvidia-smi
+    # samples the device memory meanwhile (tests/gpu/with_peak_memory.sh):
+    # tokens/s, MFU and peak memory go into the summary's table.
     gpt2=(--model.file=inputs/models/gpt2-124m.toml "${short[@]}" --train.eval_batches=1)
-    step train_gpt2_fp32 120 "$geotrain" train --device.kind=cuda --device.matmul_precision=fp32 "${gpt2[@]}"
-    step train_gpt2_bf16 120 "$geotrain" train --device.kind=cuda --device.matmul_precision=bf16 "${gpt2[@]}"
+    for precision in fp32 bf16; do
+      step "train_gpt2_$precision" 120 tests/gpu/with_peak_memory.sh "$OUT/train_gpt2_$precision.memory" \
+        "$geotrain" train --device.kind=cuda --device.matmul_precision="$precision" "${gpt2[@]}"
+    done
     # Under mpirun: 4 ranks sharing the one GPU (2 stages x 2 replicas,
     # host-staged MPI transfers: NCCL refuses two ranks on one GPU), then one
     # rank with the NCCL transport selected; the 4-rank curve must follow the
@@ -220,6 +224,40 @@ if [[ -f $OUT/mpi_tiny_cuda_4ranks.log && -f $OUT/mpi_tiny_cuda_1rank_ref.log ]]
   fi
 fi
 
+# GPT-2 124M at T = 1024 on this GPU beside llm.c's published figures.
+# tokens/s and MFU are the last step line's (geotrain train's progress line:
+# model FLOPs per token 6 N + 12 L C T, i.e. with the attention's products,
+# against the peak that runtime/progress_log.cpp knows for the device: H200
+# bf16 dense 989 TFLOPS; fp32 67 TFLOPS, since fp32 mode is exact SGEMM, no
+# TF32). Peak memory: nvidia-smi's largest sample minus the one before the run.
+gpt2_table() {
+  echo "GPT-2 124M, T = 1024, 8 sequences per step (geotrain train, last step of 20):"
+  printf '  %-10s %12s %6s %26s\n' precision tokens/s MFU "peak GPU memory (MiB)"
+  local precision run line tokens mfu peak base memory
+  for precision in fp32 bf16; do
+    run=$OUT/train_gpt2_$precision
+    tokens=-
+    mfu=-
+    memory=-
+    if [[ -f $run.log ]]; then
+      line=$(grep -E '^step ' "$run.log" | tail -1 || true)
+      tokens=$(sed -n 's/.*| *\([0-9.]*\) tok\/s.*/\1/p' <<<"$line")
+      mfu=$(sed -n 's/.*| MFU \([0-9]*%\).*/\1/p' <<<"$line")
+    fi
+    if [[ -f $run.memory ]]; then
+      read -r peak base <"$run.memory" || true
+      if [[ $peak =~ ^[0-9]+$ && $base =~ ^[0-9]+$ ]]; then memory="$((peak - base)) (device peak $peak)"; fi
+    fi
+    printf '  %-10s %12s %6s %26s\n' "$precision" "${tokens:--}" "${mfu:--}" "$memory"
+  done
+  # Published, not measured here (llm.c's GPT-2 124M reproduction, bf16,
+  # mixed precision, cuDNN FlashAttention, batch 64 x 1024 per GPU):
+  echo "  llm.c, as published (quoted, not re-checked here): GPT-2 124M, 10B tokens in ~90 min on 8x A100 80GB SXM"
+  echo "    (karpathy/llm.c discussion #481, 2024-05): ~1.85M tok/s per node, ~0.23M tok/s per A100"
+  echo "    (derived from those figures); llm.c states ~50% MFU (bf16) for its H100 runs (discussion #677)."
+  echo "    No llm.c H200 figure is published; H200 = H100 compute (989 TFLOPS bf16 dense), more memory bandwidth."
+}
+
 # ---- summary
 {
   echo "geotrain GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -241,6 +279,8 @@ fi
     grep -E ' ms ' "$OUT/cuda_ops_bench.log" | sed 's/^/  /' || true
   fi
   echo "tiny loss curves: $loss_comparison"
+  echo
+  gpt2_table
   for run in train_tiny_cuda_20 train_tiny_cpu_20 train_tiny_cuda train_gpt2_fp32 train_gpt2_bf16 \
              mpi_tiny_cuda_4ranks mpi_tiny_cuda_1rank_ref mpi_tiny_nccl_1rank; do
     if [[ -f $OUT/$run.log ]]; then

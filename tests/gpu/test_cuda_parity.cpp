@@ -14,10 +14,13 @@
 //                                   same way (RNE); what remains is fp32
 //                                   accumulation order and the tensor cores'
 //                                   internal rounding of the running sum.
-//   bf16 attention            3e-2  The GPU rounds q, k, v, att, dy and datt to
-//                                   bf16 (8 significant bits: 2^-9 relative per
-//                                   operand); the CPU twin's attention loops
-//                                   stay fp32, so this is bf16 vs fp32.
+//   bf16 attention            5e-3  Both sides round q, k, v, dout, p and ds to
+//                                   bf16 the same way; p and ds are computed
+//                                   in fp32 first, where the two sides differ
+//                                   in the last bits (expf, summation order),
+//                                   so a few of them round to the neighbouring
+//                                   bf16 value (2^-8 relative each); observed
+//                                   under the emulation: 2e-4.
 //   sum_of_squares (double)   1e-12
 // Every comparison prints its measured error, so the GPU log shows the margins.
 // Under the CUDA emulation (cuda-emu preset) the same tests run on the CPU,
@@ -28,6 +31,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -60,7 +64,7 @@ using TwinInts = geotrain::test::Twin<int>;
 
 constexpr Tolerance kFp32Tolerance = RelativeToLargest(2e-5);
 constexpr Tolerance kBf16MatmulTolerance = RelativeToLargest(1e-3);
-constexpr Tolerance kBf16AttentionTolerance = RelativeToLargest(3e-2);
+constexpr Tolerance kBf16AttentionTolerance = RelativeToLargest(5e-3);
 
 struct Shape {
   const char* name;
@@ -311,29 +315,28 @@ TEST_F(CudaParity, ColumnSumsBeyondTheGridYLimit) {
 
 TEST_P(CudaParityGemm, Attention) {
   const Tolerance tolerance = bf16() ? kBf16AttentionTolerance : kFp32Tolerance;
-  for (const Shape& s : kShapes) {
+  // Beside the op shapes: the largest head the kernels hold (128 channels)
+  // on a sequence that ends inside a tile.
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({"head-128", 2, 77, 256, 2, 17, 20});
+  for (const Shape& s : shapes) {
     const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
-    const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
+    const std::size_t lse_size = static_cast<std::size_t>(s.B) * s.NH * s.T;
     auto qkv = twin(random_floats(3 * NC, -2, 2, 41));
-    auto out = twin(NC), att = twin(att_size);
-    cpu().attention_forward(out->c(), att->c(), qkv->c(), s.B, s.T, s.C, s.NH);
-    gpu().attention_forward(out->g(), att->g(), qkv->g(), s.B, s.T, s.C, s.NH);
+    auto out = twin(NC), lse = twin(lse_size);
+    cpu().attention_forward(out->c(), lse->c(), qkv->c(), s.B, s.T, s.C, s.NH);
+    gpu().attention_forward(out->g(), lse->g(), qkv->g(), s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(out->agree(tag(s, "attention out"), tolerance));
-    const std::vector<float> probabilities = att->on_gpu();
-    EXPECT_TRUE(AllClose(tag(s, "attention att"), probabilities, att->on_cpu(), tolerance));
-    for (std::size_t row = 0; row < att_size / s.T; ++row) {
-      for (int t2 = static_cast<int>(row % s.T) + 1; t2 < s.T; ++t2) {
-        ASSERT_EQ(probabilities[row * s.T + t2], 0.0f) << "above the diagonal, row " << row;
-      }
-    }
+    EXPECT_TRUE(lse->agree(tag(s, "attention lse"), tolerance));
 
     auto dout = twin(random_floats(NC, -1, 1, 42));
     auto dqkv = twin(random_floats(3 * NC, -1, 1, 43));
-    auto datt = twin(att_size);
-    // Both backward from the CPU's probabilities, so that only the backward is compared.
-    gpu().upload(att->g(), att->on_cpu().data(), att_size);
-    cpu().attention_backward(dqkv->c(), datt->c(), dout->c(), qkv->c(), att->c(), s.B, s.T, s.C, s.NH);
-    gpu().attention_backward(dqkv->g(), datt->g(), dout->g(), qkv->g(), att->g(), s.B, s.T, s.C, s.NH);
+    auto scratch = twin(lse_size);
+    // Both backward from the CPU's forward, so that only the backward is compared.
+    gpu().upload(out->g(), out->on_cpu().data(), NC);
+    gpu().upload(lse->g(), lse->on_cpu().data(), lse_size);
+    cpu().attention_backward(dqkv->c(), scratch->c(), dout->c(), qkv->c(), out->c(), lse->c(), s.B, s.T, s.C, s.NH);
+    gpu().attention_backward(dqkv->g(), scratch->g(), dout->g(), qkv->g(), out->g(), lse->g(), s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(dqkv->agree(tag(s, "attention dqkv"), tolerance));
   }
 }
@@ -469,13 +472,13 @@ TEST_P(CudaParityGemm, BackwardIsBitwiseReproducible) {
     float* dwpe = k.alloc(static_cast<std::size_t>(s.T) * s.C);
     k.embedding_backward(dwte, dwpe, dout, tokens, s.B, s.T, s.C);
     float* qkv = upload(random_floats(3 * NC, -2, 2, 95));
-    const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
-    float* att = k.alloc(att_size);
+    const std::size_t lse_size = static_cast<std::size_t>(s.B) * s.NH * s.T;
+    float* lse = k.alloc(lse_size);
     float* y = k.alloc(NC);
-    k.attention_forward(y, att, qkv, s.B, s.T, s.C, s.NH);
+    k.attention_forward(y, lse, qkv, s.B, s.T, s.C, s.NH);
     float* dqkv = k.alloc(3 * NC);
-    float* datt = k.alloc(att_size);
-    k.attention_backward(dqkv, datt, dout, qkv, att, s.B, s.T, s.C, s.NH);
+    float* scratch = k.alloc(lse_size);
+    k.attention_backward(dqkv, scratch, dout, qkv, y, lse, s.B, s.T, s.C, s.NH);
     results.push_back({static_cast<float>(k.sum_of_squares(dqkv, 3 * NC))});
     keep(dinp, NC);
     keep(dw, s.C);
@@ -486,7 +489,7 @@ TEST_P(CudaParityGemm, BackwardIsBitwiseReproducible) {
     keep(dwte, static_cast<std::size_t>(7) * s.C);
     keep(dwpe, static_cast<std::size_t>(s.T) * s.C);
     keep(dqkv, 3 * NC);
-    for (float* p : {inp, dout, weight, mean, rstd, ln, qkv, att, y, datt}) k.release(p);
+    for (float* p : {inp, dout, weight, mean, rstd, ln, qkv, lse, y, scratch}) k.release(p);
     k.release(tokens);
     return results;
   };

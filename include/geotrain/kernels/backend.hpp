@@ -68,15 +68,16 @@ class Backend {
                                const float* inp, const float* weight, int N, int C, int OC) = 0;
   virtual void set_matmul_precision(MatmulPrecision precision) = 0;
 
-  // ---- causal multi-head self-attention.
-  // qkv[B,T,3C] holds q, k, v (each C = NH heads x C/NH) per token.
-  // out[B,T,C]; att[B,NH,T,T] softmax probabilities saved for backward
-  // (scale 1/sqrt(C/NH), entries above the diagonal are 0).
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  // ---- causal multi-head self-attention, fused (no T x T matrix is stored).
+  // qkv[B,T,3C] holds q, k, v (each C = NH heads x C/NH, at most
+  // kAttentionMaxHeadSize = 128 channels per head) per token; scale
+  // 1/sqrt(C/NH). out[B,T,C]; lse[B,NH,T] = log sum_{t2<=t} exp(scale q_t.k_t2),
+  // saved for the backward, which recomputes the probabilities from it.
+  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
-  // dqkv accumulates; datt[B,NH,T,T] is scratch.
-  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                  const float* att, int B, int T, int C, int NH) = 0;
+  // dqkv accumulates; out and lse are the forward's; scratch[B,NH,T].
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* out, const float* lse, int B, int T, int C, int NH) = 0;
 
   // ---- GELU, tanh approximation (as GPT-2)
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;

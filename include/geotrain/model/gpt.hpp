@@ -130,7 +130,7 @@ class Stage {
   float* dresidual_ = nullptr;
   float* dln_ = nullptr;
   float* dqkv_ = nullptr;
-  float* datt_ = nullptr;
+  float* attention_scratch_ = nullptr;  // B*NH*T
   float* dattention_out_ = nullptr;
   float* dfc_ = nullptr;
   float* dgelu_ = nullptr;

@@ -1,9 +1,11 @@
 // Per-op timings of the CUDA backend at GPT-2 124M shapes (B = 8, T = 1024,
 // C = 768, 12 heads, V = 50257), forward and backward, fp32 and bf16 GEMMs:
 // the median of 10 timed calls after 2 warm-up calls, each call bracketed by
-// synchronize(). GEMM-bound ops report TFLOPS (attention counts its full
-// T x T products, as the kernels compute them); the others report GB/s of
-// the tensors they must read and write at least once.
+// synchronize(). GEMM-bound ops report TFLOPS; the fused attention counts
+// the causal half of its products (forward 2 B T^2 C: q k^T and p v over
+// t2 <= t; backward twice that, without the recomputation of p), the
+// convention of FlashAttention's and llm.c's reports. The others report GB/s
+// of the tensors they must read and write at least once.
 //
 //   geotrain_cuda_bench [--batch 8] [--reps 10] [--csv FILE]
 //
@@ -208,13 +210,13 @@ int main(int argc, char** argv) {
     }
     float* qkv = bench.random(3 * NC, 1.0f);
     float* dqkv = bench.zeros(3 * NC);
-    const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
-    float* att = bench.zeros(att_size);
-    float* datt = bench.zeros(att_size);
-    const double attention_flop = 4.0 * B * static_cast<double>(T) * T * C;  // two full T x T GEMMs
-    bench.flops("attention fwd", p, attention_flop, [&] { k.attention_forward(y, att, qkv, B, T, C, NH); });
-    bench.flops("attention bwd", p, 2 * attention_flop,
-                [&] { k.attention_backward(dqkv, datt, dx, qkv, att, B, T, C, NH); });
+    const std::size_t lse_size = static_cast<std::size_t>(B) * NH * T;
+    float* lse = bench.zeros(lse_size);
+    float* scratch = bench.zeros(lse_size);
+    const double attention_flop = 2.0 * B * static_cast<double>(T) * T * C;  // two causal T x T products
+    bench.flops("attention fwd (fused)", p, attention_flop, [&] { k.attention_forward(y, lse, qkv, B, T, C, NH); });
+    bench.flops("attention bwd (fused)", p, 2 * attention_flop,
+                [&] { k.attention_backward(dqkv, scratch, dx, qkv, y, lse, B, T, C, NH); });
   }
   k.set_matmul_precision(MatmulPrecision::fp32);
 
