@@ -80,6 +80,7 @@ std::vector<Field> fields(Config& c) {
       {"pipeline.stages", &c.pipeline_stages},
       {"pipeline.schedule", &c.pipeline_schedule},
       {"pipeline.layers_per_stage", &c.layers_per_stage},
+      {"pipeline.micro_batches_per_flush", &c.micro_batches_per_flush},
       {"pipeline.layout", &c.layout},
       {"pipeline.placement", &c.placement},
       {"pipeline.plan_candidates", &c.plan_candidates},
@@ -302,6 +303,10 @@ void check(const Config& c) {
     }
   };
   for (double factor : c.compute_slowdown) finite_range("emulation.compute_slowdown", factor, 1, 1000);
+  if (c.micro_batches_per_flush > 0 && c.gradient_accumulation % c.micro_batches_per_flush != 0) {
+    fail(where, "pipeline.micro_batches_per_flush", "is " + std::to_string(c.micro_batches_per_flush) +
+         ", which does not divide train.gradient_accumulation (" + std::to_string(c.gradient_accumulation) + ")");
+  }
   if (c.layout == LayoutChoice::automatic && !c.layers_per_stage.empty()) {
     fail(where, "pipeline.layers_per_stage", "cannot be combined with pipeline.layout = auto (the search splits the layers)");
   }

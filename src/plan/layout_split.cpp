@@ -131,7 +131,7 @@ std::vector<int> flush_choices(const Context& ctx, int micro_batches) {
     const int m = *ctx.options.micro_batches_per_flush;
     return micro_batches % m == 0 ? std::vector<int>{m} : std::vector<int>{};
   }
-  if (ctx.base.schedule != Schedule::gpipe || ctx.options.single_flush) return {micro_batches};
+  if (ctx.base.schedule != Schedule::gpipe) return {micro_batches};
   std::vector<int> choices;
   for (int m = micro_batches; m >= 1; --m) {
     if (micro_batches % m == 0) choices.push_back(m);

@@ -2,7 +2,9 @@
 
 #include "geotrain/runtime/device_probe.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <stdexcept>
 
 namespace geotrain::runtime {
@@ -18,11 +20,16 @@ double seconds(Clock::time_point from, Clock::time_point to) {
 }  // namespace
 
 PipelineStep::PipelineStep(model::Stage& stage, kernels::Backend& backend, plan::Schedule schedule,
-                           int stage_index, int pipeline_stages, int micro_batches)
+                           int stage_index, int pipeline_stages, int micro_batches, int flushes)
     : stage_(stage), backend_(backend), stage_index_(stage_index), stages_(pipeline_stages),
-      micro_batches_(micro_batches), slots_(plan::activation_slots(schedule, micro_batches, pipeline_stages)),
-      program_(plan::pipeline_program(schedule, stage_index, pipeline_stages, micro_batches, 1)),
+      micro_batches_(micro_batches), per_flush_(micro_batches / std::max(1, flushes)),
+      slots_(plan::activation_slots(schedule, per_flush_, pipeline_stages)),
+      program_(plan::pipeline_program(schedule, stage_index, pipeline_stages, per_flush_, flushes)),
       staging_(backend) {
+  if (flushes < 1 || micro_batches % flushes != 0) {
+    throw std::invalid_argument("PipelineStep: " + std::to_string(micro_batches) + " micro-batches do not make " +
+                                std::to_string(flushes) + " equal flushes");
+  }
   activation_count_ = static_cast<std::size_t>(stage.micro_batch()) * stage.config().sequence_length *
                       stage.config().hidden;
   received_ = backend_.alloc(activation_count_);
@@ -47,7 +54,8 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   const auto bytes = static_cast<std::int64_t>(activation_count_ * sizeof(float));
   for (std::size_t k = 0; k < program_.size(); ++k) {
     const plan::Step& step = program_[k];
-    const int i = step.micro_batch, slot = i % slots_;
+    // i numbers the step's micro-batches (batches, message tags); a slot is reused once its flush is done.
+    const int i = step.flush * per_flush_ + step.micro_batch, slot = step.micro_batch % slots_;
     io::EventKind kind = io::EventKind::forward;
     int peer = -1;
     switch (step.kind) {

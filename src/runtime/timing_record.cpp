@@ -54,8 +54,9 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
 plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& model, const JobDescription& job,
                                   const std::vector<RankTiming>& ranks, const MeasuredCompute& measured) {
   plan::PipelineWork work;
-  work.micro_batches_per_flush = config.gradient_accumulation;
-  work.flushes = 1;
+  const int per_flush = config.micro_batches_per_flush > 0 ? config.micro_batches_per_flush : config.gradient_accumulation;
+  work.micro_batches_per_flush = per_flush;
+  work.flushes = config.gradient_accumulation / per_flush;
   work.forward_s = measured.forward_s;
   work.backward_s = measured.backward_s;
   auto encoded = [&](WireFormat format, double values) {

@@ -141,9 +141,11 @@ class RankTrainer {
         B_(config_.micro_batch_sequences),
         T_(model_.sequence_length),
         m_(config_.gradient_accumulation),
-        stage_(model_, role.spec, with.backend, B_, plan::activation_slots(config_.pipeline_schedule, m_, role.stages)),
+        flushes_(config_.micro_batches_per_flush > 0 ? m_ / config_.micro_batches_per_flush : 1),
+        stage_(model_, role.spec, with.backend, B_,
+               plan::activation_slots(config_.pipeline_schedule, m_ / flushes_, role.stages)),
         optimizer_(with.backend, initialized(stage_, config_.seed), optimizer_settings(config_)),
-        pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_),
+        pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_, flushes_),
         inputs_(m_),
         targets_(m_),
         tokenizer_text_(inputs.tokenizer_text),
@@ -349,8 +351,9 @@ class RankTrainer {
     result_.model_flops_per_token = flops_per_token(model_, parameters);
     progress_.text() << "geotrain train: model " << model_.name << " (" << static_cast<long long>(parameters) << " parameters, "
          << model_.layers << " layers, hidden " << model_.hidden << "), " << with_.backend.description() << "\n"
-         << "  " << config_.train_steps << " steps x " << role_.replicas << " replicas x " << m_ << " micro-batches x "
-         << B_ << " sequences x " << T_ << " tokens; data " << config_.data_train << "\n";
+         << "  " << config_.train_steps << " steps x " << role_.replicas << " replicas x " << m_ << " micro-batches"
+         << (flushes_ > 1 ? " (" + std::to_string(flushes_) + " flushes)" : std::string()) << " x " << B_
+         << " sequences x " << T_ << " tokens; data " << config_.data_train << "\n";
   }
 
   void start_timeline() {
@@ -585,6 +588,7 @@ class RankTrainer {
   ProgressLog progress_;
   io::TokenDataset& data_;
   const int B_, T_, m_;
+  const int flushes_;  // pipeline flushes per step (pipeline.micro_batches_per_flush)
   model::Stage stage_;
   model::AdamW optimizer_;
   PipelineStep pipeline_;

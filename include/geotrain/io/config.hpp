@@ -57,6 +57,10 @@ struct Config {
   // replica (the pipeline's m).
   int pipeline_stages = 1;
   plan::Schedule pipeline_schedule = plan::Schedule::one_f_one_b;  // 1f1b | gpipe
+  // Micro-batches per pipeline flush: a step's gradient_accumulation
+  // micro-batches in flushes of this many (fewer activations alive with
+  // GPipe, a bubble per flush); 0: one flush of all of them.
+  int micro_batches_per_flush = 0;
   std::vector<int> layers_per_stage;       // empty: an even split
   // auto: the layout search picks the layout (the global batch stays
   // micro_batch_sequences x gradient_accumulation x ranks / stages).

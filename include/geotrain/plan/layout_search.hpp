@@ -33,7 +33,6 @@ struct LayoutOptions {
   std::optional<int> micro_batch_sequences;   // fixed; else the best of micro_batch_choices
   std::vector<int> micro_batch_choices = {1, 2, 4, 8};
   std::optional<int> micro_batches_per_flush; // GPipe flush, fixed; else the best that fits (1F1B: one flush)
-  bool single_flush = false;                  // one flush of all micro-batches (the runtime's step)
   MemorySettings memory;
   double untyped_memory_bytes = 0;            // memory of a device without a type; 0: unlimited
   SearchOptions placement;                    // the DT-FM placement search run per finalist

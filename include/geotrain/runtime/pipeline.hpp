@@ -69,8 +69,11 @@ struct MicroBatch {
 class PipelineStep {
  public:
   // `stage_index` in [0, pipeline_stages); the stage's layers are `stage`'s.
+  // The step's micro_batches go through the pipeline in `flushes` flushes
+  // of micro_batches / flushes each (a GPipe flush that keeps fewer
+  // activations alive; the stage needs activation_slots of one flush).
   PipelineStep(model::Stage& stage, kernels::Backend& backend, plan::Schedule schedule, int stage_index,
-               int pipeline_stages, int micro_batches);
+               int pipeline_stages, int micro_batches, int flushes = 1);
   ~PipelineStep();
   PipelineStep(const PipelineStep&) = delete;
   PipelineStep& operator=(const PipelineStep&) = delete;
@@ -106,7 +109,7 @@ class PipelineStep {
  private:
   model::Stage& stage_;
   kernels::Backend& backend_;
-  int stage_index_, stages_, micro_batches_, slots_;
+  int stage_index_, stages_, micro_batches_, per_flush_, slots_;
   std::vector<plan::Step> program_;
   std::size_t activation_count_;
   float* received_ = nullptr;          // device buffer for incoming activations / gradients

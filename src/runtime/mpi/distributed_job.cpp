@@ -362,6 +362,7 @@ void adopt_layout(Setup& setup, const JobLayout& layout, int ranks) {
   c.eval_batches = std::max(1, (evaluated + per_batch - 1) / per_batch);
   c.micro_batch_sequences = layout.micro_batch_sequences;
   c.gradient_accumulation = layout.micro_batches;
+  c.micro_batches_per_flush = layout.micro_batches_per_flush < layout.micro_batches ? layout.micro_batches_per_flush : 0;
   c.pipeline_stages = layout.plan.pipeline_stages;
   c.layers_per_stage = layout.layers_per_stage;
   setup.stages = model::split_layers(setup.inputs.model.layers, c.pipeline_stages, c.layers_per_stage);

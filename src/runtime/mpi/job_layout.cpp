@@ -48,22 +48,25 @@ int ranks_on_this_host() {
 // their layers, every rank's speed); the plan goes separately.
 std::vector<double> encode_extras(const JobLayout& l) {
   std::vector<double> v = {static_cast<double>(l.micro_batch_sequences), static_cast<double>(l.micro_batches),
-                           l.predicted_iteration_s, static_cast<double>(l.layers_per_stage.size())};
+                           static_cast<double>(l.micro_batches_per_flush), l.predicted_iteration_s,
+                           static_cast<double>(l.layers_per_stage.size())};
   for (int layers : l.layers_per_stage) v.push_back(layers);
   v.insert(v.end(), l.rank_tflops.begin(), l.rank_tflops.end());
   return v;
 }
 
 void decode_extras(const std::vector<double>& v, int ranks, JobLayout& l) {
-  if (v.size() < 4 || v[3] != static_cast<double>(l.plan.pipeline_stages) ||
-      v.size() != 4 + static_cast<std::size_t>(l.plan.pipeline_stages) + static_cast<std::size_t>(ranks)) {
+  constexpr std::size_t head = 5;
+  if (v.size() < head || v[head - 1] != static_cast<double>(l.plan.pipeline_stages) ||
+      v.size() != head + static_cast<std::size_t>(l.plan.pipeline_stages) + static_cast<std::size_t>(ranks)) {
     abort_all("layout from rank 0 rejected: " + std::to_string(v.size()) + " numbers do not fit " +
               std::to_string(l.plan.pipeline_stages) + " stages and " + std::to_string(ranks) + " ranks");
   }
   l.micro_batch_sequences = static_cast<int>(v[0]);
   l.micro_batches = static_cast<int>(v[1]);
-  l.predicted_iteration_s = v[2];
-  l.layers_per_stage.assign(v.begin() + 4, v.begin() + 4 + l.plan.pipeline_stages);
+  l.micro_batches_per_flush = static_cast<int>(v[2]);
+  l.predicted_iteration_s = v[3];
+  l.layers_per_stage.assign(v.begin() + head, v.begin() + head + l.plan.pipeline_stages);
   l.rank_tflops.assign(v.end() - ranks, v.end());
 }
 
@@ -90,7 +93,7 @@ plan::SimulationConfig job_simulation_config(const io::Config& c, const ModelSha
   s.model.outer = io::outer_sync(c);
   s.global_batch_sequences = global_batch_sequences;
   s.micro_batch_sequences = c.micro_batch_sequences;
-  s.micro_batches_per_flush = 0;  // the runtime's step is one flush
+  s.micro_batches_per_flush = c.micro_batches_per_flush;  // 0: one flush
   s.efficiency = kTrainingShareOfGemm;
   s.schedule = c.pipeline_schedule;
   s.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does
@@ -116,7 +119,6 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
     for (const DeviceMeasurement& d : devices) layout.rank_tflops.push_back(d.tflops);
     if (!network.typed()) set_measured_types(network, devices);
     plan::LayoutOptions options;
-    options.single_flush = true;
     options.placement.seed = config.seed;
     options.placement.candidates = config.plan_candidates;
     try {
@@ -126,6 +128,7 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
       layout.layers_per_stage = found.layers_per_stage;
       layout.micro_batch_sequences = found.micro_batch_sequences;
       layout.micro_batches = found.micro_batches;
+      layout.micro_batches_per_flush = found.micro_batches_per_flush;
       layout.predicted_iteration_s = found.simulation.iteration_s;
     } catch (const std::exception& e) {
       error = e.what();
@@ -152,7 +155,8 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
   for (int l : layout.layers_per_stage) total_layers += l;
   const long long batch = static_cast<long long>(layout.micro_batch_sequences) * layout.micro_batches *
                           layout.plan.data_parallel;
-  if (total_layers != model.layers || batch != global_batch_sequences) {
+  if (total_layers != model.layers || batch != global_batch_sequences || layout.micro_batches_per_flush < 1 ||
+      layout.micro_batches % layout.micro_batches_per_flush != 0) {
     abort_all("layout from rank 0 rejected: " + std::to_string(total_layers) + " layers, " + std::to_string(batch) +
               " sequences per step (the model has " + std::to_string(model.layers) + ", the batch is " +
               std::to_string(global_batch_sequences) + ")");
@@ -163,7 +167,9 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
 std::string describe(const JobLayout& l) {
   std::ostringstream out;
   out << "layout (auto): " << l.plan.pipeline_stages << " stages x " << l.plan.data_parallel << " replicas, "
-      << l.micro_batches << " micro-batches of " << l.micro_batch_sequences << " sequences per replica, layers [";
+      << l.micro_batches << " micro-batches of " << l.micro_batch_sequences << " sequences per replica";
+  if (l.micro_batches_per_flush < l.micro_batches) out << " in flushes of " << l.micro_batches_per_flush;
+  out << ", layers [";
   for (std::size_t s = 0; s < l.layers_per_stage.size(); ++s) out << (s ? " " : "") << l.layers_per_stage[s];
   out << "]";
   if (!l.idle_ranks.empty()) {

@@ -10,7 +10,9 @@ each must exit 0 on every rank, follow the single-rank losses within the
 tolerance (the layout's stages, replicas, micro-batch size and uneven
 split do not change the mathematics), and treat the slow rank as slow:
 idle (its one line says why) or holding no more layers than any other
-stage. Bad input (a slowdown list of the wrong length; a scenario whose
+stage; the same with GPipe (the searched flush), and a fixed layout in
+GPipe flushes of 2 micro-batches (4 a step). Bad input (a slowdown list of
+the wrong length; a scenario whose
 memory fits no layout) exits 2 on every rank with a line naming the key.
 
 usage: check_auto_layout.py GEOTRAIN CONFIG -- MPIRUN...
@@ -51,7 +53,7 @@ def check_layout(done, what, slow_rank, failures):
     """The slow rank is idle (with its line) or holds no more layers than any stage."""
     text = done.stderr
     layout = re.search(r"^layout \(auto\): (\d+) stages x (\d+) replicas, (\d+) micro-batches of (\d+) sequences "
-                       r"per replica, layers \[([\d ]+)\]", text, re.M)
+                       r"per replica(?: in flushes of \d+)?, layers \[([\d ]+)\]", text, re.M)
     if not layout:
         failures.append(f"{what}: no layout line\n{text[-3000:]}")
         return
@@ -105,13 +107,22 @@ def main():
             "--train.micro_batch_sequences=2", "--train.gradient_accumulation=8", "--train.eval_batches=4"]
     cases = {"measured": ([*auto, "--emulation.compute_slowdown=[1, 1, 1, 4]"], 3),
              "typed": ([*auto, f"--network.matrix={os.path.join(SCENARIOS, 'mixed-4.toml')}"], 3),
-             "measured, 2 ranks": ([*pair, "--emulation.compute_slowdown=[1, 3]"], 1)}
+             "measured, 2 ranks": ([*pair, "--emulation.compute_slowdown=[1, 3]"], 1),
+             # The searched GPipe flush, whatever it is, and a fixed one of 2 micro-batches (4 flushes a step).
+             "measured, 2 ranks, GPipe": ([*pair, "--emulation.compute_slowdown=[1, 3]", "--pipeline.schedule=gpipe"], 1),
+             "fixed, 2 ranks, GPipe flushes of 2": ([*pair[:pair.index("--pipeline.layout=auto")],
+                                                     *pair[pair.index("--pipeline.layout=auto") + 1:],
+                                                     "--pipeline.schedule=gpipe", "--pipeline.micro_batches_per_flush=2"],
+                                                    None)}
     for what, (command, slow_rank) in cases.items():
         done = run(command)
         values = losses_of(done, what, failures)
         if values is None:
             continue
-        check_layout(done, what, slow_rank, failures)
+        if slow_rank is not None:
+            check_layout(done, what, slow_rank, failures)
+        elif "(4 flushes)" not in done.stderr:
+            failures.append(f"{what}: the run does not say it takes 4 flushes\n{done.stderr[-2000:]}")
         worst = max(abs(a - b) / abs(b) for a, b in zip(values, reference))
         print(f"{what}: largest relative difference to the single rank {worst:.2e} (tolerance {TOLERANCE})")
         if worst > TOLERANCE:
