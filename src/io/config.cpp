@@ -82,6 +82,7 @@ std::vector<Field> fields(Config& c) {
       {"pipeline.layers_per_stage", &c.layers_per_stage},
       {"pipeline.micro_batches_per_flush", &c.micro_batches_per_flush},
       {"pipeline.layout", &c.layout},
+      {"pipeline.plan_file", &c.plan_file, true},
       {"pipeline.placement", &c.placement},
       {"pipeline.plan_candidates", &c.plan_candidates},
       {"network.matrix", &c.network_matrix, true},
@@ -306,6 +307,11 @@ void check(const Config& c) {
   if (c.micro_batches_per_flush > 0 && c.gradient_accumulation % c.micro_batches_per_flush != 0) {
     fail(where, "pipeline.micro_batches_per_flush", "is " + std::to_string(c.micro_batches_per_flush) +
          ", which does not divide train.gradient_accumulation (" + std::to_string(c.gradient_accumulation) + ")");
+  }
+  if (!c.plan_file.empty() && (c.layout == LayoutChoice::automatic || !c.layers_per_stage.empty())) {
+    fail(where, "pipeline.plan_file", std::string("cannot be combined with ") +
+         (c.layout == LayoutChoice::automatic ? "pipeline.layout = auto" : "pipeline.layers_per_stage") +
+         " (the plan file fixes the layout)");
   }
   if (c.layout == LayoutChoice::automatic && !c.layers_per_stage.empty()) {
     fail(where, "pipeline.layers_per_stage", "cannot be combined with pipeline.layout = auto (the search splits the layers)");

@@ -171,6 +171,9 @@ TEST(Config, LayoutChoiceAndComputeSlowdown) {
                 .find("pipeline.micro_batches_per_flush: is 4, which does not divide train.gradient_accumulation (6)"),
             std::string::npos);
   EXPECT_EQ(default_config({"--train.gradient_accumulation=6", "--pipeline.micro_batches_per_flush=3"}).micro_batches_per_flush, 3);
+  EXPECT_NE(error_of([] { default_config({"--pipeline.plan_file=p.json", "--pipeline.layout=auto"}); })
+                .find("pipeline.plan_file: cannot be combined with pipeline.layout = auto"),
+            std::string::npos);
   EXPECT_NE(error_of([] {
               default_config({"--pipeline.layout=auto", "--pipeline.stages=2", "--pipeline.layers_per_stage=[3, 1]"});
             }).find("pipeline.layers_per_stage: cannot be combined with pipeline.layout = auto"),

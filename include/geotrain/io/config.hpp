@@ -65,6 +65,10 @@ struct Config {
   // auto: the layout search picks the layout (the global batch stays
   // micro_batch_sequences x gradient_accumulation x ranks / stages).
   LayoutChoice layout = LayoutChoice::fixed;
+  // A plan to train exactly: what `geotrain plan ... --json` printed
+  // (its stages and placement; its layers, micro-batches and flush where
+  // it has them). "" = none; relative to the file that sets it.
+  std::string plan_file;
   plan::Placement placement = plan::Placement::planned;  // planned | rank-order | dtfm-rank-order | random
   int plan_candidates = 2000;              // the planner's search effort (per island)
   // [network]

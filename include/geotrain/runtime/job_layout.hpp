@@ -24,8 +24,9 @@ struct JobLayout {
   int micro_batches_per_flush = 1;    // GPipe: the search's flush; 1F1B: all of them
   std::vector<int> idle_ranks;
   double predicted_iteration_s = 0;   // the simulator's, on the measured speeds
-  std::vector<double> rank_tflops;    // as measured, per rank
-  std::string error;                  // non-empty: nothing fits (bad input); every rank has it
+  std::vector<double> rank_tflops;    // as measured, per rank (a plan file: none)
+  std::string source = "auto";        // "auto", or the plan file's path
+  std::string error;                  // non-empty: bad input (the whole message); every rank has it
 };
 
 // The simulator's view of a geotrain job: the model, the global batch, the
@@ -44,6 +45,16 @@ std::vector<DeviceMeasurement> measure_devices(kernels::Backend& backend, Matmul
 // gets measured device types unless it has types already (network.matrix).
 JobLayout search_job_layout(const io::Config& config, const ModelShape& model, plan::Network& network,
                             kernels::Backend& backend, int global_batch_sequences, double deadline_s);
+
+// Collective over MPI_COMM_WORLD: rank 0 reads pipeline.plan_file (what
+// `geotrain plan ... --json` prints: devices, pp, dp, stages, and where the
+// layout was searched or --model given, layers_per_stage, micro_batch_sequences,
+// micro_batches, micro_batches_per_flush, schedule) and every rank gets it.
+// Without the layout fields: the config's micro-batches, the even split.
+JobLayout plan_file_layout(const io::Config& config, const ModelShape& model, double deadline_s);
+// Rank 0's part: the file checked against the job. Throws
+// std::invalid_argument naming the file and the field.
+JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int ranks);
 
 // Rank 0's log lines: the chosen layout, the measured speeds, idle ranks.
 std::string describe(const JobLayout& layout);

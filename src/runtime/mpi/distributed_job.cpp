@@ -106,7 +106,7 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
              JobKind kind) {
   const io::Config config = io::read_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
-  const int pp = config.pipeline_stages;
+  const int pp = config.plan_file.empty() ? config.pipeline_stages : 1;  // a plan file: its own stages, later
   if (ranks % pp != 0) {
     throw InputError(config.origin_of("pipeline.stages") + ": pipeline.stages: " + std::to_string(pp) +
                      " does not divide the " + std::to_string(ranks) +
@@ -120,7 +120,7 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   }
   const char* split_key = config.layers_per_stage.empty() ? "pipeline.stages" : "pipeline.layers_per_stage";
   try {
-    s.stages = model::split_layers(model.layers, pp, config.layers_per_stage);
+    if (config.plan_file.empty()) s.stages = model::split_layers(model.layers, pp, config.layers_per_stage);
   } catch (const std::invalid_argument& e) {
     throw InputError(config.origin_of(split_key) + ": " + split_key + ": " + e.what());
   }
@@ -549,20 +549,19 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   }
   plan::Plan the_plan;  // 2. on rank 0
   std::string idle_note;
-  if (config.layout == LayoutChoice::automatic) {
-    const JobLayout layout = search_job_layout(config, setup.inputs.model, network, *backend,
-                                               global_batch_sequences(config, ranks), deadline_s);
+  if (config.layout == LayoutChoice::automatic || !config.plan_file.empty()) {
+    const JobLayout layout = config.plan_file.empty()
+                                 ? search_job_layout(config, setup.inputs.model, network, *backend,
+                                                     global_batch_sequences(config, ranks), deadline_s)
+                                 : plan_file_layout(config, setup.inputs.model, deadline_s);
     if (!layout.error.empty()) {
-      if (root) {
-        std::cerr << "geotrain: error: " << config.origin_of("pipeline.layout") << ": pipeline.layout: auto: "
-                  << layout.error << " (network: " << (setup.matrix ? config.network_matrix : "probed") << ")\n";
-      }
+      if (root) std::cerr << "geotrain: error: " << layout.error << "\n";
       return kExitInputError;
     }
     adopt_layout(setup, layout, ranks);
     the_plan = layout.plan;
     idle_note = idle_reason(layout, rank);
-    if (talk) text << describe(layout) << format_plan(the_plan, "auto layout", network) << std::flush;
+    if (talk) text << describe(layout) << format_plan(the_plan, layout.source == "auto" ? "auto layout" : "plan file", network) << std::flush;
   } else {
     the_plan = plan_job(config, setup.inputs.model, network, ranks, talk, text);
   }

@@ -4,9 +4,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "geotrain/plan/layout_search.hpp"
+#include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_plan.hpp"
 
@@ -22,6 +25,8 @@ std::optional<WireEncoding> encoding(const io::Config& c, WireFormat format) {
   if (format == WireFormat::fp32) return std::nullopt;
   return WireEncoding{format, c.compression_group_size, c.compression_topk_fraction};
 }
+
+std::string to_string(const std::vector<std::uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 
 std::vector<std::uint8_t> to_bytes(const std::vector<double>& values) {
   std::vector<std::uint8_t> bytes(values.size() * sizeof(double));
@@ -105,11 +110,52 @@ plan::SimulationConfig job_simulation_config(const io::Config& c, const ModelSha
   return s;
 }
 
+namespace {
+
+// Collective: rank 0's layout (or its error, a whole message) to every rank,
+// checked there: the layers add up to the model's (when given), the flush
+// divides the micro-batches; `rank_tflops` travels with it (may be empty).
+JobLayout deliver_layout(JobLayout layout, const std::string& error, int model_layers, double deadline_s) {
+  int ranks = 1;
+  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
+  const auto verdict = broadcast_bytes(MPI_COMM_WORLD, std::vector<std::uint8_t>(error.begin(), error.end()), 0,
+                                       deadline_s, "receiving the layout's verdict");
+  if (!verdict.empty()) {
+    layout.error.assign(verdict.begin(), verdict.end());
+    return layout;
+  }
+  layout.plan = broadcast_plan(MPI_COMM_WORLD, layout.plan, deadline_s);
+  layout.source = to_string(broadcast_bytes(MPI_COMM_WORLD, std::vector<std::uint8_t>(layout.source.begin(), layout.source.end()),
+                                            0, deadline_s, "receiving the layout's source"));
+  layout.rank_tflops.resize(static_cast<std::size_t>(ranks), 0.0);
+  decode_extras(to_doubles(broadcast_bytes(MPI_COMM_WORLD, to_bytes(encode_extras(layout)), 0, deadline_s,
+                                           "receiving the layout from rank 0")),
+                ranks, layout);
+  std::vector<char> used(static_cast<std::size_t>(ranks), 0);
+  for (const auto& stage : layout.plan.stages) {
+    for (int d : stage) used[static_cast<std::size_t>(d)] = 1;
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (!used[static_cast<std::size_t>(r)]) layout.idle_ranks.push_back(r);
+  }
+  int total_layers = 0;
+  for (int l : layout.layers_per_stage) total_layers += l;
+  const bool split_given = !layout.layers_per_stage.empty();
+  if ((split_given && total_layers != model_layers) || layout.micro_batch_sequences < 1 || layout.micro_batches < 1 ||
+      layout.micro_batches_per_flush < 1 || layout.micro_batches % layout.micro_batches_per_flush != 0) {
+    abort_all("layout from rank 0 rejected: " + std::to_string(total_layers) + " layers (the model has " +
+              std::to_string(model_layers) + "), " + std::to_string(layout.micro_batches) + " micro-batches in flushes of " +
+              std::to_string(layout.micro_batches_per_flush));
+  }
+  return layout;
+}
+
+}  // namespace
+
 JobLayout search_job_layout(const io::Config& config, const ModelShape& model, plan::Network& network,
                             kernels::Backend& backend, int global_batch_sequences, double deadline_s) {
-  int rank = 0, ranks = 1;
+  int rank = 0;
   GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
   const double slowdown =
       static_cast<std::size_t>(rank) < config.compute_slowdown.size() ? config.compute_slowdown[rank] : 1.0;
   const std::vector<DeviceMeasurement> devices = measure_devices(backend, config.matmul_precision, slowdown, deadline_s);
@@ -131,54 +177,122 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
       layout.micro_batches_per_flush = found.micro_batches_per_flush;
       layout.predicted_iteration_s = found.simulation.iteration_s;
     } catch (const std::exception& e) {
-      error = e.what();
+      error = config.origin_of("pipeline.layout") + ": pipeline.layout: auto: " + e.what() + " (network: " +
+              (config.network_matrix.empty() ? std::string("probed") : config.network_matrix) + ")";
     }
   }
-  const auto verdict = broadcast_bytes(MPI_COMM_WORLD, std::vector<std::uint8_t>(error.begin(), error.end()), 0,
-                                       deadline_s, "receiving the layout search's verdict");
-  if (!verdict.empty()) {
-    layout.error.assign(verdict.begin(), verdict.end());
-    return layout;
-  }
-  layout.plan = broadcast_plan(MPI_COMM_WORLD, layout.plan, deadline_s);
-  decode_extras(to_doubles(broadcast_bytes(MPI_COMM_WORLD, to_bytes(encode_extras(layout)), 0, deadline_s,
-                                           "receiving the layout from rank 0")),
-                ranks, layout);
-  std::vector<char> used(static_cast<std::size_t>(ranks), 0);
-  for (const auto& stage : layout.plan.stages) {
-    for (int d : stage) used[static_cast<std::size_t>(d)] = 1;
-  }
-  for (int r = 0; r < ranks; ++r) {
-    if (!used[static_cast<std::size_t>(r)]) layout.idle_ranks.push_back(r);
-  }
-  int total_layers = 0;
-  for (int l : layout.layers_per_stage) total_layers += l;
+  layout = deliver_layout(std::move(layout), error, model.layers, deadline_s);
   const long long batch = static_cast<long long>(layout.micro_batch_sequences) * layout.micro_batches *
                           layout.plan.data_parallel;
-  if (total_layers != model.layers || batch != global_batch_sequences || layout.micro_batches_per_flush < 1 ||
-      layout.micro_batches % layout.micro_batches_per_flush != 0) {
-    abort_all("layout from rank 0 rejected: " + std::to_string(total_layers) + " layers, " + std::to_string(batch) +
-              " sequences per step (the model has " + std::to_string(model.layers) + ", the batch is " +
-              std::to_string(global_batch_sequences) + ")");
+  if (layout.error.empty() && batch != global_batch_sequences) {
+    abort_all("layout from rank 0 rejected: " + std::to_string(batch) + " sequences per step, the batch is " +
+              std::to_string(global_batch_sequences));
   }
   return layout;
 }
 
+JobLayout plan_file_layout(const io::Config& config, const ModelShape& model, double deadline_s) {
+  int rank = 0, ranks = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
+  JobLayout layout;
+  std::string error;
+  if (rank == 0) {
+    try {
+      layout = read_plan_file(config, model, ranks);
+      layout.source = config.plan_file;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  return deliver_layout(std::move(layout), error, model.layers, deadline_s);
+}
+
+JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int ranks) {
+  const std::string& path = config.plan_file;
+  auto fail = [&](const std::string& field, const std::string& what) {
+    throw std::invalid_argument(path + ": " + field + ": " + what);
+  };
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(path + ": cannot open file (pipeline.plan_file, from " + config.origin_of("pipeline.plan_file") + ")");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(path + ": not JSON (write it with geotrain plan ... --json): " + e.what());
+  }
+  auto integer = [&](const char* field) -> int {
+    if (!j.contains(field) || !j[field].is_number_integer() || j[field].get<long long>() < 1 ||
+        j[field].get<long long>() > 1000000) {
+      fail(field, "missing or not a positive integer");
+    }
+    return j[field].get<int>();
+  };
+  JobLayout l;
+  if (integer("devices") != ranks) {
+    fail("devices", "the plan is for " + std::to_string(j["devices"].get<int>()) + " devices but the job has " +
+                        std::to_string(ranks) + " ranks");
+  }
+  l.plan.pipeline_stages = integer("pp");
+  l.plan.data_parallel = integer("dp");
+  try {
+    l.plan.stages = j.at("stages").get<std::vector<std::vector<int>>>();
+    plan::decode_plan(plan::encode_plan(l.plan), ranks);
+  } catch (const std::exception& e) {
+    fail("stages", e.what());
+  }
+  if (j.contains("schedule") && j["schedule"].is_string() &&
+      j["schedule"].get<std::string>() != plan::to_string(config.pipeline_schedule)) {
+    fail("schedule", "the plan is for " + j["schedule"].get<std::string>() + " but pipeline.schedule is " +
+                         plan::to_string(config.pipeline_schedule) + " (set --pipeline.schedule=" +
+                         j["schedule"].get<std::string>() + ")");
+  }
+  // A plan without a layout (geotrain plan without --layout auto or --model)
+  // keeps the config's micro-batches and the even split.
+  l.micro_batch_sequences = j.contains("micro_batch_sequences") ? integer("micro_batch_sequences") : config.micro_batch_sequences;
+  l.micro_batches = j.contains("micro_batches") ? integer("micro_batches") : config.gradient_accumulation;
+  l.micro_batches_per_flush = j.contains("micro_batches_per_flush") ? integer("micro_batches_per_flush") : l.micro_batches;
+  if (j.contains("layers_per_stage")) {
+    try {
+      l.layers_per_stage = j["layers_per_stage"].get<std::vector<int>>();
+    } catch (const std::exception& e) {
+      fail("layers_per_stage", e.what());
+    }
+    int total = 0;
+    for (int layers : l.layers_per_stage) total += layers;
+    if (static_cast<int>(l.layers_per_stage.size()) != l.plan.pipeline_stages || total != model.layers ||
+        *std::min_element(l.layers_per_stage.begin(), l.layers_per_stage.end()) < 1) {
+      fail("layers_per_stage", "does not split the " + std::to_string(model.layers) + " layers of " + model.name +
+                                   " over " + std::to_string(l.plan.pipeline_stages) +
+                                   " stages (plan for this model: geotrain plan --model <its file>)");
+    }
+  }
+  if (l.micro_batches_per_flush > l.micro_batches || l.micro_batches % l.micro_batches_per_flush != 0) {
+    fail("micro_batches_per_flush", "does not divide micro_batches");
+  }
+  if (j.contains("predicted_iteration_s") && j["predicted_iteration_s"].is_number()) {
+    l.predicted_iteration_s = j["predicted_iteration_s"].get<double>();
+  }
+  return l;
+}
+
 std::string describe(const JobLayout& l) {
   std::ostringstream out;
-  out << "layout (auto): " << l.plan.pipeline_stages << " stages x " << l.plan.data_parallel << " replicas, "
+  out << "layout (" << (l.source == "auto" ? "auto" : "plan file " + l.source) << "): " << l.plan.pipeline_stages << " stages x " << l.plan.data_parallel << " replicas, "
       << l.micro_batches << " micro-batches of " << l.micro_batch_sequences << " sequences per replica";
   if (l.micro_batches_per_flush < l.micro_batches) out << " in flushes of " << l.micro_batches_per_flush;
   out << ", layers [";
   for (std::size_t s = 0; s < l.layers_per_stage.size(); ++s) out << (s ? " " : "") << l.layers_per_stage[s];
-  out << "]";
+  out << (l.layers_per_stage.empty() ? "even]" : "]");
   if (!l.idle_ranks.empty()) {
     out << ", idle ranks";
     for (int r : l.idle_ranks) out << " " << r;
   }
   char predicted[64];
   std::snprintf(predicted, sizeof predicted, "; predicted %.4g s per step\n", l.predicted_iteration_s);
-  out << predicted << "  measured GEMM TFLOPS per rank:";
+  out << predicted;
+  if (l.source != "auto") return out.str();
+  out << "  measured GEMM TFLOPS per rank:";
   for (double t : l.rank_tflops) {
     char value[32];
     std::snprintf(value, sizeof value, " %.3g", t);
@@ -189,6 +303,7 @@ std::string describe(const JobLayout& l) {
 }
 
 std::string idle_reason(const JobLayout& l, int rank) {
+  if (l.source != "auto") return "idle: the plan in " + l.source + " leaves this rank out; it leaves the job now";
   const double fastest = l.rank_tflops.empty() ? 0 : *std::max_element(l.rank_tflops.begin(), l.rank_tflops.end());
   const double own = static_cast<std::size_t>(rank) < l.rank_tflops.size() ? l.rank_tflops[rank] : 0;
   char line[320];

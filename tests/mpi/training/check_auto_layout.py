@@ -10,7 +10,8 @@ each must exit 0 on every rank, follow the single-rank losses within the
 tolerance (the layout's stages, replicas, micro-batch size and uneven
 split do not change the mathematics), and treat the slow rank as slow:
 idle (its one line says why) or holding no more layers than any other
-stage; the same with GPipe (the searched flush), and a fixed layout in
+stage; `geotrain plan --layout auto --json`'s output, trained with
+pipeline.plan_file, follows it and the same losses; the same with GPipe (the searched flush), and a fixed layout in
 GPipe flushes of 2 micro-batches (4 a step). Bad input (a slowdown list of
 the wrong length; a scenario whose
 memory fits no layout) exits 2 on every rank with a line naming the key.
@@ -127,6 +128,36 @@ def main():
         print(f"{what}: largest relative difference to the single rank {worst:.2e} (tolerance {TOLERANCE})")
         if worst > TOLERANCE:
             failures.append(f"{what}: losses {values} differ from the single rank's {reference}")
+    # What `geotrain plan --layout auto --json` prints, trained as planned (pipeline.plan_file).
+    plan_file = os.path.abspath("auto-layout-plan.json")
+    planned = run([geotrain, "plan", "--scenario", os.path.join(SCENARIOS, "mixed-4.toml"), "--layout", "auto",
+                   "--model", os.path.join(SCENARIOS, "tiny-8-layers.toml"), "--batch", "16", "--json"])
+    if planned.returncode != 0:
+        failures.append(f"geotrain plan: exit {planned.returncode}\n{planned.stderr[-2000:]}")
+    else:
+        with open(plan_file, "w") as f:
+            f.write(planned.stdout)
+        plan = json.loads(planned.stdout)
+        done = run([*mpirun, "-n", "4", geotrain, "train", *common, f"--pipeline.plan_file={plan_file}"])
+        values = losses_of(done, "plan file", failures)
+        if values is not None:
+            expected = (f"layers [{' '.join(map(str, plan['layers_per_stage']))}]", f"{plan['micro_batches']} micro-batches "
+                        f"of {plan['micro_batch_sequences']} sequences")
+            worst = max(abs(a - b) / abs(b) for a, b in zip(values, reference))
+            print(f"plan file: {plan['pp']} x {plan['dp']}, {expected}, idle {plan['idle_devices']}; largest relative "
+                  f"difference to the single rank {worst:.2e}")
+            if worst > TOLERANCE or any(e not in done.stderr for e in expected):
+                failures.append(f"plan file: losses {values} vs {reference}, or the run does not follow the plan "
+                                f"{expected}\n{done.stderr[-2000:]}")
+            for idle in plan["idle_devices"]:
+                if not re.search(rf"^geotrain: rank {idle} \(host [^)]*\): idle: the plan in ", done.stderr, re.M):
+                    failures.append(f"plan file: rank {idle}, idle in the plan, printed no idle line")
+        wrong = dict(plan, devices=5)
+        with open(plan_file, "w") as f:
+            json.dump(wrong, f)
+        check_bad_input([*mpirun, "-n", "4", geotrain, "train", *common, f"--pipeline.plan_file={plan_file}"],
+                        f"{plan_file}: devices: the plan is for 5 devices but the job has 4 ranks",
+                        "plan file for another job", failures)
     check_bad_input([*auto, "--emulation.compute_slowdown=[1, 1, 4]"],
                     "emulation.compute_slowdown: has 3 entries but the job has 4 ranks", "slowdown list too short",
                     failures)
