@@ -9,7 +9,8 @@ seed and layout under mpirun, once per variant:
   sharded-async   checkpoint.form = sharded, asynchronous = true (the default under mpirun)
 
 For each: the training thread's time in checkpointing (the timing file's
-`checkpoint` events, max over ranks per step: the snapshot, the gather in
+`checkpoint` events, max over ranks per checkpoint, the next optimizer
+step's wait for a write that reads the live state included: the snapshot, the gather in
 the single form, waiting for a write still in flight, publishing), for the
 mid-run checkpoints and for the final one (the end of training waits for
 it); the step time while a write is in flight against the others (the
@@ -65,19 +66,27 @@ def read_timing(path, args):
         events = f["events"]
         kinds = h5py.check_enum_dtype(events["kind"].dtype)
         code = kinds[CHECKPOINT_KIND]
-        kind, step = events["kind"][()], events["step"][()]
+        kind, step, rank = events["kind"][()], events["step"][()], events["rank"][()]
         duration = events["end"][()] - events["start"][()]
         wall = f["steps/wall_time"][()]  # [ranks, steps]
         stage, replica = f["plan/stage_of_rank"][()], f["plan/replica_of_rank"][()]
     replicas = int(max(replica)) + 1
     # The ranks that hold a stage's tensors to write (sharded) or send (single): stage s, replica s mod replicas.
     writers = [int(replica[r]) == int(stage[r]) % replicas for r in range(len(stage))]
-    per_step = {}
-    for k, s, d in zip(kind, step, duration):
+    # A rank's checkpoint time per step: the checkpoint itself and, where
+    # the write reads the live state (CPU), the next optimizer step's wait
+    # for it, recorded in the next step: both count for that checkpoint.
+    own = {}
+    for k, s, r, d in zip(kind, step, rank, duration):
         if k == code:
-            per_step[int(s)] = max(per_step.get(int(s), 0.0), float(d))
+            own[(int(r), int(s))] = own.get((int(r), int(s)), 0.0) + float(d)
+    ranks = {r for r, _ in own}
     checkpoints = [s for s in range(args.every, args.steps, args.every)]
-    quiet = [d for s, d in per_step.items() if s not in checkpoints and s != args.steps]
+    per_step = {c: max((own.get((r, c), 0.0) + own.get((r, c + 1), 0.0) for r in ranks), default=0.0)
+                for c in checkpoints}
+    per_step[args.steps] = max((own.get((r, args.steps), 0.0) for r in ranks), default=0.0)
+    counted = set(checkpoints) | {c + 1 for c in checkpoints} | {args.steps}
+    quiet = [max(own.get((r, s), 0.0) for r in ranks) for s in {s for _, s in own} - counted]
     step_time = wall.max(axis=0)  # the slowest rank's time per step
     # Steps after a mid-run checkpoint and before the next one, while a write may be in flight.
     after = [s for s in range(2, args.steps + 1) if (s - 1) in checkpoints]

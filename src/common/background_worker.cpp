@@ -35,6 +35,11 @@ void BackgroundWorker::wait() {
   if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
 }
 
+void BackgroundWorker::wait_idle() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty() && !running_; });
+}
+
 void BackgroundWorker::loop() {
   std::unique_lock lock(mutex_);
   for (;;) {

@@ -40,7 +40,7 @@ std::string shape_text(const std::vector<int>& shape) {
 
 // ---- writing
 
-void write_dataset(hid_t group, const std::string& name, const std::vector<int>& shape, const std::vector<float>& data,
+void write_dataset(hid_t group, const std::string& name, const std::vector<int>& shape, std::span<const float> data,
                    const std::string& context) {
   write_array(group, name, std::vector<hsize_t>(shape.begin(), shape.end()), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
               data.data(), "", context);
@@ -249,13 +249,14 @@ void write_tensors(hid_t file, const Checkpoint& c, const std::string& context) 
   Handle v = c.weights_only ? Handle() : create_group(optimizer, "v", context);
   for (const CheckpointTensor& t : c.tensors) {
     const std::size_t n = element_count(t.shape);
-    if (t.value.size() != n || (!c.weights_only && (t.first_moment.size() != n || t.second_moment.size() != n))) {
+    if (t.values().size() != n ||
+        (!c.weights_only && (t.first_moments().size() != n || t.second_moments().size() != n))) {
       throw std::invalid_argument("write_checkpoint_file: tensor " + t.name + " has the wrong size");
     }
-    write_dataset(params, t.name, t.shape, t.value, context + ": /params/" + t.name);
+    write_dataset(params, t.name, t.shape, t.values(), context + ": /params/" + t.name);
     if (c.weights_only) continue;
-    write_dataset(m, t.name, t.shape, t.first_moment, context + ": /optimizer/m/" + t.name);
-    write_dataset(v, t.name, t.shape, t.second_moment, context + ": /optimizer/v/" + t.name);
+    write_dataset(m, t.name, t.shape, t.first_moments(), context + ": /optimizer/m/" + t.name);
+    write_dataset(v, t.name, t.shape, t.second_moments(), context + ": /optimizer/v/" + t.name);
   }
   if (!c.weights_only) write_residuals(file, c, context);
 }
@@ -488,12 +489,12 @@ std::vector<std::uint8_t> serialize_tensors(const std::vector<CheckpointTensor>&
     out.insert(out.end(), t.name.begin(), t.name.end());
     put(out, static_cast<std::uint32_t>(t.shape.size()));
     for (int d : t.shape) put(out, static_cast<std::int32_t>(d));
-    const bool moments = !t.first_moment.empty();
-    if (moments != !t.second_moment.empty()) throw std::invalid_argument("serialize_tensors: " + t.name + ": one moment");
+    const bool moments = !t.first_moments().empty();
+    if (moments != !t.second_moments().empty()) throw std::invalid_argument("serialize_tensors: " + t.name + ": one moment");
     put(out, static_cast<std::uint8_t>(moments ? 1 : 0));
-    for (const auto* data : {&t.value, &t.first_moment, &t.second_moment}) {
-      const auto* bytes = reinterpret_cast<const std::uint8_t*>(data->data());
-      out.insert(out.end(), bytes, bytes + data->size() * sizeof(float));
+    for (const std::span<const float> data : {t.values(), t.first_moments(), t.second_moments()}) {
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(data.data());
+      out.insert(out.end(), bytes, bytes + data.size() * sizeof(float));
     }
   }
   return out;

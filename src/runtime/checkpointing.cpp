@@ -8,13 +8,21 @@
 namespace geotrain::runtime {
 
 std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::AdamW& optimizer,
-                                                  kernels::Backend& backend, bool skip_tied_copy) {
+                                                  kernels::Backend& backend, bool skip_tied_copy, bool borrow) {
   std::vector<io::CheckpointTensor> tensors;
+  borrow = borrow && backend.kind() == kernels::DeviceKind::cpu;
   for (const model::ParameterView& view : stage.parameters()) {
     if (skip_tied_copy && view.name == "wte") continue;
     io::CheckpointTensor t;
     t.name = view.name;
     t.shape = view.shape;
+    if (borrow) {
+      t.borrowed_value = stage.params() + view.offset;
+      t.borrowed_first_moment = optimizer.first_moment() + view.offset;
+      t.borrowed_second_moment = optimizer.second_moment() + view.offset;
+      tensors.push_back(std::move(t));
+      continue;
+    }
     for (auto [target, source] : {std::pair{&t.value, stage.params()}, std::pair{&t.first_moment, optimizer.first_moment()},
                                   std::pair{&t.second_moment, optimizer.second_moment()}}) {
       target->resize(view.count);

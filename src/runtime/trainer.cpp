@@ -388,6 +388,12 @@ class RankTrainer {
     // The loss rides with the gradient and the norm: no exchange of its own.
     const double norm = synchronize_gradients(stage_, with_.backend, step_sums, role_.stages, summed_replicas,
                                               &job_loss, &timeline_, buckets_ ? &*buckets_ : nullptr);
+    if (borrowed_) {  // the checkpoint being written reads the parameters and moments the optimizer changes
+      const auto wait_start = Clock::now();
+      with_.checkpoints->await_local_write();
+      borrowed_ = false;
+      timeline_.record(io::EventKind::checkpoint, wait_start, Clock::now());
+    }
     const auto optimizer_start = Clock::now();
     const double lr = optimizer_.step(step, norm);
     with_.backend.synchronize();
@@ -521,7 +527,9 @@ class RankTrainer {
     if (outer_) add_local_state(metadata);
     std::vector<io::CheckpointTensor> tensors;
     if (role_.replica == writing_replica(role_.stage, role_.replicas)) {
-      tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head);
+      // On the CPU the write reads the live state: no snapshot; the next optimizer step waits for it.
+      tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head, true);
+      borrowed_ = !tensors.empty() && tensors.front().borrowed_value != nullptr;
     }
     with_.checkpoints->save(std::move(metadata), std::move(tensors));
   }
@@ -600,6 +608,7 @@ class RankTrainer {
   StepBreakdown own_;  // this rank, summed over the timed steps
   bool resumed_ = false;
   int checkpoint_in_flight_ = 0;  // its step; 0: none
+  bool borrowed_ = false;          // the checkpoint in flight reads this rank's live parameters and moments
   std::string resume_notes_;
   const std::string tokenizer_text_;
   const std::vector<int> sample_prompt_;

@@ -90,6 +90,28 @@ TEST(BackgroundWorker, TheFirstFailureReachesTheNextWaitAndLaterJobsAreDropped) 
   EXPECT_EQ(ran.load(), 2);
 }
 
+// What checkpoints that borrow the live state rely on: wait_idle() returns
+// only once the job is done, and leaves its failure for wait().
+TEST(BackgroundWorker, WaitIdleReturnsOnceDoneAndKeepsTheFailureForWait) {
+  std::atomic<bool> release{false}, done{false};
+  BackgroundWorker worker;
+  worker.start([&] {
+    while (!release) std::this_thread::sleep_for(100us);
+    done = true;
+    throw std::runtime_error("shard: cannot write");
+  });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(20ms);
+    release = true;
+  });
+  worker.wait_idle();
+  EXPECT_TRUE(done.load());
+  EXPECT_FALSE(worker.busy());
+  releaser.join();
+  EXPECT_THROW(worker.wait(), std::runtime_error);
+  worker.wait();  // reported once
+}
+
 TEST(BackgroundWorker, DestructorRunsEveryQueuedJobFirst) {
   std::atomic<int> ran{0};
   {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -315,6 +316,44 @@ TEST(Checkpoint, RestoreRefusesAnotherModel) {
     if (t.name != "lnf.bias") same.tensors.push_back(t);
   }
   EXPECT_THROW(runtime::restore_tensors(stage, optimizer, *backend, same, "y.h5"), InputError);
+}
+
+// On the CPU a checkpoint may borrow the live parameters and moments (no
+// snapshot): the tensors point into them, and write what a copy would.
+TEST(Checkpoint, BorrowedTensorsPointAtTheLiveStateAndWriteTheSame) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-borrowed");
+  auto backend = kernels::make_cpu_backend();
+  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
+  stage.initialize(3);
+  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  const auto copies = runtime::collect_tensors(stage, optimizer, *backend, false);
+  const auto borrowed = runtime::collect_tensors(stage, optimizer, *backend, false, true);
+  ASSERT_EQ(copies.size(), borrowed.size());
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    EXPECT_TRUE(borrowed[i].value.empty());
+    EXPECT_GE(borrowed[i].borrowed_value, stage.params());
+    EXPECT_LT(borrowed[i].borrowed_value, stage.params() + stage.parameter_count());
+    const auto same = [](std::span<const float> a, std::span<const float> b) {
+      return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+    };
+    EXPECT_TRUE(same(borrowed[i].values(), copies[i].values())) << copies[i].name;
+    EXPECT_TRUE(same(borrowed[i].second_moments(), copies[i].second_moments())) << copies[i].name;
+  }
+  io::Checkpoint c;
+  c.model = shape;
+  c.tensors = borrowed;
+  const std::string path = (dir / "borrowed.h5").string();
+  io::write_checkpoint_file(path, c);
+  const io::Checkpoint back = io::read_checkpoint_file(path);
+  for (const io::CheckpointTensor& t : copies) {
+    const io::CheckpointTensor* read = back.find(t.name);
+    ASSERT_NE(read, nullptr) << t.name;
+    EXPECT_EQ(read->value, t.value) << t.name;
+    EXPECT_EQ(read->first_moment, t.first_moment) << t.name;
+  }
+  // The single form's gather sends them the same way.
+  EXPECT_EQ(io::serialize_tensors(borrowed), io::serialize_tensors(copies));
 }
 
 // A converted model: /params only, marked weights_only; it starts a run

@@ -32,6 +32,8 @@ class BackgroundWorker {
   // exception a job threw since the last wait(); the jobs queued after a
   // failed one are dropped, not run (they would build on it).
   void wait();
+  // Blocks until every queued job has run; errors stay for wait().
+  void wait_idle();
 
  private:
   void loop();

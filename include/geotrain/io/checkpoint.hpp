@@ -40,6 +40,7 @@
 // read_checkpoint reads both.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,24 @@ struct CheckpointTensor {
   std::string name;
   std::vector<int> shape;
   std::vector<float> value, first_moment, second_moment;  // each product(shape) floats; moments empty: weights only
+  // Borrowed instead of owned (writing only): the training's own host
+  // memory, product(shape) floats each (moments null: weights only), which
+  // must stay unchanged until the write is done; the vectors stay empty.
+  const float* borrowed_value = nullptr;
+  const float* borrowed_first_moment = nullptr;
+  const float* borrowed_second_moment = nullptr;
+  // The floats to write: borrowed where set, else owned.
+  std::span<const float> values() const { return view(borrowed_value, value); }
+  std::span<const float> first_moments() const { return view(borrowed_first_moment, first_moment); }
+  std::span<const float> second_moments() const { return view(borrowed_second_moment, second_moment); }
+
+ private:
+  std::span<const float> view(const float* borrowed, const std::vector<float>& owned) const {
+    if (borrowed == nullptr) return owned;
+    std::size_t n = 1;
+    for (int d : shape) n *= static_cast<std::size_t>(d);
+    return {borrowed, n};
+  }
 };
 
 struct Checkpoint {

@@ -20,8 +20,12 @@ namespace geotrain::runtime {
 
 // This stage's tensors with their moments. `skip_tied_copy`: leave out wte
 // (the last stage's copy of the tied embedding, equal to the first's).
+// `borrow` where the backend's memory is the host's (the CPU): the tensors
+// point at the live parameters and moments instead of copies (no snapshot
+// in memory, no copy on the training thread); the optimizer must not step
+// until they are written (CheckpointSink::await_local_write).
 std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::AdamW& optimizer,
-                                                  kernels::Backend& backend, bool skip_tied_copy);
+                                                  kernels::Backend& backend, bool skip_tied_copy, bool borrow = false);
 
 // Throws InputError naming `path` and the attribute or dataset when
 // `checkpoint` is not of `model` (shape attributes, every tensor of the whole
@@ -81,6 +85,9 @@ class CheckpointSink {
   // RunError naming the file (one rank), or under MPI one rank prints it and
   // every rank throws ReportedFailure.
   virtual std::string advance() = 0;
+  // Local: blocks until this rank's own part is written (its errors are
+  // reported by advance()); what save() borrowed may change after it.
+  virtual void await_local_write() = 0;
   // Collective: waits for the checkpoint in flight on every rank, through
   // every phase; its path ("" when none is in flight).
   std::string finish() {
@@ -98,6 +105,7 @@ class LocalCheckpointSink : public CheckpointSink {
   bool writing() const override { return worker_.busy(); }
   bool in_flight() const override { return !pending_.empty(); }
   std::string advance() override;  // one phase: the file, or the shard and the manifest
+  void await_local_write() override { worker_.wait_idle(); }
 
  private:
   std::string dir_;

@@ -210,6 +210,8 @@ class MpiCheckpointSink : public CheckpointSink {
 
   bool writing() const override { return worker_.busy(); }
 
+  void await_local_write() override { worker_.wait_idle(); }
+
   bool in_flight() const override { return !pending_.empty(); }
 
   // One phase: every rank's part written (single form: rank 0's file, then
@@ -339,7 +341,7 @@ std::string format_plan(const plan::Plan& p, const std::string& placement, const
   for (int d = 0; d < net.device_count; ++d) {
     bool used = false;
     for (const auto& stage : p.stages) used = used || std::find(stage.begin(), stage.end(), d) != stage.end();
-    if (!used) idle += " " + std::to_string(d);
+    if (!used) idle.append(" ").append(std::to_string(d));
   }
   if (!idle.empty()) out << "  idle ranks:" << idle << "\n";
   return out.str();
