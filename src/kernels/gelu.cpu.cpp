@@ -12,9 +12,14 @@
 // and 1 + tanh(u) cancels for negative x (float relative error up to 0.3 at
 // x = -5) where 1 / (1 + exp(-2u)) keeps ~1e-6. For x << 0, exp(-2u)
 // overflows to inf and s = 0 exactly: gelu = -0, gelu' = 0, no NaN.
+//
+// Also here: matmul_gelu_forward/backward, the MLP's first projection with
+// the bias and GELU fused into one pass after the GEMM (and dgelu with the
+// bias gradient in one pass before the backward GEMMs).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 
 #include "cpu_math.hpp"
 #include "cpu_ops.hpp"
@@ -53,6 +58,32 @@ GEOTRAIN_SIMD_CLONES void gelu_backward_range(float* dinp, const float* inp, con
   }
 }
 
+// The fused epilogue of matmul_gelu_forward on one row: the bias add and
+// GELU in the pass that reads the GEMM's output once.
+GEOTRAIN_SIMD_CLONES void bias_gelu_row(float* out, float* pre, const float* bias, int OC) {
+#pragma omp simd
+  for (int c = 0; c < OC; ++c) {
+    const float x = pre[c] + bias[c];
+    pre[c] = x;
+    out[c] = x * half_one_plus_tanh(gelu_u(x));
+  }
+}
+
+// matmul_gelu_backward's pass on one row's columns [first, last): dpre is
+// written and summed into the column block's bias sums while it is in registers.
+GEOTRAIN_SIMD_CLONES void dgelu_bias_segment(float* dpre, float* sums, const float* dout, const float* pre, int first,
+                                             int last) {
+#pragma omp simd
+  for (int c = first; c < last; ++c) {
+    const float x = pre[c];
+    const float s = half_one_plus_tanh(gelu_u(x));
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    const float d = dout[c] * (s + 2.0f * x * s * (1.0f - s) * du_dx);
+    dpre[c] = d;
+    sums[c - first] += d;
+  }
+}
+
 // Elements per parallel task: whole SIMD vectors, and enough tasks to balance.
 constexpr std::size_t kChunk = 8192;
 
@@ -72,6 +103,44 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   for (std::size_t c = 0; c < chunks; ++c) {
     gelu_backward_range(dinp, inp, dout, c * kChunk, std::min(n, (c + 1) * kChunk));
   }
+}
+
+// The GEMM without its bias, then one epilogue pass: the separate
+// matmul_forward (bias pass) + gelu_forward read and write the N x OC
+// pre-activation once more. The bias add happens after the GEMM's sum either
+// way (sgemm with beta = 1 adds the product onto the bias rows), so the
+// pre-activation is the one matmul_forward computes.
+void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N,
+                         int C, int OC, MatmulPrecision precision) {
+  if (bias == nullptr) throw std::invalid_argument("matmul_gelu_forward: bias is required");
+  matmul_forward(pre, inp, weight, nullptr, N, C, OC, precision);
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(N) * OC))
+  for (int row = 0; row < N; ++row) {
+    const std::ptrdiff_t offset = static_cast<std::ptrdiff_t>(row) * OC;
+    bias_gelu_row(out + offset, pre + offset, bias, OC);
+  }
+}
+
+// dpre and the bias gradient in one pass over column blocks (each column
+// owned by one thread, summed in row order: independent of the thread count),
+// where gelu_backward into a zeroed buffer and matmul_backward's bias sum
+// took three passes and a fill. The bias sum is fp32 in row order (the
+// layernorm's parameter gradients do the same), not sgemv's order: the
+// result moves at rounding level against the unfused pair.
+void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dpre, const float* dout,
+                          const float* pre, const float* inp, const float* weight, int N, int C, int OC,
+                          MatmulPrecision precision) {
+  for_each_column_block(OC, static_cast<std::size_t>(N), [&](int first, int last) {
+    float sums[kColumnBlock] = {};
+    for (int row = 0; row < N; ++row) {
+      const std::ptrdiff_t offset = static_cast<std::ptrdiff_t>(row) * OC;
+      dgelu_bias_segment(dpre + offset, sums, dout + offset, pre + offset, first, last);
+    }
+    if (dbias != nullptr) {
+      for (int c = first; c < last; ++c) dbias[c] += sums[c - first];
+    }
+  });
+  matmul_backward(dinp, dweight, nullptr, dpre, inp, weight, N, C, OC, precision);
 }
 
 }  // namespace geotrain::kernels::cpu
