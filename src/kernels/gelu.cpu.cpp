@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
+#include <vector>
 
 #include "cpu_math.hpp"
 #include "cpu_ops.hpp"
@@ -69,20 +70,22 @@ GEOTRAIN_SIMD_CLONES void bias_gelu_row(float* out, float* pre, const float* bia
   }
 }
 
-// matmul_gelu_backward's pass on one row's columns [first, last): dpre is
-// written and summed into the column block's bias sums while it is in registers.
-GEOTRAIN_SIMD_CLONES void dgelu_bias_segment(float* dpre, float* sums, const float* dout, const float* pre, int first,
-                                             int last) {
+// matmul_gelu_backward's pass on one row: dpre is written and added to the
+// row chunk's bias sums while it is in registers.
+GEOTRAIN_SIMD_CLONES void dgelu_bias_row(float* dpre, float* sums, const float* dout, const float* pre, int OC) {
 #pragma omp simd
-  for (int c = first; c < last; ++c) {
+  for (int c = 0; c < OC; ++c) {
     const float x = pre[c];
     const float s = half_one_plus_tanh(gelu_u(x));
     const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     const float d = dout[c] * (s + 2.0f * x * s * (1.0f - s) * du_dx);
     dpre[c] = d;
-    sums[c - first] += d;
+    sums[c] += d;
   }
 }
+
+// Rows per partial bias sum in matmul_gelu_backward, as in the CUDA kernel.
+constexpr int kRowsPerChunk = 128;
 
 // Elements per parallel task: whole SIMD vectors, and enough tasks to balance.
 constexpr std::size_t kChunk = 8192;
@@ -121,25 +124,35 @@ void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* 
   }
 }
 
-// dpre and the bias gradient in one pass over column blocks (each column
-// owned by one thread, summed in row order: independent of the thread count),
-// where gelu_backward into a zeroed buffer and matmul_backward's bias sum
-// took three passes and a fill. The bias sum is fp32 in row order (the
-// layernorm's parameter gradients do the same), not sgemv's order: the
-// result moves at rounding level against the unfused pair.
+// dpre and the bias gradient in one pass over the rows, where gelu_backward
+// into a zeroed buffer and matmul_backward's bias sum took three passes and a
+// fill. The CUDA kernel's scheme: fixed chunks of rows, each summed in row
+// order into its own partial vector (rows are read contiguously; walking
+// column blocks instead strides a page per row and measured slower), the
+// partials then added in chunk order - independent of the thread count. The
+// bias sum is fp32 in that order, not sgemv's: it moves at rounding level
+// against the unfused pair.
 void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dpre, const float* dout,
                           const float* pre, const float* inp, const float* weight, int N, int C, int OC,
                           MatmulPrecision precision) {
-  for_each_column_block(OC, static_cast<std::size_t>(N), [&](int first, int last) {
-    float sums[kColumnBlock] = {};
-    for (int row = 0; row < N; ++row) {
+  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
+  std::vector<float> partial(static_cast<std::size_t>(chunks) * OC, 0.0f);
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(N) * OC))
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    float* sums = partial.data() + static_cast<std::ptrdiff_t>(chunk) * OC;
+    const int row_end = std::min(N, (chunk + 1) * kRowsPerChunk);
+    for (int row = chunk * kRowsPerChunk; row < row_end; ++row) {
       const std::ptrdiff_t offset = static_cast<std::ptrdiff_t>(row) * OC;
-      dgelu_bias_segment(dpre + offset, sums, dout + offset, pre + offset, first, last);
+      dgelu_bias_row(dpre + offset, sums, dout + offset, pre + offset, OC);
     }
-    if (dbias != nullptr) {
-      for (int c = first; c < last; ++c) dbias[c] += sums[c - first];
+  }
+  if (dbias != nullptr) {
+    for (int c = 0; c < OC; ++c) {
+      float sum = 0.0f;
+      for (int chunk = 0; chunk < chunks; ++chunk) sum += partial[static_cast<std::size_t>(chunk) * OC + c];
+      dbias[c] += sum;
     }
-  });
+  }
   matmul_backward(dinp, dweight, nullptr, dpre, inp, weight, N, C, OC, precision);
 }
 
