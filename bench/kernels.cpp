@@ -133,12 +133,19 @@ const BlockSize kBlocks[] = {{"tiny (h=128)", 8, 128, 128, 4}, {"gpt2-124m", 4, 
 
 class Block {
  public:
-  Block(kernels::Backend& k, const BlockSize& size) : k_(k), B_(size.B), T_(size.T), C_(size.C), NH_(size.NH) {
+  // fused: the residual adds fused with the layernorms after them and fc with
+  // its bias + GELU, as the model runs (src/model/gpt_stage.cpp); in a stack
+  // of blocks ln1 comes from the previous block's last add, so the fused
+  // block does not compute it and normalises its own output for the next.
+  Block(kernels::Backend& k, const BlockSize& size, bool fused)
+      : k_(k), B_(size.B), T_(size.T), C_(size.C), NH_(size.NH), fused_(fused) {
     const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
-    for (auto* p : {&x_, &ln1_, &att_out_, &r2_, &ln2_, &out_, &dout_, &dx_, &dln_, &datt_out_, &dr2_}) *p = alloc(N * C);
+    for (auto* p : {&x_, &ln1_, &att_out_, &r2_, &ln2_, &out_, &dout_, &dx_, &dln_, &datt_out_, &dr2_, &ln_next_}) {
+      *p = alloc(N * C);
+    }
     for (auto* p : {&qkv_, &dqkv_}) *p = alloc(N * 3 * C);
     for (auto* p : {&fc_, &gelu_, &dfc_, &dgelu_}) *p = alloc(N * 4 * C);
-    for (auto* p : {&mean1_, &rstd1_, &mean2_, &rstd2_}) *p = alloc(N);
+    for (auto* p : {&mean1_, &rstd1_, &mean2_, &rstd2_, &mean_next_, &rstd_next_}) *p = alloc(N);
     lse_ = alloc(static_cast<std::size_t>(B_) * NH_ * T_);
     attention_scratch_ = alloc(static_cast<std::size_t>(B_) * NH_ * T_);
     std::mt19937 engine(2);
@@ -185,10 +192,18 @@ class Block {
   void forward() {
     const int N = B_ * T_, C = C_;
     const std::size_t NC = static_cast<std::size_t>(N) * C;
-    k_.layernorm_forward(ln1_, mean1_, rstd1_, x_, param(w_, 8), param(w_, 9), N, C);
+    if (!fused_) k_.layernorm_forward(ln1_, mean1_, rstd1_, x_, param(w_, 8), param(w_, 9), N, C);
     k_.matmul_forward(qkv_, ln1_, param(w_, 0), param(w_, 4), N, C, 3 * C);
     k_.attention_forward(att_out_, lse_, qkv_, B_, T_, C, NH_);
     k_.matmul_forward(r2_, att_out_, param(w_, 1), param(w_, 5), N, C, C);
+    if (fused_) {
+      k_.residual_layernorm_forward(r2_, ln2_, mean2_, rstd2_, r2_, x_, param(w_, 10), param(w_, 11), N, C);
+      k_.matmul_gelu_forward(gelu_, fc_, ln2_, param(w_, 2), param(w_, 6), N, C, 4 * C);
+      k_.matmul_forward(out_, gelu_, param(w_, 3), param(w_, 7), N, 4 * C, C);
+      k_.residual_layernorm_forward(out_, ln_next_, mean_next_, rstd_next_, out_, r2_, param(w_, 8), param(w_, 9), N,
+                                    C);
+      return;
+    }
     k_.accumulate(r2_, x_, NC);
     k_.layernorm_forward(ln2_, mean2_, rstd2_, r2_, param(w_, 10), param(w_, 11), N, C);
     k_.matmul_forward(fc_, ln2_, param(w_, 2), param(w_, 6), N, C, 4 * C);
@@ -203,10 +218,14 @@ class Block {
     k_.accumulate(dr2_, dout_, NC);
     k_.fill_zero(dgelu_, 4 * NC);
     k_.matmul_backward(dgelu_, param(dw_, 3), param(dw_, 7), dout_, gelu_, param(w_, 3), N, 4 * C, C);
-    k_.fill_zero(dfc_, 4 * NC);
-    k_.gelu_backward(dfc_, fc_, dgelu_, 4 * NC);
     k_.fill_zero(dln_, NC);
-    k_.matmul_backward(dln_, param(dw_, 2), param(dw_, 6), dfc_, ln2_, param(w_, 2), N, C, 4 * C);
+    if (fused_) {
+      k_.matmul_gelu_backward(dln_, param(dw_, 2), param(dw_, 6), dfc_, dgelu_, fc_, ln2_, param(w_, 2), N, C, 4 * C);
+    } else {
+      k_.fill_zero(dfc_, 4 * NC);
+      k_.gelu_backward(dfc_, fc_, dgelu_, 4 * NC);
+      k_.matmul_backward(dln_, param(dw_, 2), param(dw_, 6), dfc_, ln2_, param(w_, 2), N, C, 4 * C);
+    }
     k_.layernorm_backward(dr2_, param(dw_, 10), param(dw_, 11), dln_, r2_, param(w_, 10), mean2_, rstd2_, N, C);
     k_.fill_zero(datt_out_, NC);
     k_.matmul_backward(datt_out_, param(dw_, 1), param(dw_, 5), dr2_, att_out_, param(w_, 1), N, C, C);
@@ -221,6 +240,8 @@ class Block {
 
   kernels::Backend& k_;
   int B_, T_, C_, NH_;
+  bool fused_;
+  float *ln_next_, *mean_next_, *rstd_next_;
   std::vector<float*> owned_;
   float *x_, *ln1_, *att_out_, *r2_, *ln2_, *out_, *dout_, *dx_, *dln_, *datt_out_, *dr2_;
   float *qkv_, *dqkv_, *fc_, *gelu_, *dfc_, *dgelu_, *mean1_, *rstd1_, *mean2_, *rstd2_, *lse_, *attention_scratch_;
@@ -232,14 +253,23 @@ void block_table(kernels::Backend& k, int reps) {
   std::printf("FLOPs as in the recipes: per token 72 C^2 + 12 C T; the last column is the share of them\n"
               "in the block's four matmuls. Time beyond those at the matmul table's rate is the other ops\n"
               "and the hand-overs between the two thread pools.\n\n");
-  std::printf("| block | B x T | C | ms per step | GFLOPS | tokens/s | matmul share of the FLOPs |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("Each block twice: the separate ops, and the fused residual + layernorm and matmul + bias + GELU\n"
+              "the model runs; the two are timed in alternation, best of each.\n\n");
+  std::printf("| block | ops | B x T | C | ms per step | GFLOPS | tokens/s | matmul share of the FLOPs |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const BlockSize& size : kBlocks) {
-    Block block(k, size);
-    const double seconds = best_seconds(reps, [&] { block.step(); });
-    std::printf("| %s | %d x %d | %d | %.1f | %.0f | %.0f | %.0f%% |\n", size.name, size.B, size.T, size.C,
-                seconds * 1e3, block.flop() / seconds * 1e-9, size.B * size.T / seconds,
-                block.matmul_flop() / block.flop() * 100.0);
+    Block separate(k, size, false), fused(k, size, true);
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < reps; ++r) {
+      best[0] = std::min(best[0], best_seconds(1, [&] { separate.step(); }));
+      best[1] = std::min(best[1], best_seconds(1, [&] { fused.step(); }));
+    }
+    for (const Block* block : {&separate, &fused}) {
+      const double seconds = best[block == &fused];
+      std::printf("| %s | %s | %d x %d | %d | %.1f | %.0f | %.0f | %.0f%% |\n", size.name,
+                  block == &fused ? "fused" : "separate", size.B, size.T, size.C, seconds * 1e3,
+                  block->flop() / seconds * 1e-9, size.B * size.T / seconds, block->matmul_flop() / block->flop() * 100.0);
+    }
   }
 }
 

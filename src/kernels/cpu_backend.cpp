@@ -129,6 +129,18 @@ class CpuBackend final : public Backend {
                           int C) override {
     cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                  const float* b, const float* weight, const float* bias, int N, int C) override {
+    cpu::residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
+  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N,
+                           int C, int OC) override {
+    cpu::matmul_gelu_forward(out, pre, inp, weight, bias, N, C, OC, precision_);
+  }
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dpre, const float* dout,
+                            const float* pre, const float* inp, const float* weight, int N, int C, int OC) override {
+    cpu::matmul_gelu_backward(dinp, dweight, dbias, dpre, dout, pre, inp, weight, N, C, OC, precision_);
+  }
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                       int OC) override {
     cpu::matmul_forward(out, inp, weight, bias, N, C, OC, precision_);

@@ -29,6 +29,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C);
 
+// layernorm.cpu.cpp: residual = a + b (residual may alias a or b), then the layernorm of it.
+void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N, int C);
+
 // matmul.cpu.cpp. With MatmulPrecision::bf16 the GEMM operands are rounded
 // to bf16 (round to nearest even) before an fp32 sgemm: an emulation of bf16
 // tensor cores with fp32 accumulation, for parity tests only (it costs copies
@@ -51,6 +55,13 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // gelu.cpu.cpp
 void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+// gelu.cpu.cpp too: the GEMM of matmul.cpu.cpp with the bias + GELU epilogue.
+// Throws std::invalid_argument for a null bias.
+void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N,
+                         int C, int OC, MatmulPrecision precision);
+void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dpre, const float* dout,
+                          const float* pre, const float* inp, const float* weight, int N, int C, int OC,
+                          MatmulPrecision precision);
 
 // residual.cpu.cpp
 void residual_forward(float* out, const float* a, const float* b, std::size_t n);

@@ -145,6 +145,18 @@ class CudaBackend final : public Backend {
                           const float* weight, const float* mean, const float* rstd, int N, int C) override {
     cuda::layernorm_backward(context_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                  const float* b, const float* weight, const float* bias, int N, int C) override {
+    cuda::residual_layernorm_forward(context_, residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
+  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N,
+                           int C, int OC) override {
+    cuda::matmul_gelu_forward(context_, out, pre, inp, weight, bias, N, C, OC);
+  }
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dpre, const float* dout,
+                            const float* pre, const float* inp, const float* weight, int N, int C, int OC) override {
+    cuda::matmul_gelu_backward(context_, dinp, dweight, dbias, dpre, dout, pre, inp, weight, N, C, OC);
+  }
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                       int OC) override {
     cuda::matmul_forward(context_, out, inp, weight, bias, N, C, OC);

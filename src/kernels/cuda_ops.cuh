@@ -88,6 +88,8 @@ void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const floa
 // ---- layernorm.cu
 void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C);
+void residual_layernorm_forward(const Context& ctx, float* residual, float* out, float* mean, float* rstd,
+                                const float* a, const float* b, const float* weight, const float* bias, int N, int C);
 void layernorm_backward(const Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C);
 
@@ -107,6 +109,11 @@ void gemm(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, in
           float* Cmat, int ldc, long long stride_c, int batch);
 // out[c] += sum over r of in[r, c] for in[rows, cols], in a fixed order.
 void column_sums_accumulate(const Context& ctx, float* out, const float* in, int rows, int cols);
+// The second half of that reduction, for kernels that write their own
+// partial[chunks, cols] (one row per kColumnSumRows rows of input): out[c] +=
+// the partials of column c in chunk order.
+constexpr int kColumnSumRows = 128;
+void column_partials_accumulate(const Context& ctx, float* out, const float* partial, int chunks, int cols);
 
 // ---- attention.cu
 void attention_forward(const Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
@@ -116,6 +123,11 @@ void attention_backward(const Context& ctx, float* dqkv, float* scratch, const f
 // ---- gelu.cu
 void gelu_forward(const Context& ctx, float* out, const float* inp, std::size_t n);
 void gelu_backward(const Context& ctx, float* dinp, const float* inp, const float* dout, std::size_t n);
+void matmul_gelu_forward(const Context& ctx, float* out, float* pre, const float* inp, const float* weight,
+                         const float* bias, int N, int C, int OC);
+void matmul_gelu_backward(const Context& ctx, float* dinp, float* dweight, float* dbias, float* dpre,
+                          const float* dout, const float* pre, const float* inp, const float* weight, int N, int C,
+                          int OC);
 
 // ---- residual.cu
 void residual_forward(const Context& ctx, float* out, const float* a, const float* b, std::size_t n);

@@ -10,12 +10,21 @@
 // For x << 0, expf(-2u) overflows to inf and s = 0 exactly: gelu = -0,
 // gelu' = 0, no NaN. expf (not the fast intrinsic); the constants are the
 // twin's (op_constants.hpp).
+// matmul_gelu_forward/backward: the MLP's first projection with bias + GELU as
+// one epilogue kernel after the cuBLAS GEMM (the CUDA emulation maps cuBLAS,
+// not cuBLASLt, so no cuBLASLt GELU_AUX_BIAS epilogue), and dgelu fused with
+// the bias-gradient column sums before the backward GEMMs.
 #include "cuda_common.cuh"
 #include "cuda_ops.cuh"
 #include "op_constants.hpp"
 
+#include <stdexcept>
+
 namespace geotrain::kernels::cuda {
 namespace {
+
+constexpr int kGeluColumnTile = 32;  // dgelu_bias_partials_kernel: columns per block
+constexpr int kGeluRowLanes = 8;     // threads per column in that block
 
 __device__ __forceinline__ float gelu_u(float x) { return kGeluScale * (x + kGeluCubic * x * x * x); }
 
@@ -38,6 +47,53 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   }
 }
 
+__device__ __forceinline__ float gelu_derivative(float x) {
+  const float s = half_one_plus_tanh(gelu_u(x));
+  const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return s + 2.0f * x * s * (1.0f - s) * du_dx;
+}
+
+// The epilogue after the bias-less GEMM: one read of the GEMM's output, the
+// biased pre-activation and its GELU written, where add_bias_kernel and
+// gelu_forward_kernel read and wrote it twice.
+__global__ void bias_gelu_kernel(float* out, float* pre, const float* bias, int OC, std::size_t total) {
+  for (std::size_t i = global_index(); i < total; i += global_stride()) {
+    const float x = pre[i] + bias[i % OC];
+    pre[i] = x;
+    out[i] = x * half_one_plus_tanh(gelu_u(x));
+  }
+}
+
+// column_partials_kernel (matmul.cu) that sums dpre = dout * gelu'(pre) as it
+// writes it: the bias gradient's partials in the same fixed order, without
+// the zero fill, the gelu_backward pass and the separate column-sum read.
+// Block (32, 8), grid (ceil(OC/32), min(chunks, 65535)), blocks stride over chunks.
+__global__ void dgelu_bias_partials_kernel(float* partial, float* dpre, const float* dout, const float* pre, int rows,
+                                           int cols, int chunks) {
+  __shared__ float shared[kGeluRowLanes][kGeluColumnTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kGeluColumnTile + tx;
+  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int row_end = min(rows, (chunk + 1) * kColumnSumRows);
+    float sum = 0.0f;
+    if (c < cols) {
+      for (int r = chunk * kColumnSumRows + ty; r < row_end; r += kGeluRowLanes) {
+        const std::size_t i = static_cast<std::size_t>(r) * cols + c;
+        const float d = dout[i] * gelu_derivative(pre[i]);
+        dpre[i] = d;
+        sum += d;
+      }
+    }
+    __syncthreads();  // the previous chunk's reads of `shared` are done
+    shared[ty][tx] = sum;
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+      for (int k = 1; k < kGeluRowLanes; ++k) sum += shared[k][tx];
+      partial[static_cast<std::size_t>(chunk) * cols + c] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 void gelu_forward(const Context& ctx, float* out, const float* inp, std::size_t n) {
@@ -50,6 +106,30 @@ void gelu_backward(const Context& ctx, float* dinp, const float* inp, const floa
   if (n == 0) return;
   gelu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream>>>(dinp, inp, dout, n);
   GT_CUDA_CHECK_LAUNCH();
+}
+
+void matmul_gelu_forward(const Context& ctx, float* out, float* pre, const float* inp, const float* weight,
+                         const float* bias, int N, int C, int OC) {
+  if (bias == nullptr) throw std::invalid_argument("matmul_gelu_forward: bias is required");
+  matmul_forward(ctx, pre, inp, weight, nullptr, N, C, OC);
+  const std::size_t total = static_cast<std::size_t>(N) * OC;
+  if (total == 0) return;
+  bias_gelu_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, ctx.stream>>>(out, pre, bias, OC, total);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void matmul_gelu_backward(const Context& ctx, float* dinp, float* dweight, float* dbias, float* dpre,
+                          const float* dout, const float* pre, const float* inp, const float* weight, int N, int C,
+                          int OC) {
+  if (N == 0 || OC == 0) return;
+  const int chunks = static_cast<int>(ceil_div(N, kColumnSumRows));
+  float* partial = ctx.work->partials.get<float>(static_cast<std::size_t>(chunks) * OC, ctx.stream);
+  const dim3 block(kGeluColumnTile, kGeluRowLanes);
+  const dim3 grid(ceil_div(OC, kGeluColumnTile), std::min(chunks, kMaxGridY));
+  dgelu_bias_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial, dpre, dout, pre, N, OC, chunks);
+  GT_CUDA_CHECK_LAUNCH();
+  if (dbias != nullptr) column_partials_accumulate(ctx, dbias, partial, chunks, OC);
+  matmul_backward(ctx, dinp, dweight, nullptr, dpre, inp, weight, N, C, OC);
 }
 
 }  // namespace geotrain::kernels::cuda

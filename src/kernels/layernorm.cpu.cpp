@@ -3,6 +3,7 @@
 //   backward: with n = (x - mean) * rstd and g = dout * weight,
 //             dinp    += rstd * (g - mean(g) - n * mean(g * n))
 //             dweight += sum over rows of dout * n;  dbias += sum of dout
+// and the residual add fused in front of the forward (residual_layernorm_forward).
 #include <cmath>
 #include <cstddef>
 
@@ -60,6 +61,23 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   for (int row = 0; row < N; ++row) {
     const std::ptrdiff_t offset = static_cast<std::ptrdiff_t>(row) * C;
     normalize_row(out + offset, mean + row, rstd + row, inp + offset, weight, bias, C);
+  }
+}
+
+// The sum is stored row by row and normalize_row reads it back while the row
+// (C floats) is still in L1: one pass over the residual stream in main memory
+// instead of an add pass and a layernorm pass. The same adds in the same
+// order as residual_forward then layernorm_forward, so bitwise the same result.
+void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(N) * C))
+  for (int row = 0; row < N; ++row) {
+    const std::ptrdiff_t offset = static_cast<std::ptrdiff_t>(row) * C;
+    float* r = residual + offset;
+    const float* x = a + offset;
+    const float* y = b + offset;
+    for (int c = 0; c < C; ++c) r[c] = x[c] + y[c];
+    normalize_row(out + offset, mean + row, rstd + row, r, weight, bias, C);
   }
 }
 

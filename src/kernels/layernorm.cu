@@ -4,6 +4,7 @@
 //   backward: norm = (x-mean)*rstd, g = dout*w
 //             dinp    += rstd * (g - mean(g) - norm * mean(g*norm))
 //             dweight += sum_rows dout*norm;  dbias += sum_rows dout
+// residual_layernorm_forward: the residual add (a + b, stored) fused in front of the forward.
 // One warp per row (8 rows per 256-thread block) for the row-wise parts. The
 // parameter gradients are a deterministic two-pass column reduction: blocks
 // of 32 columns x kRowsPerChunk rows write partial sums, then one thread per
@@ -37,6 +38,40 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
   const float s = 1.0f / sqrtf(warp_sum(squares) / C + kLayerNormEps);
   float* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += kWarpSize) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// layernorm_forward_kernel with the residual add in its first loop: each lane
+// writes the sums of its columns and reads back only those (residual may be a
+// or b), in the order layernorm_forward_kernel reads them, so the statistics
+// and out are bitwise those of residual_forward + layernorm_forward; the
+// re-reads hit the cache instead of a second pass over global memory.
+__global__ void residual_layernorm_forward_kernel(float* residual, float* out, float* mean, float* rstd,
+                                                  const float* a, const float* b, const float* weight,
+                                                  const float* bias, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const std::size_t offset = static_cast<std::size_t>(row) * C;
+  float* x = residual + offset;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float r = a[offset + c] + b[offset + c];
+    x[c] = r;
+    sum += r;
+  }
+  const float m = warp_sum(sum) / C;
+  float squares = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = x[c] - m;
+    squares += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(squares) / C + kLayerNormEps);
+  float* o = out + offset;
   for (int c = lane; c < C; c += kWarpSize) o[c] = (x[c] - m) * s * weight[c] + bias[c];
   if (lane == 0) {
     mean[row] = m;
@@ -126,6 +161,13 @@ void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd,
   if (N == 0 || C == 0) return;
   layernorm_forward_kernel<<<ceil_div(N, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(out, mean, rstd, inp, weight,
                                                                                       bias, N, C);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void residual_layernorm_forward(const Context& ctx, float* residual, float* out, float* mean, float* rstd,
+                                const float* a, const float* b, const float* weight, const float* bias, int N, int C) {
+  if (N == 0 || C == 0) return;
+  residual_layernorm_forward_kernel<<<ceil_div(N, kRowsPerBlock), kRowThreads, 0, ctx.stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
   GT_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,7 +22,7 @@ namespace {
 
 constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 8;
-constexpr int kRowsPerChunk = 128;
+constexpr int kRowsPerChunk = kColumnSumRows;
 
 __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += global_stride()) out[i] = __float2bfloat16_rn(in[i]);
@@ -101,6 +101,10 @@ void column_sums_accumulate(const Context& ctx, float* out, const float* in, int
   const dim3 grid(ceil_div(cols, kColumnTile), std::min(chunks, kMaxGridY));
   column_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial, in, rows, cols, chunks);
   GT_CUDA_CHECK_LAUNCH();
+  column_partials_accumulate(ctx, out, partial, chunks, cols);
+}
+
+void column_partials_accumulate(const Context& ctx, float* out, const float* partial, int chunks, int cols) {
   column_finish_kernel<<<ceil_div(cols, 256), 256, 0, ctx.stream>>>(out, partial, chunks, cols);
   GT_CUDA_CHECK_LAUNCH();
 }

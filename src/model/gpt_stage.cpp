@@ -2,8 +2,12 @@
 // Per layer:  ln1 = LN(x); qkv = ln1 Wqkv^T + b; y = attn(qkv);
 //             r2 = x + y Wo^T + b; ln2 = LN(r2); h = gelu(ln2 Wfc^T + b);
 //             out = r2 + h Wp^T + b.
+// Every residual add is fused with the layernorm after it (ln2; the next
+// layer's ln1 or the head's lnf) and the fc bias with its GELU.
 // Backward runs the same steps in reverse with one residual-gradient buffer
-// updated in place: the layernorm backward calls accumulate into it.
+// updated in place: the layernorm backward calls accumulate into it (the
+// residual's backward, already fused), and dgelu is computed with fc's bias
+// gradient in one pass.
 #include <cmath>
 #include <stdexcept>
 
@@ -194,20 +198,26 @@ void Stage::initialize(std::uint64_t seed) {
 
 void Stage::zero_grads() { backend_.fill_zero(grads_, parameter_count_); }
 
-void Stage::layer_forward(const LayerWeights& w, const float* x, LayerActivations& a) {
+void Stage::layer_forward(const LayerWeights& w, const float* x, LayerActivations& a, bool ln1_done,
+                          const FollowingNorm* following) {
   const int N = B_ * T_, C = C_;
   auto& k = backend_;
-  k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias, N, C);
+  if (!ln1_done) k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias, N, C);
   k.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias, N, C, 3 * C);
   k.attention_forward(a.attention_out, a.attention_lse, a.qkv, B_, T_, C, NH_);
-  // residual2 = x + proj(attention): project into residual2, then add x.
+  // residual2 = x + proj(attention): project into residual2, then add x in
+  // place in the pass that normalises it.
   k.matmul_forward(a.residual2, a.attention_out, w.attn_proj_weight, w.attn_proj_bias, N, C, C);
-  k.accumulate(a.residual2, x, static_cast<std::size_t>(N) * C);
-  k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_weight, w.ln2_bias, N, C);
-  k.matmul_forward(a.fc, a.ln2, w.fc_weight, w.fc_bias, N, C, 4 * C);
-  k.gelu_forward(a.gelu, a.fc, static_cast<std::size_t>(N) * 4 * C);
+  k.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, x, w.ln2_weight, w.ln2_bias,
+                               N, C);
+  k.matmul_gelu_forward(a.gelu, a.fc, a.ln2, w.fc_weight, w.fc_bias, N, C, 4 * C);
   k.matmul_forward(a.out, a.gelu, w.mlp_proj_weight, w.mlp_proj_bias, N, 4 * C, C);
-  k.accumulate(a.out, a.residual2, static_cast<std::size_t>(N) * C);
+  if (following != nullptr) {
+    k.residual_layernorm_forward(a.out, following->out, following->mean, following->rstd, a.out, a.residual2,
+                                 following->weight, following->bias, N, C);
+  } else {
+    k.accumulate(a.out, a.residual2, static_cast<std::size_t>(N) * C);
+  }
 }
 
 // On entry dresidual_ holds d(out); on exit d(x).
@@ -218,10 +228,8 @@ void Stage::layer_backward(const LayerWeights& w, const LayerWeights& g, const f
   // MLP branch: out = r2 + proj(gelu(fc(ln2(r2)))).
   k.fill_zero(dgelu_, 4 * NC);
   k.matmul_backward(dgelu_, g.mlp_proj_weight, g.mlp_proj_bias, dresidual_, a.gelu, w.mlp_proj_weight, N, 4 * C, C);
-  k.fill_zero(dfc_, 4 * NC);
-  k.gelu_backward(dfc_, a.fc, dgelu_, 4 * NC);
   k.fill_zero(dln_, NC);
-  k.matmul_backward(dln_, g.fc_weight, g.fc_bias, dfc_, a.ln2, w.fc_weight, N, C, 4 * C);
+  k.matmul_gelu_backward(dln_, g.fc_weight, g.fc_bias, dfc_, dgelu_, a.fc, a.ln2, w.fc_weight, N, C, 4 * C);
   k.layernorm_backward(dresidual_, g.ln2_weight, g.ln2_bias, dln_, a.residual2, w.ln2_weight, a.ln2_mean, a.ln2_rstd,
                        N, C);
   // Attention branch: r2 = x + proj(attn(qkv(ln1(x)))).
@@ -251,13 +259,26 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
     backend_.accumulate(slot.input, input, static_cast<std::size_t>(N) * C);
     x = slot.input;
   }
+  const bool runs_head = spec_.has_head && targets != nullptr;
+  const EmbeddingHeadWeights& w = embedding_head_params_;
   for (std::size_t i = 0; i < slot.layers.size(); ++i) {
-    layer_forward(layer_params_[i], x, slot.layers[i]);
+    // Each layer's last residual add also normalises its sum for whoever reads
+    // it next in this stage: the next layer's ln1, or the head's lnf.
+    FollowingNorm following;
+    if (i + 1 < slot.layers.size()) {
+      LayerActivations& next = slot.layers[i + 1];
+      following = {layer_params_[i + 1].ln1_weight, layer_params_[i + 1].ln1_bias, next.ln1, next.ln1_mean,
+                   next.ln1_rstd};
+    } else if (runs_head) {
+      following = {w.lnf_weight, w.lnf_bias, slot.lnf, slot.lnf_mean, slot.lnf_rstd};
+    }
+    layer_forward(layer_params_[i], x, slot.layers[i], i > 0, following.out != nullptr ? &following : nullptr);
     x = slot.layers[i].out;
   }
-  if (!spec_.has_head || targets == nullptr) return 0.0;
-  const EmbeddingHeadWeights& w = embedding_head_params_;
-  backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, w.lnf_weight, w.lnf_bias, N, C);
+  if (!runs_head) return 0.0;
+  if (slot.layers.empty()) {
+    backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, w.lnf_weight, w.lnf_bias, N, C);
+  }
   backend_.matmul_forward(slot.logits, slot.lnf, w.lm_head, nullptr, N, C, V_);
   backend_.upload_tokens(slot.targets, targets, N);
   backend_.crossentropy_forward(slot.losses, slot.logits, slot.targets, N, V_);

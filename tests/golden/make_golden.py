@@ -201,6 +201,46 @@ def case_residual():
             "sum_of_squares": (a * a).sum()}
 
 
+def case_residual_layernorm():
+    """residual = a + b; out = layernorm(residual), the fused forward. The
+    backward has no fused op of its own: layernorm_backward adds into the
+    residual stream's gradient, which already holds dresidual (what flows
+    back past the layernorm); a and b both get that sum."""
+    g = generator(110)
+    a = leaf(randn(g, B, T, C, scale=2.0, shift=3.0))  # a mean far from 0, as in a residual stream
+    b = leaf(randn(g, B, T, C))
+    weight, bias = leaf(randn(g, C, scale=0.5, shift=1.0)), leaf(randn(g, C, scale=0.5))
+    residual = a + b
+    residual.retain_grad()
+    out = torch.nn.functional.layer_norm(residual, (C,), weight, bias, eps=1e-5)
+    r = residual.detach()
+    mean = r.mean(dim=-1)
+    rstd = 1.0 / torch.sqrt(r.var(dim=-1, unbiased=False) + 1e-5)
+    dout, dresidual = randn(g, B, T, C), randn(g, B, T, C)
+    (out * dout).sum().add_((residual * dresidual).sum()).backward()
+    assert torch.equal(a.grad, b.grad)
+    return {"a": a, "b": b, "weight": weight, "bias": bias, "residual": residual, "out": out, "mean": mean,
+            "rstd": rstd, "dout": dout, "dresidual": dresidual, "da": a.grad, "dweight": weight.grad,
+            "dbias": bias.grad}
+
+
+def case_matmul_gelu():
+    """out = gelu(inp @ weight^T + bias) (tanh approximation), the MLP's
+    first projection; pre is the pre-activation the backward reads."""
+    g = generator(116)
+    inp = leaf(randn(g, B, T, C))
+    # Pre-activations of a few units: both GELU tails and the bend between.
+    weight = leaf(randn(g, OC, C, scale=2.0 / math.sqrt(C)))
+    bias = leaf(randn(g, OC, scale=0.5))
+    pre = inp @ weight.T + bias
+    pre.retain_grad()
+    out = torch.nn.functional.gelu(pre, approximate="tanh")
+    dout = randn(g, B, T, OC)
+    out.backward(dout)
+    return {"inp": inp, "weight": weight, "bias": bias, "pre": pre, "out": out, "dout": dout,
+            "dpre": pre.grad, "dinp": inp.grad, "dweight": weight.grad, "dbias": bias.grad}
+
+
 def case_crossentropy():
     g = generator(108)
     logits = randn(g, B, T, V, scale=2.0)
@@ -259,6 +299,8 @@ CASES = {
     **{name: (lambda shape=shape: attention(*shape)) for name, shape in ATTENTION_SHAPES.items()},
     "gelu": case_gelu,
     "residual": case_residual,
+    "residual_layernorm": case_residual_layernorm,
+    "matmul_gelu": case_matmul_gelu,
     "crossentropy": case_crossentropy,
     "adamw": case_adamw,
 }

@@ -235,6 +235,62 @@ TEST_F(CudaParity, LayerNorm) {
   }
 }
 
+// The fused residual + layernorm, in place over a as the model calls it: the
+// same adds and the same reduction order as the unfused pair on each side.
+TEST_F(CudaParity, ResidualLayerNorm) {
+  for (const Shape& s : kShapes) {
+    const std::string name = s.name;
+    const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
+    auto a = twin(random_floats(NC, 1, 4, 71));
+    auto b = twin(random_floats(NC, -1, 1, 72));
+    auto weight = twin(random_floats(s.C, 0.5f, 1.5f, 73));
+    auto bias = twin(random_floats(s.C, -0.5f, 0.5f, 74));
+    auto out = twin(NC), mean = twin(s.N()), rstd = twin(s.N());
+    cpu().residual_layernorm_forward(a->c(), out->c(), mean->c(), rstd->c(), a->c(), b->c(), weight->c(), bias->c(),
+                                     s.N(), s.C);
+    gpu().residual_layernorm_forward(a->g(), out->g(), mean->g(), rstd->g(), a->g(), b->g(), weight->g(), bias->g(),
+                                     s.N(), s.C);
+    EXPECT_TRUE(a->agree(name + " residual_layernorm residual", kExact)) << "a + b is one rounding on both sides";
+    EXPECT_TRUE(out->agree(name + " residual_layernorm out", kFp32Tolerance));
+    EXPECT_TRUE(mean->agree(name + " residual_layernorm mean", kFp32Tolerance));
+    EXPECT_TRUE(rstd->agree(name + " residual_layernorm rstd", kFp32Tolerance));
+  }
+}
+
+// fc of the MLP: C -> OC with bias and GELU. Inputs reach both GELU tails.
+TEST_P(CudaParityGemm, MatmulGelu) {
+  const Tolerance tolerance = bf16() ? kBf16MatmulTolerance : kFp32Tolerance;
+  for (const Shape& s : kShapes) {
+    const std::string name = tag(s, "matmul_gelu");
+    const int N = s.N();
+    const std::size_t out_size = static_cast<std::size_t>(N) * s.OC;
+    auto inp = twin(random_floats(static_cast<std::size_t>(N) * s.C, -1, 1, 81));
+    auto weight = twin(random_floats(static_cast<std::size_t>(s.OC) * s.C, -0.3f, 0.3f, 82));
+    auto bias = twin(random_floats(s.OC, -1, 1, 83));
+    auto out = twin(random_floats(out_size, -9, 9, 84)), pre = twin(random_floats(out_size, -9, 9, 85));
+    cpu().matmul_gelu_forward(out->c(), pre->c(), inp->c(), weight->c(), bias->c(), N, s.C, s.OC);
+    gpu().matmul_gelu_forward(out->g(), pre->g(), inp->g(), weight->g(), bias->g(), N, s.C, s.OC);
+    EXPECT_TRUE(pre->agree(name + " pre", tolerance));
+    EXPECT_TRUE(out->agree(name + " out", tolerance));
+
+    auto dout = twin(random_floats(out_size, -1, 1, 86));
+    auto dpre = twin(random_floats(out_size, -9, 9, 87));  // overwritten
+    auto dinp = twin(random_floats(inp->size(), -1, 1, 88));
+    auto dweight = twin(random_floats(weight->size(), -1, 1, 89));
+    auto dbias = twin(random_floats(bias->size(), -1, 1, 90));
+    // Both backward from the CPU's pre-activation, so that only the backward is compared.
+    gpu().upload(pre->g(), pre->on_cpu().data(), out_size);
+    cpu().matmul_gelu_backward(dinp->c(), dweight->c(), dbias->c(), dpre->c(), dout->c(), pre->c(), inp->c(),
+                               weight->c(), N, s.C, s.OC);
+    gpu().matmul_gelu_backward(dinp->g(), dweight->g(), dbias->g(), dpre->g(), dout->g(), pre->g(), inp->g(),
+                               weight->g(), N, s.C, s.OC);
+    EXPECT_TRUE(dpre->agree(name + " dpre", kFp32Tolerance));
+    EXPECT_TRUE(dinp->agree(name + " dinp", tolerance));
+    EXPECT_TRUE(dweight->agree(name + " dweight", tolerance));
+    EXPECT_TRUE(dbias->agree(name + " dbias", kFp32Tolerance));  // fp32 column sums in both modes
+  }
+}
+
 TEST_P(CudaParityGemm, Matmul) {
   const Tolerance tolerance = bf16() ? kBf16MatmulTolerance : kFp32Tolerance;
   for (const Shape& s : kShapes) {
@@ -295,6 +351,14 @@ TEST_F(CudaParity, ColumnSumsBeyondTheGridYLimit) {
   gpu().matmul_backward(dinp->g(), dweight->g(), dbias->g(), dout->g(), inp->g(), ones->g(), N, 1, C);
   EXPECT_TRUE(dbias->agree("matmul dbias, N = 65535*128+300", kExact));
   EXPECT_TRUE(dinp->agree("matmul dinp, N = 65535*128+300", kFp32Tolerance));
+  // matmul_gelu's own partials kernel at pre = 0, where gelu' = 1/2 exactly:
+  // half-integer sums, exact in any order.
+  auto pre = twin(NC), dpre = twin(NC), gelu_dbias = twin(static_cast<std::size_t>(C));
+  cpu().matmul_gelu_backward(dinp->c(), dweight->c(), gelu_dbias->c(), dpre->c(), dout->c(), pre->c(), inp->c(),
+                             ones->c(), N, 1, C);
+  gpu().matmul_gelu_backward(dinp->g(), dweight->g(), gelu_dbias->g(), dpre->g(), dout->g(), pre->g(), inp->g(),
+                             ones->g(), N, 1, C);
+  EXPECT_TRUE(gelu_dbias->agree("matmul_gelu dbias, N = 65535*128+300", kExact));
 
   auto x = twin(random_floats(NC, -1, 1, 103));
   auto weight = twin(std::vector<float>(C, 1.0f));

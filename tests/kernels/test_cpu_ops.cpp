@@ -130,6 +130,84 @@ TEST_P(Ops, LayerNormBackwardAccumulates) {
   EXPECT_TRUE(AllClose("dbias after two calls", dbias.download(), Scaled(g.floats("dbias"), 2), kFp32));
 }
 
+// ---- residual + layernorm, fused
+
+// residual = a + b written, then normalised; the residual may be written over
+// a (the model adds in place), so both the separate and the in-place forms run.
+TEST_P(Ops, ResidualLayerNormForward) {
+  const auto g = GoldenCase::load("residual_layernorm");
+  auto weight = upload(g.floats("weight")), bias = upload(g.floats("bias")), b = upload(g.floats("b"));
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "residual written over a" : "residual in its own buffer");
+    auto a = upload(g.floats("a"));
+    auto separate = garbage(N * C);
+    float* residual = in_place ? a.get() : separate.get();
+    auto out = garbage(N * C), mean = garbage(N), rstd = garbage(N);
+    k().residual_layernorm_forward(residual, out.get(), mean.get(), rstd.get(), a.get(), b.get(), weight.get(),
+                                   bias.get(), N, C);
+    EXPECT_TRUE(AllClose("residual", (in_place ? a : separate).download(), g.floats("residual"), kFp32));
+    EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
+    EXPECT_TRUE(AllClose("mean", mean.download(), g.floats("mean"), kFp32));
+    EXPECT_TRUE(AllClose("rstd", rstd.download(), g.floats("rstd"), kFp32));
+  }
+}
+
+// The fused residual's backward is layernorm_backward adding into the
+// residual stream's gradient, which holds what flowed back past the norm.
+TEST_P(Ops, ResidualLayerNormBackwardAddsIntoTheResidualGradient) {
+  const auto g = GoldenCase::load("residual_layernorm");
+  auto residual = upload(g.floats("residual")), weight = upload(g.floats("weight"));
+  auto mean = upload(g.floats("mean")), rstd = upload(g.floats("rstd")), dout = upload(g.floats("dout"));
+  auto dresidual = upload(g.floats("dresidual")), dweight = zeros(C), dbias = zeros(C);
+  k().layernorm_backward(dresidual.get(), dweight.get(), dbias.get(), dout.get(), residual.get(), weight.get(),
+                         mean.get(), rstd.get(), N, C);
+  EXPECT_TRUE(AllClose("da = db", dresidual.download(), g.floats("da"), kFp32));
+  EXPECT_TRUE(AllClose("dweight", dweight.download(), g.floats("dweight"), kFp32));
+  EXPECT_TRUE(AllClose("dbias", dbias.download(), g.floats("dbias"), kFp32));
+}
+
+// ---- matmul + bias + GELU, fused
+
+// The gradients here reach ~20 in magnitude (pre-activations spread over
+// both GELU tails take large weights); entries that cancel towards 0 from
+// such terms carry an error of the terms' scale (2.3e-6 observed in dweight
+// after two accumulating calls, ~2^-23 of the largest), not of their own:
+// kFp32 plus 1e-6 of the largest, as for the attention gradients.
+constexpr Tolerance kMatmulGeluGradient{kFp32.rel, kFp32.abs, 1e-6};
+
+TEST_P(Ops, MatmulGeluForwardAndBackward) {
+  const auto g = GoldenCase::load("matmul_gelu");
+  auto inp = upload(g.floats("inp")), weight = upload(g.floats("weight")), bias = upload(g.floats("bias"));
+  auto out = garbage(N * OC), pre = garbage(N * OC);
+  k().matmul_gelu_forward(out.get(), pre.get(), inp.get(), weight.get(), bias.get(), N, C, OC);
+  EXPECT_TRUE(AllClose("pre", pre.download(), g.floats("pre"), kFp32));
+  EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
+
+  // dpre is overwritten (NaN before); dinp, dweight, dbias accumulate.
+  auto dout = upload(g.floats("dout")), dpre = garbage(N * OC);
+  auto dinp = zeros(N * C), dweight = zeros(OC * C), dbias = zeros(OC);
+  for (int call = 1; call <= 2; ++call) {
+    k().matmul_gelu_backward(dinp.get(), dweight.get(), dbias.get(), dpre.get(), dout.get(), pre.get(), inp.get(),
+                             weight.get(), N, C, OC);
+    const std::string calls = call == 1 ? "" : " after two calls";
+    EXPECT_TRUE(AllClose("dpre" + calls, dpre.download(), g.floats("dpre"), kFp32));
+    EXPECT_TRUE(
+        AllClose("dinp" + calls, dinp.download(), Scaled(g.floats("dinp"), call), kMatmulGeluGradient));
+    EXPECT_TRUE(
+        AllClose("dweight" + calls, dweight.download(), Scaled(g.floats("dweight"), call), kMatmulGeluGradient));
+    EXPECT_TRUE(
+        AllClose("dbias" + calls, dbias.download(), Scaled(g.floats("dbias"), call), kMatmulGeluGradient));
+  }
+}
+
+TEST_P(Ops, MatmulGeluNeedsABias) {
+  const auto g = GoldenCase::load("matmul_gelu");
+  auto inp = upload(g.floats("inp")), weight = upload(g.floats("weight"));
+  auto out = garbage(N * OC), pre = garbage(N * OC);
+  EXPECT_THROW(k().matmul_gelu_forward(out.get(), pre.get(), inp.get(), weight.get(), nullptr, N, C, OC),
+               std::invalid_argument);
+}
+
 // ---- matmul
 
 struct MatmulResult {

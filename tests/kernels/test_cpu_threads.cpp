@@ -56,9 +56,21 @@ std::vector<std::vector<float>> RowSums(kernels::Backend& k, double* sum_of_squa
                        rstd.get(), N, C);
   k.attention_forward(att_out.get(), lse.get(), qkv.get(), B, T, C, NH);
   k.attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), att_out.get(), lse.get(), B, T, C, NH);
+  // The fused ops: a residual normalised in its add, and fc's dgelu with its
+  // bias sums over two 128-row chunks (the GEMMs are OpenBLAS's, not compared).
+  DeviceFloats residual(k, N * C), fused_out(k, N * C);
+  DeviceFloats fc_weight(k, Random(4 * C * C, 6)), fc_bias(k, Random(4 * C, 7));
+  DeviceFloats pre(k, N * 4 * C), gelu(k, N * 4 * C), dgelu(k, Random(N * 4 * C, 8)), dpre(k, N * 4 * C);
+  DeviceFloats fc_dinp(k, N * C), fc_dweight(k, 4 * C * C), fc_dbias(k, 4 * C);
+  k.residual_layernorm_forward(residual.get(), fused_out.get(), mean.get(), rstd.get(), inp.get(), dout.get(),
+                               weight.get(), dbias.get(), N, C);
+  k.matmul_gelu_forward(gelu.get(), pre.get(), fused_out.get(), fc_weight.get(), fc_bias.get(), N, C, 4 * C);
+  k.matmul_gelu_backward(fc_dinp.get(), fc_dweight.get(), fc_dbias.get(), dpre.get(), dgelu.get(), pre.get(),
+                         fused_out.get(), fc_weight.get(), N, C, 4 * C);
   *sum_of_squares = k.sum_of_squares(big.get(), 300000);
   return {dwte.download(), dwpe.download(), dinp.download(), dweight.download(), dbias.download(),
-          att_out.download(), lse.download(), dqkv.download()};
+          att_out.download(), lse.download(), dqkv.download(), residual.download(), fused_out.download(),
+          mean.download(), rstd.download(), dpre.download(), fc_dbias.download()};
 }
 
 TEST(CpuBackend, ResultsDoNotDependOnTheThreadCount) {

@@ -60,6 +60,16 @@ class Backend {
                                   const float* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;
 
+  // ---- residual + layernorm, fused: residual = a + b; out = layernorm(residual)
+  // (as layernorm_forward: mean[N], rstd[N] saved, eps 1e-5). One pass where
+  // the separate residual_forward + layernorm_forward read and write the
+  // residual stream twice. residual may be a or b (added in place). No fused
+  // backward is needed: layernorm_backward already adds into the residual
+  // stream's gradient, which is the residual's backward.
+  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                          const float* b, const float* weight, const float* bias, int N,
+                                          int C) = 0;
+
   // ---- matmul: out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null)
   virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                               int N, int C, int OC) = 0;
@@ -83,6 +93,19 @@ class Backend {
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   // dinp accumulates.
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+
+  // ---- matmul + bias + GELU, fused (the MLP's first projection):
+  //   pre[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC];  out = gelu(pre)
+  // The bias and GELU are one epilogue pass after the GEMM; pre is kept for
+  // the backward. bias must not be null.
+  virtual void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                                   int N, int C, int OC) = 0;
+  // dpre[N,OC] = dout * gelu'(pre) is OVERWRITTEN (the caller's scratch) in
+  // the same pass that sums dbias; then dinp, dweight as matmul_backward from
+  // dpre. dinp, dweight, dbias accumulate.
+  virtual void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dpre, const float* dout,
+                                    const float* pre, const float* inp, const float* weight, int N, int C,
+                                    int OC) = 0;
 
   // ---- residual: out = a + b (backward: the gradient flows to both unchanged)
   virtual void residual_forward(float* out, const float* a, const float* b, std::size_t n) = 0;

@@ -111,7 +111,15 @@ class Stage {
   float* tensor_in(float* buffer, const std::string& name) const;
   LayerWeights layer_weights_in(float* buffer, int layer) const;
   EmbeddingHeadWeights embedding_head_weights_in(float* buffer) const;
-  void layer_forward(const LayerWeights& w, const float* input, LayerActivations& a);
+  // The layernorm right after a layer's output (the next layer's ln1, or the
+  // head's lnf): the layer's last residual add computes it in the same pass.
+  struct FollowingNorm {
+    const float *weight = nullptr, *bias = nullptr;
+    float *out = nullptr, *mean = nullptr, *rstd = nullptr;
+  };
+  // ln1_done: a.ln1 (and its statistics) were computed by the previous layer.
+  void layer_forward(const LayerWeights& w, const float* input, LayerActivations& a, bool ln1_done,
+                     const FollowingNorm* following);
   void layer_backward(const LayerWeights& w, const LayerWeights& g, const float* input, const LayerActivations& a);
 
   ModelShape config_;
