@@ -178,6 +178,10 @@ int main(int argc, char** argv) {
   bench.bytes("gelu_forward (N x 4C)", 2.0 * N4C * f, [&] { k.gelu_forward(g, h, N4C); });
   bench.bytes("gelu_backward (N x 4C)", 3.0 * N4C * f, [&] { k.gelu_backward(g, h, dh, N4C); });
   bench.bytes("residual_forward", 3.0 * NC * f, [&] { k.residual_forward(y, x, dx, NC); });
+  // Fused: reads a, b, writes the residual and the normalised output (the
+  // separate pair moves 3 + 2 N x C).
+  bench.bytes("residual_layernorm_forward (fused)", 4.0 * NC * f,
+              [&] { k.residual_layernorm_forward(dy, y, mean, rstd, x, dx, weight, bias, N, C); });
   bench.bytes("accumulate", 3.0 * NC * f, [&] { k.accumulate(y, x, NC); });
 
   struct Layer {
@@ -207,6 +211,22 @@ int main(int argc, char** argv) {
       bench.flops(name + " fwd", p, flop, [&] { k.matmul_forward(out, inp, w, b, N, layer.in, layer.out); });
       bench.flops(name + " bwd", p, 2 * flop,
                   [&] { k.matmul_backward(dinp, dw, db, out, inp, w, N, layer.in, layer.out); });
+    }
+    {  // mlp.fc with its bias + GELU epilogue (and the fused dGELU + bias gradient)
+      float* inp = bench.random(NC, 1.0f);
+      float* w = bench.random(4 * static_cast<std::size_t>(C) * C, 0.02f);
+      float* b = bench.random(4 * static_cast<std::size_t>(C), 0.1f);
+      float* out = bench.zeros(N4C);
+      float* pre = bench.zeros(N4C);
+      float* dpre = bench.zeros(N4C);
+      float* dinp = bench.zeros(NC);
+      float* dw = bench.zeros(4 * static_cast<std::size_t>(C) * C);
+      float* db = bench.zeros(4 * static_cast<std::size_t>(C));
+      const double flop = 2.0 * N * C * 4.0 * C;
+      bench.flops("matmul+gelu mlp.fc (fused) fwd", p, flop,
+                  [&] { k.matmul_gelu_forward(out, pre, inp, w, b, N, C, 4 * C); });
+      bench.flops("matmul+gelu mlp.fc (fused) bwd", p, 2 * flop,
+                  [&] { k.matmul_gelu_backward(dinp, dw, db, dpre, h, pre, inp, w, N, C, 4 * C); });
     }
     float* qkv = bench.random(3 * NC, 1.0f);
     float* dqkv = bench.zeros(3 * NC);
