@@ -97,17 +97,38 @@ __device__ __forceinline__ float group_max(float value) {
   return value;
 }
 
+// One (batch, head) slice of a launch over grid.x = B*NH: where its tokens'
+// q (k at +C, v at +2C; rows `stride` apart) and dout columns start.
+struct HeadSlice {
+  int index, C;
+  std::size_t stride, token0, column;  // column: the head's first channel, h * hs
+  const float* qkv;   // the slice's q of token 0
+  const float* dout;  // the slice's columns of dout, token 0 (null: not given)
+};
+
+__device__ inline HeadSlice head_slice(const float* qkv, const float* dout, int T, int NH, int hs) {
+  HeadSlice s;
+  s.index = blockIdx.x;
+  const int b = s.index / NH, h = s.index % NH;
+  s.C = NH * hs;
+  s.stride = 3 * static_cast<std::size_t>(s.C);
+  s.token0 = static_cast<std::size_t>(b) * T;
+  s.column = static_cast<std::size_t>(h) * hs;
+  s.qkv = qkv + s.token0 * s.stride + s.column;
+  s.dout = dout == nullptr ? nullptr : dout + s.token0 * s.C + s.column;
+  return s;
+}
+
 // grid (B*NH, query tiles), block kForwardThreads.
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH, int hs,
                                          float scale, bool bf16) {
   __shared__ float q_tile[kTile * kTileRowFloats];
   __shared__ float kv_tile[kTile * kTileRowFloats];  // k, then v of the same key tile
   __shared__ float p_tile[kTile * (kTile + 1)];
-  const int slice = blockIdx.x, tile = blockIdx.y;
-  const int b = slice / NH, h = slice % NH;
-  const int C = NH * hs, ld = hs + 1;
-  const std::size_t stride = 3 * static_cast<std::size_t>(C);
-  const float* head = qkv + static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hs;
+  const HeadSlice at = head_slice(qkv, nullptr, T, NH, hs);
+  const int slice = at.index, tile = blockIdx.y, C = at.C, ld = hs + 1;
+  const std::size_t stride = at.stride;
+  const float* head = at.qkv;
   const int r = threadIdx.x / kRowThreads, g = threadIdx.x % kRowThreads;
   const int r0 = tile * kTile;
   // Rows past the end compute as the last row (finite values, whole warps
@@ -163,7 +184,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   }
   if (r0 + r >= T) return;
   const float inverse = 1.0f / l;  // l >= 1: the row's maximum contributes e^0
-  float* out_t = out + (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * hs;
+  float* out_t = out + (at.token0 + t) * C + at.column;
   GT_UNROLL
   for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
     const int d = g + kRowThreads * j;
@@ -222,13 +243,10 @@ __device__ __forceinline__ void recompute(const BackwardShared& w, int r, int c,
 __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                               const float* D, int T, int NH, int hs, float scale, bool bf16) {
   __shared__ BackwardShared w;
-  const int slice = blockIdx.x, tile = blockIdx.y;
-  const int b = slice / NH, h = slice % NH;
-  const int C = NH * hs, ld = hs + 1;
-  const std::size_t stride = 3 * static_cast<std::size_t>(C);
-  const std::size_t token0 = static_cast<std::size_t>(b) * T;
-  const float* head = qkv + token0 * stride + static_cast<std::size_t>(h) * hs;
-  const float* dout_head = dout + token0 * C + static_cast<std::size_t>(h) * hs;
+  const HeadSlice at = head_slice(qkv, dout, T, NH, hs);
+  const int slice = at.index, tile = blockIdx.y, C = at.C, ld = hs + 1;
+  const std::size_t stride = at.stride, token0 = at.token0;
+  const float *head = at.qkv, *dout_head = at.dout;
   const float* lse_head = lse + static_cast<std::size_t>(slice) * T;
   const float* D_head = D + static_cast<std::size_t>(slice) * T;
   const int c = threadIdx.x / kBackRowThreads, g = threadIdx.x % kBackRowThreads;
@@ -268,7 +286,7 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
     }
   }
   if (key >= T) return;
-  float* row = dqkv + (token0 + key) * stride + static_cast<std::size_t>(h) * hs;
+  float* row = dqkv + (token0 + key) * stride + at.column;
   GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
     const int d = g + kBackRowThreads * j;
@@ -282,13 +300,10 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
 __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                                 const float* D, int T, int NH, int hs, float scale, bool bf16) {
   __shared__ BackwardShared w;
-  const int slice = blockIdx.x, tile = blockIdx.y;
-  const int b = slice / NH, h = slice % NH;
-  const int C = NH * hs, ld = hs + 1;
-  const std::size_t stride = 3 * static_cast<std::size_t>(C);
-  const std::size_t token0 = static_cast<std::size_t>(b) * T;
-  const float* head = qkv + token0 * stride + static_cast<std::size_t>(h) * hs;
-  const float* dout_head = dout + token0 * C + static_cast<std::size_t>(h) * hs;
+  const HeadSlice at = head_slice(qkv, dout, T, NH, hs);
+  const int slice = at.index, tile = blockIdx.y, C = at.C, ld = hs + 1;
+  const std::size_t stride = at.stride, token0 = at.token0;
+  const float *head = at.qkv, *dout_head = at.dout;
   const int r = threadIdx.x / kBackRowThreads, g = threadIdx.x % kBackRowThreads;
   const int r0 = tile * kBack, t = r0 + r;
 
@@ -321,7 +336,7 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
     }
   }
   if (t >= T) return;
-  float* row = dqkv + (token0 + t) * stride + static_cast<std::size_t>(h) * hs;
+  float* row = dqkv + (token0 + t) * stride + at.column;
   GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
     const int d = g + kBackRowThreads * j;
