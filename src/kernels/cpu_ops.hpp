@@ -69,6 +69,19 @@ void accumulate(float* y, const float* x, std::size_t n);
 void scale(float* x, float factor, std::size_t n);
 double sum_of_squares(const float* x, std::size_t n);
 
+// embedding.cpu.cpp: one rank's rows of a vocabulary-parallel wte (backend.hpp).
+void embedding_shard_forward(float* out, const int* tokens, const float* wte_rows, const float* wpe, int B, int T,
+                             int C, int vocab_begin, int vocab_rows);
+void embedding_shard_backward(float* dwte_rows, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                              int C, int vocab_begin, int vocab_rows);
+
+// crossentropy.cpu.cpp: the vocabulary-parallel passes (backend.hpp).
+void crossentropy_shard_max(float* row_max, const float* logits, int N, int V);
+void crossentropy_shard_statistics(float* stats, const float* logits, const int* targets, const float* row_max,
+                                   int N, int V, int vocab_begin);
+void crossentropy_shard_backward(float* dlogits, const float* logits, const int* targets, const float* row_max,
+                                 const float* stats, float dloss, int N, int V, int vocab_begin);
+
 // crossentropy.cpu.cpp. Throws geotrain::RunError for a target outside [0, V).
 void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V);
 void crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N,

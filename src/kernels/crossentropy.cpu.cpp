@@ -67,4 +67,44 @@ void crossentropy_backward(float* dlogits, const float* logits, const int* targe
   }
 }
 
+// ---- vocabulary-parallel passes: each rank sees V of the vocabulary's
+// columns; the caller combines row_max (MAX) and stats (SUM) over the group.
+
+void crossentropy_shard_max(float* row_max, const float* logits, int N, int V) {
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(N) * V))
+  for (int row = 0; row < N; ++row) {
+    const float* x = logits + static_cast<std::ptrdiff_t>(row) * V;
+    float max = x[0];
+    for (int j = 1; j < V; ++j) max = x[j] > max ? x[j] : max;
+    row_max[row] = max;
+  }
+}
+
+void crossentropy_shard_statistics(float* stats, const float* logits, const int* targets, const float* row_max,
+                                   int N, int V, int vocab_begin) {
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(N) * V))
+  for (int row = 0; row < N; ++row) {
+    const float* x = logits + static_cast<std::ptrdiff_t>(row) * V;
+    double sum = 0.0;
+    for (int j = 0; j < V; ++j) sum += std::exp(x[j] - row_max[row]);
+    const int local = targets[row] - vocab_begin;
+    stats[2 * row] = static_cast<float>(sum);
+    stats[2 * row + 1] = local >= 0 && local < V ? x[local] - row_max[row] : 0.0f;
+  }
+}
+
+void crossentropy_shard_backward(float* dlogits, const float* logits, const int* targets, const float* row_max,
+                                 const float* stats, float dloss, int N, int V, int vocab_begin) {
+#pragma omp parallel for schedule(static) if (worth_parallel(static_cast<std::size_t>(N) * V))
+  for (int row = 0; row < N; ++row) {
+    const std::ptrdiff_t offset = static_cast<std::ptrdiff_t>(row) * V;
+    const float inverse_sum = 1.0f / stats[2 * row];
+    for (int j = 0; j < V; ++j) {
+      dlogits[offset + j] = std::exp(logits[offset + j] - row_max[row]) * inverse_sum * dloss;
+    }
+    const int local = targets[row] - vocab_begin;
+    if (local >= 0 && local < V) dlogits[offset + local] -= dloss;
+  }
+}
+
 }  // namespace geotrain::kernels::cpu

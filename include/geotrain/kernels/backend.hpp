@@ -51,6 +51,18 @@ class Backend {
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
                                   int B, int T, int C) = 0;
 
+  // ---- vocabulary-parallel embedding (tensor parallelism): this rank holds
+  // rows [vocab_begin, vocab_begin + vocab_rows) of wte as wte_rows[vocab_rows,C].
+  //   out[b,t,:] = (tokens[b,t] in the range ? wte_rows[tokens[b,t] - vocab_begin,:] : 0)
+  //              + (wpe ? wpe[t,:] : 0)
+  // Summed over the ranks of the group (each passing wpe once), this is
+  // embedding_forward.
+  virtual void embedding_shard_forward(float* out, const int* tokens, const float* wte_rows, const float* wpe,
+                                       int B, int T, int C, int vocab_begin, int vocab_rows) = 0;
+  // dwte_rows accumulates for the tokens in the range; dwpe (may be null) for all.
+  virtual void embedding_shard_backward(float* dwte_rows, float* dwpe, const float* dout, const int* tokens, int B,
+                                        int T, int C, int vocab_begin, int vocab_rows) = 0;
+
   // ---- layernorm over the last dim (eps 1e-5): out = (x-mean)*rstd*weight + bias
   // mean[N], rstd[N] are saved for backward.
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -124,6 +136,26 @@ class Backend {
                                     int V) = 0;
   virtual void crossentropy_backward(float* dlogits, const float* logits, const int* targets,
                                      float dloss, int N, int V) = 0;
+
+  // ---- vocabulary-parallel softmax + cross-entropy (tensor parallelism):
+  // logits[N,V] are this rank's V columns of the vocabulary, global ids
+  // vocab_begin .. vocab_begin + V - 1. Three passes around two sums over the
+  // group: the row maxima (combined with MAX), then the statistics (combined
+  // with SUM), then the gradient.
+  //   row_max[N] = max_j logits[row, j]                                (overwrites)
+  virtual void crossentropy_shard_max(float* row_max, const float* logits, int N, int V) = 0;
+  // With row_max the maximum over the whole vocabulary, stats[N,2] (overwrites):
+  //   stats[2 row]     = sum_j exp(logits[row, j] - row_max[row])
+  //   stats[2 row + 1] = logits[row, target - vocab_begin] - row_max[row] if this rank holds
+  //                      the target, else 0
+  // Summed over the group: loss[row] = log(stats[2 row]) - stats[2 row + 1].
+  virtual void crossentropy_shard_statistics(float* stats, const float* logits, const int* targets,
+                                             const float* row_max, int N, int V, int vocab_begin) = 0;
+  // With the summed stats: dlogits[row, j] = (exp(logits[row, j] - row_max[row]) / stats[2 row]
+  //   - [vocab_begin + j == target]) * dloss                           (overwrites)
+  virtual void crossentropy_shard_backward(float* dlogits, const float* logits, const int* targets,
+                                           const float* row_max, const float* stats, float dloss, int N, int V,
+                                           int vocab_begin) = 0;
 
   // ---- AdamW (decoupled weight decay), one step, bias-corrected:
   // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
