@@ -26,6 +26,7 @@ struct Stage::SlotActivations {
   float* input = nullptr;     // other stages: copy of the received activations
   std::vector<LayerActivations> layers;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr;
+  float *row_max = nullptr, *statistics = nullptr;  // tensor parallelism: the vocabulary-parallel loss
   int* tokens = nullptr;
   int* targets = nullptr;
 };
@@ -34,46 +35,83 @@ namespace {
 std::string layer_name(int layer, const char* tensor) { return "h." + std::to_string(layer) + "." + tensor; }
 }  // namespace
 
+std::size_t ParameterView::whole_count() const {
+  std::size_t n = 1;
+  for (int d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+std::vector<int> ParameterView::local_shape() const {
+  std::vector<int> local = shape;
+  if (slice.split()) local[static_cast<std::size_t>(slice.dim)] = slice.blocks * slice.extent;
+  return local;
+}
+
 std::vector<ParameterView> parameter_layout(const ModelShape& config, const StageSpec& spec) {
   const int C = config.hidden, V = config.vocabulary, T = config.sequence_length;
+  const int t = spec.tensor_parallel, r = spec.tensor_rank;
+  if (t < 1 || r < 0 || r >= t) throw std::invalid_argument("parameter_layout: tensor rank outside the group");
   std::vector<ParameterView> views;
   std::size_t offset = 0;
-  auto add = [&](const std::string& name, std::vector<int> shape, bool decays) {
-    std::size_t count = 1;
-    for (int d : shape) count *= static_cast<std::size_t>(d);
-    views.push_back({name, std::move(shape), offset, count, decays});
-    offset += count;
+  // `slice`: this rank's part when t > 1 (default: replicated).
+  auto add = [&](const std::string& name, std::vector<int> shape, bool decays, TensorSlice slice = {}) {
+    ParameterView view{name, std::move(shape), offset, 0, decays, t > 1 ? slice : TensorSlice{}};
+    view.count = 1;
+    for (int d : view.local_shape()) view.count *= static_cast<std::size_t>(d);
+    views.push_back(std::move(view));
+    offset += views.back().count;
   };
+  const VocabularyRange vocabulary = vocabulary_range(V, t, r);
+  const TensorSlice vocabulary_rows{0, 1, vocabulary.begin, vocabulary.rows};
+  // Column-parallel matrices split their output rows (q, k and v each by
+  // heads), row-parallel ones their input columns.
+  const TensorSlice heads_rows{0, 3, r * C / t, C / t}, heads_columns{1, 1, r * C / t, C / t};
+  const TensorSlice mlp_rows{0, 1, r * 4 * C / t, 4 * C / t}, mlp_columns{1, 1, r * 4 * C / t, 4 * C / t};
   // A tied LM head is wte: a stage that has either holds wte.
-  if (spec.has_embedding || (spec.has_head && config.tied_head)) add("wte", {V, C}, true);
+  if (spec.has_embedding || (spec.has_head && config.tied_head)) add("wte", {V, C}, true, vocabulary_rows);
   if (spec.has_embedding) add("wpe", {T, C}, true);
   for (int l = spec.first_layer; l < spec.last_layer; ++l) {
     add(layer_name(l, "ln1.weight"), {C}, false);
     add(layer_name(l, "ln1.bias"), {C}, false);
-    add(layer_name(l, "attn.qkv.weight"), {3 * C, C}, true);
-    add(layer_name(l, "attn.qkv.bias"), {3 * C}, false);
-    add(layer_name(l, "attn.proj.weight"), {C, C}, true);
+    add(layer_name(l, "attn.qkv.weight"), {3 * C, C}, true, heads_rows);
+    add(layer_name(l, "attn.qkv.bias"), {3 * C}, false, heads_rows);
+    add(layer_name(l, "attn.proj.weight"), {C, C}, true, heads_columns);
     add(layer_name(l, "attn.proj.bias"), {C}, false);
     add(layer_name(l, "ln2.weight"), {C}, false);
     add(layer_name(l, "ln2.bias"), {C}, false);
-    add(layer_name(l, "mlp.fc.weight"), {4 * C, C}, true);
-    add(layer_name(l, "mlp.fc.bias"), {4 * C}, false);
-    add(layer_name(l, "mlp.proj.weight"), {C, 4 * C}, true);
+    add(layer_name(l, "mlp.fc.weight"), {4 * C, C}, true, mlp_rows);
+    add(layer_name(l, "mlp.fc.bias"), {4 * C}, false, mlp_rows);
+    add(layer_name(l, "mlp.proj.weight"), {C, 4 * C}, true, mlp_columns);
     add(layer_name(l, "mlp.proj.bias"), {C}, false);
   }
   if (spec.has_head) {
     add("lnf.weight", {C}, false);
     add("lnf.bias", {C}, false);
-    if (!config.tied_head) add("lm_head.weight", {V, C}, true);
+    if (!config.tied_head) add("lm_head.weight", {V, C}, true, vocabulary_rows);
   }
   return views;
 }
 
 Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
-             int slots)
+             int slots, TensorGroup* tensor_group)
     : config_(config), spec_(spec), backend_(backend), B_(micro_batch), T_(config.sequence_length),
-      C_(config.hidden), V_(config.vocabulary), NH_(config.heads) {
+      C_(config.hidden), V_(config.vocabulary), NH_(config.heads), Ct_(config.hidden), NHt_(config.heads),
+      vocabulary_{0, config.vocabulary} {
   if (config.hidden % config.heads != 0) throw std::invalid_argument("Stage: hidden must be divisible by heads");
+  const int t = spec.tensor_parallel;
+  if (t > 1) {
+    if (tensor_group == nullptr || tensor_group->size() != t || tensor_group->rank() != spec.tensor_rank) {
+      throw std::invalid_argument("Stage: tensor parallelism needs its group (size and rank as in the spec)");
+    }
+    if (config.heads % t != 0 || config.vocabulary < t) {
+      throw std::invalid_argument("Stage: tensor parallelism " + std::to_string(t) + " must divide the heads (" +
+                                  std::to_string(config.heads) + ") and leave every rank some of the vocabulary");
+    }
+    tensor_group_ = tensor_group;
+    Ct_ = C_ / t;
+    NHt_ = NH_ / t;
+    vocabulary_ = vocabulary_range(V_, t, spec.tensor_rank);
+  }
   if (spec.first_layer < 0 || spec.last_layer > config.layers || spec.first_layer > spec.last_layer) {
     throw std::invalid_argument("Stage: layer range outside the model");
   }
@@ -94,7 +132,7 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
   embedding_head_params_ = embedding_head_weights_in(params_);
   embedding_head_grads_ = embedding_head_weights_in(grads_);
 
-  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_, Vt = vocabulary_.rows;
   auto A = [&](std::size_t count) { return backend_.alloc(count); };
   for (int s = 0; s < slots; ++s) {
     auto* slot = new SlotActivations;
@@ -106,27 +144,28 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
     }
     for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
       LayerActivations a;
-      a.ln1 = A(N * C), a.ln1_mean = A(N), a.ln1_rstd = A(N), a.qkv = A(N * 3 * C);
-      a.attention_lse = A(static_cast<std::size_t>(B_) * NH_ * T_), a.attention_out = A(N * C);
+      a.ln1 = A(N * C), a.ln1_mean = A(N), a.ln1_rstd = A(N), a.qkv = A(N * 3 * Ct);
+      a.attention_lse = A(static_cast<std::size_t>(B_) * NHt_ * T_), a.attention_out = A(N * Ct);
       a.residual2 = A(N * C), a.ln2 = A(N * C), a.ln2_mean = A(N), a.ln2_rstd = A(N);
-      a.fc = A(N * 4 * C), a.gelu = A(N * 4 * C), a.out = A(N * C);
+      a.fc = A(N * 4 * Ct), a.gelu = A(N * 4 * Ct), a.out = A(N * C);
       slot->layers.push_back(a);
     }
     if (spec_.has_head) {
       slot->lnf = A(N * C), slot->lnf_mean = A(N), slot->lnf_rstd = A(N);
-      slot->logits = A(N * V_), slot->losses = A(N);
+      slot->logits = A(N * Vt), slot->losses = A(N);
+      if (split()) slot->row_max = A(N), slot->statistics = A(2 * N);
       slot->targets = backend_.alloc_tokens(N);
     }
     slots_.push_back(slot);
   }
   dresidual_ = A(N * C);
   dln_ = A(N * C);
-  dqkv_ = A(N * 3 * C);
-  attention_scratch_ = A(static_cast<std::size_t>(B_) * NH_ * T_);
-  dattention_out_ = A(N * C);
-  dfc_ = A(N * 4 * C);
-  dgelu_ = A(N * 4 * C);
-  if (spec_.has_head) dlogits_ = A(N * V_);
+  dqkv_ = A(N * 3 * Ct);
+  attention_scratch_ = A(static_cast<std::size_t>(B_) * NHt_ * T_);
+  dattention_out_ = A(N * Ct);
+  dfc_ = A(N * 4 * Ct);
+  dgelu_ = A(N * 4 * Ct);
+  if (spec_.has_head) dlogits_ = A(N * Vt);
 }
 
 Stage::~Stage() {
@@ -141,20 +180,24 @@ Stage::~Stage() {
         R(p);
       }
     }
-    for (float* p : {slot->lnf, slot->lnf_mean, slot->lnf_rstd, slot->logits, slot->losses}) R(p);
+    for (float* p : {slot->lnf, slot->lnf_mean, slot->lnf_rstd, slot->logits, slot->losses, slot->row_max,
+                     slot->statistics}) {
+      R(p);
+    }
     delete slot;
   }
   for (float* p : {params_, grads_, dresidual_, dln_, dqkv_, attention_scratch_, dattention_out_, dfc_, dgelu_, dlogits_}) R(p);
 }
 
 std::size_t Stage::activation_floats_per_slot() const {
-  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_;
-  // ln1, qkv(3), attention_out, residual2, ln2, fc(4), gelu(4), out = 16 NC;
-  // four N-vectors of layernorm statistics; the attention's log-sum-exp per
-  // (sequence, head, query), B*NH*T (the fused attention keeps no T x T matrix).
-  const std::size_t per_layer = 16 * N * C + 4 * N + static_cast<std::size_t>(B_) * NH_ * T_;
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_;
+  // ln1, residual2, ln2, out = 4 NC; this rank's share of qkv(3), attention_out,
+  // fc(4), gelu(4) = 12 N C/t; four N-vectors of layernorm statistics; the
+  // attention's log-sum-exp per (sequence, head, query), B*NH*T / t (the fused
+  // attention keeps no T x T matrix).
+  const std::size_t per_layer = 4 * N * C + 12 * N * Ct + 4 * N + static_cast<std::size_t>(B_) * NHt_ * T_;
   std::size_t total = N * C + per_layer * (spec_.last_layer - spec_.first_layer);
-  if (spec_.has_head) total += N * C + 3 * N + N * V_;
+  if (spec_.has_head) total += N * C + 3 * N + N * static_cast<std::size_t>(vocabulary_.rows) + (split() ? 3 * N : 0);
   return total;
 }
 
@@ -191,8 +234,19 @@ Stage::EmbeddingHeadWeights Stage::embedding_head_weights_in(float* buffer) cons
 }
 
 void Stage::initialize(std::uint64_t seed) {
-  std::vector<float> host(parameter_count_);
-  for (const auto& v : views_) fill_initial_values(v, config_, seed, host.data() + v.offset);
+  std::vector<float> host(parameter_count_), whole;
+  for (const auto& v : views_) {
+    if (!v.slice.split()) {
+      fill_initial_values(v, config_, seed, host.data() + v.offset);
+      continue;
+    }
+    // A rank's part is the same part of the whole tensor's values.
+    ParameterView whole_view = v;
+    whole_view.count = v.whole_count();
+    whole.resize(whole_view.count);
+    fill_initial_values(whole_view, config_, seed, whole.data());
+    copy_slice_out(v.slice, v.shape, whole.data(), host.data() + v.offset);
+  }
   backend_.upload(params_, host.data(), parameter_count_);
 }
 
@@ -200,47 +254,57 @@ void Stage::zero_grads() { backend_.fill_zero(grads_, parameter_count_); }
 
 void Stage::layer_forward(const LayerWeights& w, const float* x, LayerActivations& a, bool ln1_done,
                           const FollowingNorm* following) {
-  const int N = B_ * T_, C = C_;
+  const int N = B_ * T_, C = C_, Ct = Ct_;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
   auto& k = backend_;
   if (!ln1_done) k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias, N, C);
-  k.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias, N, C, 3 * C);
-  k.attention_forward(a.attention_out, a.attention_lse, a.qkv, B_, T_, C, NH_);
+  k.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias, N, C, 3 * Ct);
+  k.attention_forward(a.attention_out, a.attention_lse, a.qkv, B_, T_, Ct, NHt_);
   // residual2 = x + proj(attention): project into residual2, then add x in
-  // place in the pass that normalises it.
-  k.matmul_forward(a.residual2, a.attention_out, w.attn_proj_weight, w.attn_proj_bias, N, C, C);
+  // place in the pass that normalises it. Split: each rank projects its
+  // heads, the group sums the parts (the replicated bias added once).
+  k.matmul_forward(a.residual2, a.attention_out, w.attn_proj_weight,
+                   adds_replicated_terms() ? w.attn_proj_bias : nullptr, N, Ct, C);
+  sum_partials(a.residual2, NC);
   k.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, x, w.ln2_weight, w.ln2_bias,
                                N, C);
-  k.matmul_gelu_forward(a.gelu, a.fc, a.ln2, w.fc_weight, w.fc_bias, N, C, 4 * C);
-  k.matmul_forward(a.out, a.gelu, w.mlp_proj_weight, w.mlp_proj_bias, N, 4 * C, C);
+  k.matmul_gelu_forward(a.gelu, a.fc, a.ln2, w.fc_weight, w.fc_bias, N, C, 4 * Ct);
+  k.matmul_forward(a.out, a.gelu, w.mlp_proj_weight, adds_replicated_terms() ? w.mlp_proj_bias : nullptr, N, 4 * Ct,
+                   C);
+  sum_partials(a.out, NC);
   if (following != nullptr) {
     k.residual_layernorm_forward(a.out, following->out, following->mean, following->rstd, a.out, a.residual2,
                                  following->weight, following->bias, N, C);
   } else {
-    k.accumulate(a.out, a.residual2, static_cast<std::size_t>(N) * C);
+    k.accumulate(a.out, a.residual2, NC);
   }
 }
 
 // On entry dresidual_ holds d(out); on exit d(x).
 void Stage::layer_backward(const LayerWeights& w, const LayerWeights& g, const float* x, const LayerActivations& a) {
-  const int N = B_ * T_, C = C_;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const int N = B_ * T_, C = C_, Ct = Ct_;
+  const std::size_t NC = static_cast<std::size_t>(N) * C, NCt = static_cast<std::size_t>(N) * Ct;
   auto& k = backend_;
-  // MLP branch: out = r2 + proj(gelu(fc(ln2(r2)))).
-  k.fill_zero(dgelu_, 4 * NC);
-  k.matmul_backward(dgelu_, g.mlp_proj_weight, g.mlp_proj_bias, dresidual_, a.gelu, w.mlp_proj_weight, N, 4 * C, C);
+  // MLP branch: out = r2 + proj(gelu(fc(ln2(r2)))). Split: d(ln2) is the
+  // sum of every rank's part (fc is column-parallel); the replicated biases'
+  // gradients come out the same on every rank.
+  k.fill_zero(dgelu_, 4 * NCt);
+  k.matmul_backward(dgelu_, g.mlp_proj_weight, g.mlp_proj_bias, dresidual_, a.gelu, w.mlp_proj_weight, N, 4 * Ct, C);
   k.fill_zero(dln_, NC);
-  k.matmul_gelu_backward(dln_, g.fc_weight, g.fc_bias, dfc_, dgelu_, a.fc, a.ln2, w.fc_weight, N, C, 4 * C);
+  k.matmul_gelu_backward(dln_, g.fc_weight, g.fc_bias, dfc_, dgelu_, a.fc, a.ln2, w.fc_weight, N, C, 4 * Ct);
+  sum_partials(dln_, NC);
   k.layernorm_backward(dresidual_, g.ln2_weight, g.ln2_bias, dln_, a.residual2, w.ln2_weight, a.ln2_mean, a.ln2_rstd,
                        N, C);
   // Attention branch: r2 = x + proj(attn(qkv(ln1(x)))).
-  k.fill_zero(dattention_out_, NC);
+  k.fill_zero(dattention_out_, NCt);
   k.matmul_backward(dattention_out_, g.attn_proj_weight, g.attn_proj_bias, dresidual_, a.attention_out,
-                    w.attn_proj_weight, N, C, C);
-  k.fill_zero(dqkv_, 3 * NC);
-  k.attention_backward(dqkv_, attention_scratch_, dattention_out_, a.qkv, a.attention_out, a.attention_lse, B_, T_, C,
-                       NH_);
+                    w.attn_proj_weight, N, Ct, C);
+  k.fill_zero(dqkv_, 3 * NCt);
+  k.attention_backward(dqkv_, attention_scratch_, dattention_out_, a.qkv, a.attention_out, a.attention_lse, B_, T_, Ct,
+                       NHt_);
   k.fill_zero(dln_, NC);
-  k.matmul_backward(dln_, g.qkv_weight, g.qkv_bias, dqkv_, a.ln1, w.qkv_weight, N, C, 3 * C);
+  k.matmul_backward(dln_, g.qkv_weight, g.qkv_bias, dqkv_, a.ln1, w.qkv_weight, N, C, 3 * Ct);
+  sum_partials(dln_, NC);
   k.layernorm_backward(dresidual_, g.ln1_weight, g.ln1_bias, dln_, x, w.ln1_weight, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
@@ -250,8 +314,14 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
   const float* x;
   if (spec_.has_embedding) {
     backend_.upload_tokens(slot.tokens, tokens, N);
-    backend_.embedding_forward(slot.embedded, slot.tokens, embedding_head_params_.wte, embedding_head_params_.wpe, B_,
-                               T_, C);
+    const EmbeddingHeadWeights& e = embedding_head_params_;
+    if (split()) {  // vocabulary-parallel: each rank adds its rows, wpe once
+      backend_.embedding_shard_forward(slot.embedded, slot.tokens, e.wte, adds_replicated_terms() ? e.wpe : nullptr,
+                                       B_, T_, C, vocabulary_.begin, vocabulary_.rows);
+      sum_partials(slot.embedded, static_cast<std::size_t>(N) * C);
+    } else {
+      backend_.embedding_forward(slot.embedded, slot.tokens, e.wte, e.wpe, B_, T_, C);
+    }
     x = slot.embedded;
   } else {
     // Keep our own copy: the sender may reuse its buffer.
@@ -279,13 +349,32 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
   if (slot.layers.empty()) {
     backend_.layernorm_forward(slot.lnf, slot.lnf_mean, slot.lnf_rstd, x, w.lnf_weight, w.lnf_bias, N, C);
   }
-  backend_.matmul_forward(slot.logits, slot.lnf, w.lm_head, nullptr, N, C, V_);
+  backend_.matmul_forward(slot.logits, slot.lnf, w.lm_head, nullptr, N, C, vocabulary_.rows);
   backend_.upload_tokens(slot.targets, targets, N);
+  if (split()) return split_loss(slot);
   backend_.crossentropy_forward(slot.losses, slot.logits, slot.targets, N, V_);
   std::vector<float> losses(N);
   backend_.download(losses.data(), slot.losses, N);
   double sum = 0;
   for (float x_ : losses) sum += x_;
+  return sum / N;
+}
+
+// Vocabulary-parallel: the row maxima over the group, then the softmax
+// denominators and target logits summed over it (backend.hpp).
+double Stage::split_loss(SlotActivations& slot) {
+  const int N = B_ * T_;
+  backend_.crossentropy_shard_max(slot.row_max, slot.logits, N, vocabulary_.rows);
+  tensor_group_->max(slot.row_max, static_cast<std::size_t>(N));
+  backend_.crossentropy_shard_statistics(slot.statistics, slot.logits, slot.targets, slot.row_max, N,
+                                         vocabulary_.rows, vocabulary_.begin);
+  tensor_group_->sum(slot.statistics, 2 * static_cast<std::size_t>(N));
+  std::vector<float> statistics(2 * static_cast<std::size_t>(N));
+  backend_.download(statistics.data(), slot.statistics, statistics.size());
+  double sum = 0;
+  for (int row = 0; row < N; ++row) {
+    sum += std::log(static_cast<double>(statistics[2 * row])) - statistics[2 * row + 1];
+  }
   return sum / N;
 }
 
@@ -306,9 +395,15 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale, con
                                                  : slot.layers.back().out;
   const EmbeddingHeadWeights &w = embedding_head_params_, &g = embedding_head_grads_;
   if (spec_.has_head) {
-    backend_.crossentropy_backward(dlogits_, slot.logits, slot.targets, loss_scale, N, V_);
+    if (split()) {
+      backend_.crossentropy_shard_backward(dlogits_, slot.logits, slot.targets, slot.row_max, slot.statistics,
+                                           loss_scale, N, vocabulary_.rows, vocabulary_.begin);
+    } else {
+      backend_.crossentropy_backward(dlogits_, slot.logits, slot.targets, loss_scale, N, V_);
+    }
     backend_.fill_zero(dln_, NC);
-    backend_.matmul_backward(dln_, g.lm_head, nullptr, dlogits_, slot.lnf, w.lm_head, N, C, V_);
+    backend_.matmul_backward(dln_, g.lm_head, nullptr, dlogits_, slot.lnf, w.lm_head, N, C, vocabulary_.rows);
+    sum_partials(dln_, NC);
     backend_.fill_zero(dresidual_, NC);
     backend_.layernorm_backward(dresidual_, g.lnf_weight, g.lnf_bias, dln_, last_input, w.lnf_weight, slot.lnf_mean,
                                 slot.lnf_rstd, N, C);
@@ -323,9 +418,33 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale, con
     done(layer_begin_[i], layer_begin_[i + 1]);
   }
   if (spec_.has_embedding) {
-    backend_.embedding_backward(g.wte, g.wpe, dresidual_, slot.tokens, B_, T_, C);
+    if (split()) {
+      backend_.embedding_shard_backward(g.wte, g.wpe, dresidual_, slot.tokens, B_, T_, C, vocabulary_.begin,
+                                        vocabulary_.rows);
+    } else {
+      backend_.embedding_backward(g.wte, g.wpe, dresidual_, slot.tokens, B_, T_, C);
+    }
   }
   done(0, layer_begin_.front());
+}
+
+double gradient_squares(Stage& stage, kernels::Backend& backend, const float* grads, const ParameterView* skip) {
+  TensorGroup* group = stage.tensor_group();
+  if (group == nullptr) {
+    if (skip == nullptr) return backend.sum_of_squares(grads, stage.parameter_count());
+    return backend.sum_of_squares(grads, skip->offset) +
+           backend.sum_of_squares(grads + skip->offset + skip->count,
+                                  stage.parameter_count() - skip->offset - skip->count);
+  }
+  // Every rank holds the same replicated tensors: each adds 1/t of theirs.
+  double squares = 0;
+  for (const ParameterView& view : stage.parameters()) {
+    if (&view == skip) continue;
+    const double own = backend.sum_of_squares(grads + view.offset, view.count);
+    squares += view.slice.split() ? own : own / group->size();
+  }
+  group->sum_values(&squares, 1);
+  return squares;
 }
 
 }  // namespace geotrain::model

@@ -46,11 +46,7 @@ double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Col
   const std::int64_t wte_bytes = split_embedding ? static_cast<std::int64_t>(sizeof(float) * wte->count) : 0;
   // The tied parameter is counted in the norm on the first stage only.
   const bool counts_wte = !(split_embedding && stage.spec().has_head);
-  auto own_squares = [&] {
-    if (counts_wte) return backend.sum_of_squares(grads, count);
-    return backend.sum_of_squares(grads, wte->offset) +
-           backend.sum_of_squares(grads + wte->offset + wte->count, count - wte->offset - wte->count);
-  };
+  auto own_squares = [&] { return model::gradient_squares(stage, backend, grads, counts_wte ? nullptr : wte); };
   const bool tied_in_flight = !counts_wte && collectives.splits_tied_embedding();
   if (tied_in_flight) {
     // The last stage finishes its backward long before the first: its half

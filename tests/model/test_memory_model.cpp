@@ -42,6 +42,12 @@ class CountingBackend final : public kernels::Backend {
   void synchronize() override {}
   void embedding_forward(float*, const int*, const float*, const float*, int, int, int) override { no_op(); }
   void embedding_backward(float*, float*, const float*, const int*, int, int, int) override { no_op(); }
+  void embedding_shard_forward(float*, const int*, const float*, const float*, int, int, int, int, int) override {
+    no_op();
+  }
+  void embedding_shard_backward(float*, float*, const float*, const int*, int, int, int, int, int) override {
+    no_op();
+  }
   void layernorm_forward(float*, float*, float*, const float*, const float*, const float*, int, int) override {
     no_op();
   }
@@ -78,6 +84,14 @@ class CountingBackend final : public kernels::Backend {
   double sum_of_squares(const float*, std::size_t) override { no_op(); }
   void crossentropy_forward(float*, const float*, const int*, int, int) override { no_op(); }
   void crossentropy_backward(float*, const float*, const int*, float, int, int) override { no_op(); }
+  void crossentropy_shard_max(float*, const float*, int, int) override { no_op(); }
+  void crossentropy_shard_statistics(float*, const float*, const int*, const float*, int, int, int) override {
+    no_op();
+  }
+  void crossentropy_shard_backward(float*, const float*, const int*, const float*, const float*, float, int, int,
+                                   int) override {
+    no_op();
+  }
   void adamw_update(float*, const float*, float*, float*, std::size_t, float, float, float, float, float,
                     int) override {
     no_op();

@@ -11,6 +11,7 @@
 
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/common/model_shape.hpp"
+#include "geotrain/model/tensor_parallel.hpp"
 
 namespace geotrain::model {
 
@@ -19,19 +20,27 @@ struct StageSpec {
   int last_layer = 0;  // exclusive
   bool has_embedding = true;
   bool has_head = true;
+  // Tensor parallelism (tensor_parallel.hpp): this rank's part of every
+  // layer and of the vocabulary. 1: the whole stage.
+  int tensor_parallel = 1;
+  int tensor_rank = 0;
   static StageSpec whole(const ModelShape& config) { return {0, config.layers, true, true}; }
 };
 
 // One named parameter tensor inside a stage's contiguous parameter buffer.
-// Names and shapes are global (independent of the stage layout), e.g.
+// Names and whole shapes are global (independent of the stage layout), e.g.
 // "h.3.attn.qkv.weight" [3C, C], so checkpoints and initial values do not
-// depend on how the model is cut.
+// depend on how the model is cut. Under tensor parallelism the buffer holds
+// `slice` of the whole tensor (`count` floats, shape `local_shape`).
 struct ParameterView {
   std::string name;
-  std::vector<int> shape;
+  std::vector<int> shape;  // the whole tensor's
   std::size_t offset = 0;  // in floats, into params() / grads()
-  std::size_t count = 0;
+  std::size_t count = 0;   // held here
   bool decays = false;     // weight decay applies to matrices, not to biases / norms
+  TensorSlice slice{};     // not split: the whole tensor (count = product of shape)
+  std::size_t whole_count() const;
+  std::vector<int> local_shape() const;
 };
 
 // The parameters a stage holds, in buffer order: a pure function of the
@@ -51,8 +60,10 @@ class Stage {
   // `slots`: activation sets kept for backward (GPipe: the micro-batch
   // count; 1F1B: the number of stages; single rank: 1). B sequences of T
   // tokens per micro-batch.
+  // spec.tensor_parallel > 1: `tensor_group` (size and rank as in spec)
+  // sums the partial results; it must outlive the stage.
   Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
-        int slots);
+        int slots, TensorGroup* tensor_group = nullptr);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
@@ -91,6 +102,7 @@ class Stage {
   const float* dinput() const { return dresidual_; }
 
   int micro_batch() const { return B_; }
+  TensorGroup* tensor_group() const { return tensor_group_; }
   std::size_t activation_floats_per_slot() const;
 
  private:
@@ -121,11 +133,21 @@ class Stage {
   void layer_forward(const LayerWeights& w, const float* input, LayerActivations& a, bool ln1_done,
                      const FollowingNorm* following);
   void layer_backward(const LayerWeights& w, const LayerWeights& g, const float* input, const LayerActivations& a);
+  double split_loss(SlotActivations& slot);
 
   ModelShape config_;
   StageSpec spec_;
   kernels::Backend& backend_;
   int B_, T_, C_, V_, NH_;
+  // This rank's share under tensor parallelism (whole: Ct_ = C_, NHt_ = NH_, vocabulary [0, V_)).
+  int Ct_, NHt_;
+  VocabularyRange vocabulary_{};
+  TensorGroup* tensor_group_ = nullptr;
+  bool split() const { return tensor_group_ != nullptr; }
+  bool adds_replicated_terms() const { return !split() || tensor_group_->rank() == 0; }
+  void sum_partials(float* data, std::size_t count) {
+    if (split()) tensor_group_->sum(data, count);
+  }
   std::vector<ParameterView> views_;
   std::size_t parameter_count_ = 0;
   std::vector<std::size_t> layer_begin_;  // offset of each layer's first tensor, then the end of the last
@@ -144,5 +166,10 @@ class Stage {
   float* dgelu_ = nullptr;
   float* dlogits_ = nullptr;
 };
+
+// Sum of squares of a stage's gradient for the global norm, with `skip` (may
+// be null) left out; under tensor parallelism summed over the group with each
+// replicated tensor counted once.
+double gradient_squares(Stage& stage, kernels::Backend& backend, const float* grads, const ParameterView* skip);
 
 }  // namespace geotrain::model
