@@ -81,6 +81,7 @@ std::vector<Field> fields(Config& c) {
       {"pipeline.schedule", &c.pipeline_schedule},
       {"pipeline.layers_per_stage", &c.layers_per_stage},
       {"pipeline.micro_batches_per_flush", &c.micro_batches_per_flush},
+      {"pipeline.tensor_parallel", &c.tensor_parallel},
       {"pipeline.layout", &c.layout},
       {"pipeline.plan_file", &c.plan_file, true},
       {"pipeline.placement", &c.placement},
@@ -255,6 +256,11 @@ void check(const Config& c) {
   positive("train.log_every_steps", c.log_every_steps);
   positive("pipeline.stages", c.pipeline_stages);
   positive("pipeline.plan_candidates", c.plan_candidates);
+  positive("pipeline.tensor_parallel", c.tensor_parallel);
+  if (c.tensor_parallel > 1 && c.sample_every_steps > 0) {
+    fail(where, "train.sample_every_steps", "cannot be combined with pipeline.tensor_parallel > 1 yet (sampling "
+         "reads the whole LM head); sample from a checkpoint with geotrain sample");
+  }
   positive("network.probe_bytes", c.probe_bytes);
   positive("train.sample_tokens", c.sample_tokens);
   if (c.gradient_accumulation > 16000) {

@@ -15,8 +15,8 @@ std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::Ad
     if (skip_tied_copy && view.name == "wte") continue;
     io::CheckpointTensor t;
     t.name = view.name;
-    t.shape = view.shape;
-    if (borrow) {
+    t.shape = view.local_shape();  // a tensor-parallel slice: whole_tensors() puts it together
+    if (borrow && !view.slice.split()) {
       t.borrowed_value = stage.params() + view.offset;
       t.borrowed_first_moment = optimizer.first_moment() + view.offset;
       t.borrowed_second_moment = optimizer.second_moment() + view.offset;
@@ -31,6 +31,32 @@ std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::Ad
     tensors.push_back(std::move(t));
   }
   return tensors;
+}
+
+std::vector<io::CheckpointTensor> whole_tensors(const model::Stage& stage, std::vector<io::CheckpointTensor> tensors,
+                                               model::TensorGroup& group) {
+  std::vector<io::CheckpointTensor> whole;
+  for (io::CheckpointTensor& t : tensors) {
+    const model::ParameterView* view = stage.find(t.name);
+    if (view == nullptr || !view->slice.split()) {
+      if (group.rank() == 0) whole.push_back(std::move(t));
+      continue;
+    }
+    // Each rank's slice in place in a zero tensor; the sum over the group is the whole.
+    io::CheckpointTensor joined;
+    joined.name = t.name;
+    joined.shape = view->shape;
+    for (auto [target, part] : {std::pair{&joined.value, &t.value}, std::pair{&joined.first_moment, &t.first_moment},
+                                std::pair{&joined.second_moment, &t.second_moment}}) {
+      target->assign(view->whole_count(), 0.0f);
+      model::copy_slice_in(view->slice, view->shape, part->data(), target->data());
+      part->clear();
+      part->shrink_to_fit();
+      group.sum_host(target->data(), target->size());
+    }
+    if (group.rank() == 0) whole.push_back(std::move(joined));
+  }
+  return whole;
 }
 
 void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& want, const std::string& path) {
@@ -63,9 +89,21 @@ void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& w
 // Every parameter of `stage` from the checkpoint's tensor of the same name
 // (already checked to be there); a tensor longer than the view (wpe of a
 // longer context) gives its first rows.
+// A tensor-parallel rank takes its slice.
+static void upload_view(const model::ParameterView& view, kernels::Backend& backend, const std::vector<float>& whole,
+                        float* device_buffer) {
+  if (!view.slice.split()) {
+    backend.upload(device_buffer + view.offset, whole.data(), view.count);
+    return;
+  }
+  std::vector<float> part(view.count);
+  model::copy_slice_out(view.slice, view.shape, whole.data(), part.data());
+  backend.upload(device_buffer + view.offset, part.data(), view.count);
+}
+
 static void upload_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint) {
   for (const model::ParameterView& view : stage.parameters()) {
-    backend.upload(stage.params() + view.offset, checkpoint.find(view.name)->value.data(), view.count);
+    upload_view(view, backend, checkpoint.find(view.name)->value, stage.params());
   }
 }
 
@@ -83,8 +121,8 @@ void restore_tensors(model::Stage& stage, model::AdamW& optimizer, kernels::Back
   restore_weights(stage, backend, checkpoint, path);
   for (const model::ParameterView& view : stage.parameters()) {
     const io::CheckpointTensor* t = checkpoint.find(view.name);
-    backend.upload(optimizer.first_moment() + view.offset, t->first_moment.data(), view.count);
-    backend.upload(optimizer.second_moment() + view.offset, t->second_moment.data(), view.count);
+    upload_view(view, backend, t->first_moment, optimizer.first_moment());
+    upload_view(view, backend, t->second_moment, optimizer.second_moment());
   }
 }
 

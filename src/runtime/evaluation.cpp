@@ -59,7 +59,7 @@ Evaluation evaluate(RunInputs& inputs, const RankRole& role, const RankConnectio
   const io::Config& c = inputs.config;
   const int B = c.micro_batch_sequences, T = inputs.model.sequence_length;
   with.backend.set_matmul_precision(c.matmul_precision);
-  model::Stage stage(inputs.model, role.spec, with.backend, B, 1);
+  model::Stage stage(inputs.model, role.spec, with.backend, B, 1, with.tensor_group);
   if (inputs.resume) {
     restore_parameters(stage, with.backend, *inputs.resume, inputs.resume_path);
   } else {

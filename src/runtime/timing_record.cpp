@@ -67,7 +67,9 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
   work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
   const int last = static_cast<int>(job.plan.stages.size()) - 1;
   for (int s = 0; s <= last; ++s) {
-    const double parameters = static_cast<double>(ranks[job.plan.stages[s][0]].stage_parameters);
+    // Under tensor parallelism each rank of a unit sums its own slice with its replicas.
+    const int first_rank = job.plan.ranks_of_unit(job.plan.stages[s][0]).front();
+    const double parameters = static_cast<double>(ranks[first_rank].stage_parameters);
     work.gradient_bytes.push_back(encoded(config.gradient_wire, parameters));
     // What the backward reports only at its end: wte (+ wpe on the first stage), see Stage::backward.
     const double vocabulary = 1.0 * model.vocabulary * model.hidden, positions = 1.0 * model.sequence_length * model.hidden;
@@ -152,10 +154,11 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.replica_of_rank.assign(n, -1);
   for (int s = 0; s < pp; ++s) {
     for (int r = 0; r < dp; ++r) {
-      const int rank = job.plan.stages[s][r];
-      run.devices.push_back(rank);
-      run.stage_of_rank[rank] = s;
-      run.replica_of_rank[rank] = r;
+      for (const int rank : job.plan.ranks_of_unit(job.plan.stages[s][r])) {
+        run.devices.push_back(rank);
+        run.stage_of_rank[rank] = s;
+        run.replica_of_rank[rank] = r;
+      }
     }
   }
   const std::size_t steps = reporting.step_loss.size();
@@ -182,9 +185,16 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.backward_s = measured.backward_s;
   const plan::PipelineWork work = predicted_work(config, model, job, ranks, measured);
   if (!run.events.empty()) {
-    const plan::SimulationResult predicted = plan::simulate(job.network, job.plan, work);
+    // Tensor parallelism: the plan names units, each seen through its first rank's links.
+    plan::Network units = job.network;
+    if (job.plan.tensor_parallel > 1) {
+      std::vector<int> first_ranks;
+      for (const auto& group : job.plan.tensor_groups) first_ranks.push_back(group.front());
+      units = plan::subnetwork(job.network, first_ranks);
+    }
+    const plan::SimulationResult predicted = plan::simulate(units, job.plan, work);
     const double embedding_bytes = model.tied_head ? 4.0 * model.vocabulary * model.hidden : 0.0;
-    run.predicted_iteration_s = step_end_s(job.network, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
+    run.predicted_iteration_s = step_end_s(units, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }
   return run;

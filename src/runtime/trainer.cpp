@@ -143,7 +143,7 @@ class RankTrainer {
         m_(config_.gradient_accumulation),
         flushes_(config_.micro_batches_per_flush > 0 ? m_ / config_.micro_batches_per_flush : 1),
         stage_(model_, role.spec, with.backend, B_,
-               plan::activation_slots(config_.pipeline_schedule, m_ / flushes_, role.stages)),
+               plan::activation_slots(config_.pipeline_schedule, m_ / flushes_, role.stages), with.tensor_group),
         optimizer_(with.backend, initialized(stage_, config_.seed), optimizer_settings(config_)),
         pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_, flushes_),
         inputs_(m_),
@@ -214,6 +214,14 @@ class RankTrainer {
  private:
   bool local_steps() const { return config_.outer_local_steps > 0; }
 
+  // A sum over every rank of the job: the replica's stages, the replicas,
+  // then the tensor-parallel unit.
+  double sum_over_job(double value) {
+    double sum = runtime::sum_over_job(with_.collectives, value);
+    if (with_.tensor_group != nullptr) with_.tensor_group->sum_values(&sum, 1);
+    return sum;
+  }
+
   LocalStepsSettings local_steps_settings() const {
     return {config_.outer_local_steps, config_.outer_fragments, config_.outer_learning_rate, config_.outer_momentum,
             role_.replicas};
@@ -264,7 +272,11 @@ class RankTrainer {
   }
 
   std::string residual_prefix() const {
-    return "layers_" + std::to_string(role_.spec.first_layer) + "-" + std::to_string(role_.spec.last_layer) +
+    const model::StageSpec& spec = role_.spec;
+    return "layers_" + std::to_string(spec.first_layer) + "-" + std::to_string(spec.last_layer) +
+           (spec.tensor_parallel > 1
+                ? ".tensor_" + std::to_string(spec.tensor_rank) + "_of_" + std::to_string(spec.tensor_parallel)
+                : std::string()) +
            ".replica_" + std::to_string(role_.replica) + ".";
   }
 
@@ -344,10 +356,15 @@ class RankTrainer {
 
   // The tied embedding lives on the first and the last stage: counted once.
   void count_parameters() {
-    const model::ParameterView* wte = stage_.find("wte");
-    const bool second_copy = wte != nullptr && role_.stages > 1 && role_.spec.has_head;
-    const double own = static_cast<double>(stage_.parameter_count() - (second_copy ? wte->count : 0));
-    const double parameters = sum_over_job(with_.collectives, own) / role_.replicas;
+    // Tensor parallelism: each rank counts its slices and 1/t of each replicated tensor.
+    const double t = role_.spec.tensor_parallel;
+    const bool second_copy = role_.stages > 1 && role_.spec.has_head;
+    double own = 0;
+    for (const model::ParameterView& view : stage_.parameters()) {
+      if (second_copy && view.name == "wte") continue;
+      own += view.slice.split() ? static_cast<double>(view.count) : static_cast<double>(view.count) / t;
+    }
+    const double parameters = std::round(sum_over_job(own) / role_.replicas);
     result_.model_flops_per_token = flops_per_token(model_, parameters);
     progress_.text() << "geotrain train: model " << model_.name << " (" << static_cast<long long>(parameters) << " parameters, "
          << model_.layers << " layers, hidden " << model_.hidden << "), " << with_.backend.description() << "\n"
@@ -359,7 +376,7 @@ class RankTrainer {
   void start_timeline() {
     pipeline_.set_timeline(&timeline_);
     if (config_.timing_file.empty()) return;
-    sum_over_job(with_.collectives, 0.0);  // a barrier: every rank's clock starts together
+    sum_over_job(0.0);  // a barrier: every rank's clock starts together
     timeline_.start(role_.rank, config_.timing_max_event_steps);
   }
 
@@ -529,7 +546,9 @@ class RankTrainer {
     if (role_.replica == writing_replica(role_.stage, role_.replicas)) {
       // On the CPU the write reads the live state: no snapshot; the next optimizer step waits for it.
       tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head, true);
-      borrowed_ = !tensors.empty() && tensors.front().borrowed_value != nullptr;
+      if (with_.tensor_group != nullptr) tensors = whole_tensors(stage_, std::move(tensors), *with_.tensor_group);
+      borrowed_ = std::any_of(tensors.begin(), tensors.end(),
+                              [](const io::CheckpointTensor& t) { return t.borrowed_value != nullptr; });
     }
     with_.checkpoints->save(std::move(metadata), std::move(tensors));
   }
@@ -555,18 +574,20 @@ class RankTrainer {
   void summarize() {
     const int done_steps = static_cast<int>(result_.step_loss.size());
     const int timed_steps = done_steps > 1 ? done_steps - 1 : 1;
-    const int ranks = role_.stages * role_.replicas;
+    const int ranks = role_.job_ranks;
     constexpr int kMeans = 5, kFingerprintParts = 3;
     std::vector<double> sums = {own_.step_s, own_.compute_s, own_.pipeline_s, own_.data_parallel_s, own_.optimizer_s};
     sums.resize(kMeans + static_cast<std::size_t>(ranks) * (1 + kFingerprintParts), 0.0);
-    sums[kMeans + role_.rank] = own_.step_s > 0 ? own_.compute_s / own_.step_s : 0.0;
+    sums[kMeans + role_.job_index] = own_.step_s > 0 ? own_.compute_s / own_.step_s : 0.0;
     const std::uint64_t fingerprint = parameter_fingerprint();
-    const int position = role_.stage * role_.replicas + role_.replica;  // fingerprints by (stage, replica)
+    // Fingerprints by (stage, tensor rank, replica): the replicas of one slice of the model must agree.
+    const int position = (role_.stage * role_.spec.tensor_parallel + role_.spec.tensor_rank) * role_.replicas + role_.replica;
     for (int part = 0; part < kFingerprintParts; ++part) {  // 21 bits each: exact in a double's sum
       sums[kMeans + ranks * (1 + part) + position] = static_cast<double>((fingerprint >> (21 * part)) & 0x1FFFFF);
     }
     with_.collectives.sum_over_pipeline_values(sums.data(), static_cast<int>(sums.size()));
     with_.collectives.sum_data_parallel_values(sums.data(), static_cast<int>(sums.size()));
+    if (with_.tensor_group != nullptr) with_.tensor_group->sum_values(sums.data(), static_cast<int>(sums.size()));
     auto mean_per_step = [&](int i) { return sums[i] / ranks / timed_steps; };
     result_.breakdown = {mean_per_step(0), mean_per_step(1), mean_per_step(2), mean_per_step(3), mean_per_step(4)};
     result_.compute_utilisation.assign(sums.begin() + kMeans, sums.begin() + kMeans + ranks);

@@ -62,6 +62,7 @@ class ThreadGroup {
     void sum(float* data, std::size_t count) override {
       combine(data, count, [](float a, float b) { return a + b; });
     }
+    void sum_host(float* data, std::size_t count) override { sum(data, count); }
     void max(float* data, std::size_t count) override {
       combine(data, count, [](float a, float b) { return a > b ? a : b; });
     }

@@ -61,6 +61,10 @@ struct Config {
   // micro-batches in flushes of this many (fewer activations alive with
   // GPipe, a bubble per flush); 0: one flush of all of them.
   int micro_batches_per_flush = 0;
+  // Tensor parallelism: each pipeline stage's device is a group of this many
+  // consecutive ranks of one node, splitting every layer (Megatron-style);
+  // ranks = tensor_parallel x stages x replicas. Must divide model.heads.
+  int tensor_parallel = 1;
   std::vector<int> layers_per_stage;       // empty: an even split
   // auto: the layout search picks the layout (the global batch stays
   // micro_batch_sequences x gradient_accumulation x ranks / stages).

@@ -23,6 +23,7 @@ class TensorGroup {
   virtual void sum(float* data, std::size_t count) = 0;
   virtual void max(float* data, std::size_t count) = 0;
   virtual void sum_values(double* values, int count) = 0;  // host doubles
+  virtual void sum_host(float* data, std::size_t count) = 0;  // host floats (checkpoints)
 };
 
 // Rows [begin, begin + rows) of a vocabulary of V split over t ranks

@@ -15,6 +15,14 @@ struct Plan {
   // stages[s][r]: device of replica r at pipeline stage s. Chained matchings:
   // stages[s][r] sends activations to stages[s+1][r].
   std::vector<std::vector<int>> stages;
+  // Tensor parallelism: with tensor_parallel = t > 1, stages[s][r] are unit
+  // ids and tensor_groups[u] the t devices (ranks) of unit u, one node, in
+  // tensor-parallel rank order; t = 1: no groups, stages name devices.
+  int tensor_parallel = 1;
+  std::vector<std::vector<int>> tensor_groups;
+  std::vector<int> ranks_of_unit(int unit) const {
+    return tensor_parallel > 1 ? tensor_groups[static_cast<std::size_t>(unit)] : std::vector<int>{unit};
+  }
   std::vector<double> boundary_s;  // bottleneck link cost of each of the pp-1 boundaries
   CostBreakdown cost;
   // rank = replica * D_pp + stage (DT-FM convention, reference §8.1).

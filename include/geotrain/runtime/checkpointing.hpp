@@ -27,6 +27,13 @@ namespace geotrain::runtime {
 std::vector<io::CheckpointTensor> collect_tensors(model::Stage& stage, model::AdamW& optimizer,
                                                   kernels::Backend& backend, bool skip_tied_copy, bool borrow = false);
 
+// Tensor parallelism: collect_tensors' slices put together into whole
+// tensors by a sum over the unit (collective: every rank of `group` calls
+// it with its own), so that checkpoints do not depend on t. The unit's
+// rank 0 gets every tensor, the others none.
+std::vector<io::CheckpointTensor> whole_tensors(const model::Stage& stage, std::vector<io::CheckpointTensor> tensors,
+                                               model::TensorGroup& group);
+
 // Throws InputError naming `path` and the attribute or dataset when
 // `checkpoint` is not of `model` (shape attributes, every tensor of the whole
 // model present at its shape). Every rank checks before planning, so a wrong

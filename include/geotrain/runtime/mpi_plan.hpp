@@ -63,7 +63,8 @@ class Communicator {
 };
 
 // This rank's place in the plan. Device d is rank d of the communicator the
-// plan was made for (the probe's numbering).
+// plan was made for (the probe's numbering); under tensor parallelism the
+// plan's stages name units of t ranks (plan.tensor_groups).
 struct Topology {
   int rank = 0;
   // A layout may leave ranks out (pp x dp < ranks): those are idle, in none
@@ -71,7 +72,14 @@ struct Topology {
   bool idle = false;
   std::vector<int> job_ranks;                 // the ranks in the plan, ascending
   Communicator job_comm;                      // those ranks; rank in it == position in job_ranks
-  int stage = 0, replica = 0;                 // rank == plan.stages[stage][replica]
+  int stage = 0, replica = 0;                 // this rank's unit == plan.stages[stage][replica]
+  // Tensor parallelism (plan.tensor_parallel = t > 1): the unit's t ranks
+  // (one node) split every layer; this rank is tensor_ranks[tensor_rank].
+  // Every group below then joins the ranks of one tensor rank (the same
+  // slice of the model); t = 1: tensor_ranks = {rank}.
+  int tensor_parallel = 1, tensor_rank = 0;
+  std::vector<int> tensor_ranks;
+  Communicator tensor_comm;                   // tensor_ranks (t > 1); rank in it == tensor_rank
   int pipeline_stages = 1, data_parallel = 1;
   int previous_rank = -1;                     // stages[stage-1][replica]; -1 on the first stage
   int next_rank = -1;                         // stages[stage+1][replica]; -1 on the last stage
@@ -99,5 +107,11 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
 
 // One line: "rank 3: stage 1 of 2, replica 1 of 2, data-parallel group [1 3], previous 2, next -".
 std::string describe(const Topology& topology);
+
+// Collective over `world`: units of `t` consecutive ranks (0..t-1, t..2t-1,
+// ...), each of which must be on one host (MPI_COMM_TYPE_SHARED); "" or a
+// one-line error naming the ranks and hosts that break it.
+std::string consecutive_tensor_groups(MPI_Comm world, int t, double deadline_s,
+                                      std::vector<std::vector<int>>& groups);
 
 }  // namespace geotrain::runtime

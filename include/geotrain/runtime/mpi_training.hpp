@@ -96,4 +96,27 @@ class MpiCollectives : public Collectives {
   ExchangeInFlight tied_in_flight_;  // the last stage's half of the tied embedding
 };
 
+// The sums of a tensor-parallel unit (model/tensor_parallel.hpp) over
+// topology.tensor_comm: exchange_sum (every member gets the same bits) and
+// an all-reduce MAX, each wait with the deadline. Device memory goes through
+// the host.
+class MpiTensorGroup : public model::TensorGroup {
+ public:
+  MpiTensorGroup(const Topology& topology, kernels::Backend& backend, double deadline_s);
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  void sum(float* data, std::size_t count) override;
+  void max(float* data, std::size_t count) override;
+  void sum_values(double* values, int count) override;
+  void sum_host(float* data, std::size_t count) override;
+
+ private:
+  float* on_host(float* data, std::size_t count);  // data itself where the backend's memory is the host's
+  void back_to_device(float* data, std::size_t count);
+  ExchangeGroup group_;
+  kernels::Backend& backend_;
+  int size_, rank_;
+  std::vector<float> staging_;
+};
+
 }  // namespace geotrain::runtime

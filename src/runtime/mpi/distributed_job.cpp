@@ -107,11 +107,27 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   const io::Config config = io::read_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
   const int pp = config.plan_file.empty() ? config.pipeline_stages : 1;  // a plan file: its own stages, later
-  if (ranks % pp != 0) {
+  const int tp = config.tensor_parallel;
+  if (ranks % tp != 0) {
+    throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
+                     std::to_string(tp) + " does not divide the " + std::to_string(ranks) +
+                     " ranks of this job (ranks = tensor_parallel x stages x data-parallel replicas)");
+  }
+  if (tp > 1 && (config.layout == LayoutChoice::automatic || !config.plan_file.empty())) {
+    throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
+                     std::to_string(tp) + " is for the fixed layout; with pipeline.layout = auto or a plan file "
+                     "the plan chooses it");
+  }
+  if (tp > 1 && (model.heads % tp != 0 || model.vocabulary < tp)) {
+    throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
+                     std::to_string(tp) + " does not divide the model's " + std::to_string(model.heads) + " heads");
+  }
+  if ((ranks / tp) % pp != 0) {
     throw InputError(config.origin_of("pipeline.stages") + ": pipeline.stages: " + std::to_string(pp) +
-                     " does not divide the " + std::to_string(ranks) +
-                     " ranks of this job (ranks = stages x data-parallel replicas; change the rank count or "
-                     "pipeline.stages)");
+                     " does not divide the " + std::to_string(ranks / tp) + " " +
+                     (tp > 1 ? "tensor-parallel units" : "ranks") +
+                     " of this job (ranks = " + (tp > 1 ? "tensor_parallel x " : "") +
+                     "stages x data-parallel replicas; change the rank count or pipeline.stages)");
   }
   if (!config.compute_slowdown.empty() && static_cast<int>(config.compute_slowdown.size()) != ranks) {
     throw InputError(config.origin_of("emulation.compute_slowdown") + ": emulation.compute_slowdown: has " +
@@ -325,23 +341,34 @@ plan::TrainingShape shape_of(const ModelShape& m, const io::Config& c, int repli
 
 std::string format_plan(const plan::Plan& p, const std::string& placement, const plan::Network& net) {
   std::ostringstream out;
-  out << "plan (" << placement << "): " << p.pipeline_stages << " stages x " << p.data_parallel
+  out << "plan (" << placement << "): " << (p.tensor_parallel > 1 ? std::to_string(p.tensor_parallel) + "-way tensor-parallel units x " : std::string())
+      << p.pipeline_stages << " stages x " << p.data_parallel
       << " replicas; predicted communication per step " << std::setprecision(4) << p.cost.total_s() << " s (data-parallel "
       << p.cost.datap_s << " s, pipeline " << p.cost.pipeline_s << " s)\n";
   for (int r = 0; r < p.data_parallel; ++r) {
     out << "  pipeline " << r << ": ranks ";
     for (int s = 0; s < p.pipeline_stages; ++s) {
-      const int d = p.stages[s][r];
-      out << (s ? " -> " : "") << d;
-      if (!net.site_of_device.empty()) out << " (" << net.site_of_device[d] << ")";
+      const std::vector<int> unit = p.ranks_of_unit(p.stages[s][r]);
+      out << (s ? " -> " : "") << (unit.size() > 1 ? "[" : "");
+      for (std::size_t j = 0; j < unit.size(); ++j) out << (j ? " " : "") << unit[j];
+      out << (unit.size() > 1 ? "]" : "");
+      if (!net.site_of_device.empty() && unit.front() < net.device_count) {
+        out << " (" << net.site_of_device[unit.front()] << ")";
+      }
     }
     out << "\n";
   }
+  std::vector<char> used(static_cast<std::size_t>(std::max(net.device_count, 0)), 0);
+  for (const auto& stage : p.stages) {
+    for (int unit : stage) {
+      for (int d : p.ranks_of_unit(unit)) {
+        if (d < net.device_count) used[static_cast<std::size_t>(d)] = 1;
+      }
+    }
+  }
   std::string idle;  // the network is rank 0's (elsewhere it may be empty)
   for (int d = 0; d < net.device_count; ++d) {
-    bool used = false;
-    for (const auto& stage : p.stages) used = used || std::find(stage.begin(), stage.end(), d) != stage.end();
-    if (!used) idle.append(" ").append(std::to_string(d));
+    if (!used[static_cast<std::size_t>(d)]) idle.append(" ").append(std::to_string(d));
   }
   if (!idle.empty()) out << "  idle ranks:" << idle << "\n";
   return out.str();
@@ -398,15 +425,30 @@ plan::Network job_network(const Setup& setup, int ranks, bool talk, std::ostream
 }
 
 // The plan, made on rank 0 and checked everywhere.
+// With pipeline.tensor_parallel = t, the placement places units of t
+// consecutive ranks of one host, each seen through its first rank's links.
 plan::Plan plan_job(const io::Config& config, const ModelShape& model, const plan::Network& network, int ranks,
                     bool talk, std::ostream& log) {
-  const int pp = config.pipeline_stages, dp = ranks / pp;
+  const int tp = config.tensor_parallel, pp = config.pipeline_stages, dp = ranks / tp / pp;
+  std::vector<std::vector<int>> groups;
+  const std::string error = consecutive_tensor_groups(MPI_COMM_WORLD, tp, config.network_deadline_s, groups);
+  if (!error.empty()) abort_all(config.origin_of("pipeline.tensor_parallel") + ": " + error);
+  plan::Network units = network;
+  if (tp > 1 && network.device_count == ranks) {  // rank 0's (elsewhere the network may be empty)
+    std::vector<int> first_ranks;
+    for (const auto& group : groups) first_ranks.push_back(group.front());
+    units = plan::subnetwork(network, first_ranks);
+  }
   plan::SearchOptions options;
   options.seed = config.seed;
   options.candidates = config.plan_candidates;
   const plan::Workload workload = plan::workload_from_model(shape_of(model, config, dp), pp, dp);
-  const plan::Plan the_plan = plan_on_root_and_broadcast(MPI_COMM_WORLD, network, workload, config.placement, options,
-                                                         config.network_deadline_s);
+  plan::Plan the_plan = plan_on_root_and_broadcast(MPI_COMM_WORLD, units, workload, config.placement, options,
+                                                   config.network_deadline_s);
+  if (tp > 1) {
+    the_plan.tensor_parallel = tp;
+    the_plan.tensor_groups = groups;
+  }
   if (talk) log << format_plan(the_plan, plan::to_string(config.placement), network) << std::flush;
   return the_plan;
 }
@@ -464,14 +506,16 @@ class JobConnections {
     }
     if (!config.checkpoint_dir.empty()) {
       sink_.emplace(config.checkpoint_dir, config.checkpoint_keep,
-                    sharded_form(config.checkpoint_form, topology.pipeline_stages * topology.data_parallel), deadline_s,
+                    sharded_form(config.checkpoint_form, static_cast<int>(topology.job_ranks.size())), deadline_s,
                     topology.job_comm.get(), topology.job_ranks);
     }
+    if (topology.tensor_parallel > 1) tensor_group_.emplace(topology, *backend_, deadline_s);
   }
 
   RankConnections get() {
     Collectives& collectives = nccl_collectives_ ? *nccl_collectives_ : static_cast<Collectives&>(mpi_collectives_);
-    return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr, within_site_ ? &*within_site_ : nullptr};
+    return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr, within_site_ ? &*within_site_ : nullptr,
+            tensor_group_ ? &*tensor_group_ : nullptr};
   }
 
  private:
@@ -481,6 +525,7 @@ class JobConnections {
   std::unique_ptr<Collectives> nccl_collectives_;
   std::optional<MpiCheckpointSink> sink_;
   std::optional<MpiCollectives> within_site_;  // outer.sync_within_site
+  std::optional<MpiTensorGroup> tensor_group_;  // pipeline.tensor_parallel > 1
 };
 
 // Rank 0's closing lines: the summary and where a step's time went.
@@ -581,6 +626,11 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   role.rank = rank;
   role.reports = reports;
   role.spec = setup.stages[topology.stage];
+  role.spec.tensor_parallel = topology.tensor_parallel;
+  role.spec.tensor_rank = topology.tensor_rank;
+  role.job_ranks = static_cast<int>(topology.job_ranks.size());
+  role.job_index = static_cast<int>(std::find(topology.job_ranks.begin(), topology.job_ranks.end(), rank) -
+                                    topology.job_ranks.begin());
   role.plan_text = format_plan(the_plan, plan::to_string(config.placement), network);
   role.site_replicas = std::max<int>(1, static_cast<int>(topology.site_ranks.size()));
   if (kind == JobKind::evaluate) return evaluate_job(setup.inputs, role, connections.get(), log);

@@ -133,11 +133,17 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   }
   t.pipeline_stages = plan.pipeline_stages;
   t.data_parallel = plan.data_parallel;
+  t.tensor_parallel = plan.tensor_parallel;
   t.idle = true;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     for (int r = 0; r < plan.data_parallel; ++r) {
-      t.job_ranks.push_back(plan.stages[s][r]);
-      if (plan.stages[s][r] == t.rank) t.stage = s, t.replica = r, t.idle = false;
+      const std::vector<int> unit = plan.ranks_of_unit(plan.stages[s][r]);
+      for (std::size_t j = 0; j < unit.size(); ++j) {
+        t.job_ranks.push_back(unit[j]);
+        if (unit[j] != t.rank) continue;
+        t.stage = s, t.replica = r, t.tensor_rank = static_cast<int>(j), t.idle = false;
+        t.tensor_ranks = unit;
+      }
     }
   }
   std::sort(t.job_ranks.begin(), t.job_ranks.end());
@@ -153,12 +159,17 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   GT_MPI_CHECK(MPI_Comm_dup(world, &links));
   t.pipeline_links = Communicator(links);
   if (t.idle) return t;  // the other communicators are split from job_comm
-  t.dp_ranks = plan.stages[t.stage];
-  for (int s = 0; s < plan.pipeline_stages; ++s) t.pipeline_ranks.push_back(plan.stages[s][t.replica]);
-  if (t.stage > 0) t.previous_rank = plan.stages[t.stage - 1][t.replica];
-  if (t.stage + 1 < plan.pipeline_stages) t.next_rank = plan.stages[t.stage + 1][t.replica];
+  // The rank holding this rank's slice of the model in unit (s, r).
+  const auto rank_at = [&](int s, int r) {
+    return plan.ranks_of_unit(plan.stages[s][r])[static_cast<std::size_t>(t.tensor_rank)];
+  };
+  const int slices = t.tensor_parallel;
+  for (int r = 0; r < plan.data_parallel; ++r) t.dp_ranks.push_back(rank_at(t.stage, r));
+  for (int s = 0; s < plan.pipeline_stages; ++s) t.pipeline_ranks.push_back(rank_at(s, t.replica));
+  if (t.stage > 0) t.previous_rank = rank_at(t.stage - 1, t.replica);
+  if (t.stage + 1 < plan.pipeline_stages) t.next_rank = rank_at(t.stage + 1, t.replica);
   MPI_Comm dp = MPI_COMM_NULL;
-  GT_MPI_CHECK(MPI_Comm_split(job, t.stage, t.replica, &dp));
+  GT_MPI_CHECK(MPI_Comm_split(job, t.stage * slices + t.tensor_rank, t.replica, &dp));
   t.dp_comm = Communicator(dp);
   int dp_rank = -1, dp_size = 0;
   GT_MPI_CHECK(MPI_Comm_rank(dp, &dp_rank));
@@ -169,11 +180,16 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
               std::to_string(t.replica) + " of " + std::to_string(plan.data_parallel));
   }
   MPI_Comm pipe = MPI_COMM_NULL, tied = MPI_COMM_NULL;
-  GT_MPI_CHECK(MPI_Comm_split(job, t.replica, t.stage, &pipe));
+  GT_MPI_CHECK(MPI_Comm_split(job, t.replica * slices + t.tensor_rank, t.stage, &pipe));
   t.pipeline_comm = Communicator(pipe);
   const bool holds_embedding = t.pipeline_stages > 1 && (t.stage == 0 || t.stage == t.pipeline_stages - 1);
-  GT_MPI_CHECK(MPI_Comm_split(job, holds_embedding ? t.replica : MPI_UNDEFINED, t.stage, &tied));
+  GT_MPI_CHECK(MPI_Comm_split(job, holds_embedding ? t.replica * slices + t.tensor_rank : MPI_UNDEFINED, t.stage,
+                              &tied));
   t.tied_comm = Communicator(tied);
+  MPI_Comm tensor = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(job, slices > 1 ? t.stage * plan.data_parallel + t.replica : MPI_UNDEFINED,
+                              t.tensor_rank, &tensor));
+  t.tensor_comm = Communicator(tensor);
   MPI_Comm site = MPI_COMM_NULL;
   if (static_cast<int>(site_of_rank.size()) == size) {
     // Colour: the group's first member in this rank's site (the same for all of them).
@@ -186,7 +202,7 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
     GT_MPI_CHECK(MPI_Comm_split(dp, colour, t.replica, &site));
     t.site_comm = Communicator(site);
   }
-  for (MPI_Comm c : {job, dp, pipe, tied, links, site}) {
+  for (MPI_Comm c : {job, dp, pipe, tied, links, site, tensor}) {
     if (c != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   }
   return t;
@@ -195,13 +211,56 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
 std::string describe(const Topology& t) {
   std::ostringstream out;
   out << "rank " << t.rank << ": stage " << t.stage << " of " << t.pipeline_stages << ", replica " << t.replica
-      << " of " << t.data_parallel << ", data-parallel group [";
+      << " of " << t.data_parallel;
+  if (t.tensor_parallel > 1) {
+    out << ", tensor rank " << t.tensor_rank << " of [";
+    for (std::size_t i = 0; i < t.tensor_ranks.size(); ++i) out << (i ? " " : "") << t.tensor_ranks[i];
+    out << "]";
+  }
+  out << ", data-parallel group [";
   for (std::size_t i = 0; i < t.dp_ranks.size(); ++i) out << (i ? " " : "") << t.dp_ranks[i];
   out << "], previous ";
   if (t.previous_rank >= 0) out << t.previous_rank; else out << "-";
   out << ", next ";
   if (t.next_rank >= 0) out << t.next_rank; else out << "-";
   return out.str();
+}
+
+std::string consecutive_tensor_groups(MPI_Comm world, int t, double deadline_s,
+                                      std::vector<std::vector<int>>& groups) {
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(world, &size));
+  groups.clear();
+  if (t <= 1) return "";
+  // A host is named by its lowest rank (the first of its shared-memory communicator).
+  MPI_Comm host = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  int host_id = rank;
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &host_id, 1, MPI_INT, MPI_MIN, host, &request));
+  wait_collective_or_abort({&request, 1}, host, -1, deadline_s, "naming the hosts");
+  MPI_Comm_free(&host);
+  std::vector<int> host_of(static_cast<std::size_t>(size));
+  GT_MPI_CHECK(MPI_Iallgather(&host_id, 1, MPI_INT, host_of.data(), 1, MPI_INT, world, &request));
+  wait_collective_or_abort({&request, 1}, world, -1, deadline_s, "gathering the hosts");
+  if (size % t != 0) {
+    return "pipeline.tensor_parallel: " + std::to_string(t) + " does not divide the " + std::to_string(size) +
+           " ranks of this job";
+  }
+  for (int first = 0; first < size; first += t) {
+    std::vector<int> group;
+    for (int j = 0; j < t; ++j) {
+      group.push_back(first + j);
+      if (host_of[static_cast<std::size_t>(first + j)] != host_of[static_cast<std::size_t>(first)]) {
+        return "pipeline.tensor_parallel: ranks " + std::to_string(first) + " and " + std::to_string(first + j) +
+               " would share a tensor-parallel group but run on different hosts (place " + std::to_string(t) +
+               " consecutive ranks per host, e.g. mpirun --map-by ppr:" + std::to_string(t) + ":node)";
+      }
+    }
+    groups.push_back(std::move(group));
+  }
+  return "";
 }
 
 }  // namespace geotrain::runtime
