@@ -16,6 +16,12 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 ranks) and alone: losses and parameters within 1e-5 of the
                 golden run. A shard removed: exit 2, one line naming it.
   cross-layout-single  the same from checkpoint.form = single (one file).
+  cross-tensor-parallel  mpirun 2-way tensor-parallel units x 2 stages (4
+                ranks): the step-10 checkpoint holds whole tensors (one shard
+                per stage) within 1e-5 of the golden run's, and resumes alone
+                (tp = 1); the golden (tp = 1) step-10 checkpoint resumes on
+                4-way tensor parallelism; both reach the golden losses within
+                1e-5, and the tp = 4 run's step-20 tensors the golden ones.
   mpi-sigterm   mpirun 4 ranks, SIGTERM to one rank only (as a pre-emption
                 notice may reach some ranks first): every rank stops with one
                 checkpoint; resumed with 2 ranks (fewer) to the end, within 1e-5.
@@ -73,12 +79,12 @@ class Runner:
                        "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=4",
                        f"--checkpoint.every_steps={HALF}", "--checkpoint.keep=5"]
 
-    def command(self, name, ranks=0, stages=1, extra=()):
+    def command(self, name, ranks=0, stages=1, extra=(), tensor_parallel=1):
         """geotrain train into WORKDIR/name, alone (ranks=0) or under mpirun."""
-        replicas = max(ranks, 1) // stages
+        replicas = max(ranks, 1) // stages // tensor_parallel
         args = [self.geotrain, "train", *self.common, f"--checkpoint.dir={self.dir(name)}",
                 f"--pipeline.stages={stages}", f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // replicas}",
-                *extra]
+                f"--pipeline.tensor_parallel={tensor_parallel}", *extra]
         return [*self.mpirun, "-n", str(ranks), *args] if ranks else args
 
     def dir(self, name):
@@ -378,6 +384,17 @@ def main():
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
         if form == "sharded":
             check_missing_shard(r, half)
+    elif case == "cross-tensor-parallel":
+        r.run(r.command("tp2pp2", ranks=4, stages=2, tensor_parallel=2))
+        half = checkpoint(r.dir("tp2pp2"), HALF)
+        check_form(half, "sharded", stages=2)  # whole tensors: one shard per stage, not per rank
+        compare_tensors(half, checkpoint(r.dir("golden"), HALF), exact=False)
+        done = r.run(r.command("alone", extra=[f"--checkpoint.resume={half}"]))
+        compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
+        golden_half = checkpoint(r.dir("golden"), HALF)
+        done = r.run(r.command("tp4", ranks=4, tensor_parallel=4, extra=[f"--checkpoint.resume={golden_half}"]))
+        compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
+        compare_tensors(checkpoint(r.dir("tp4"), STEPS), golden_end, exact=False)
     elif case == "mpi-sigterm":
         command = r.command("mpi", ranks=4, stages=2)
         code, _, err = sigterm_after(command, 5, lambda p: rank_processes(p.pid)[-1])

@@ -14,8 +14,14 @@ Overlap: the rank-order runs sum gradients after the backward
 64 KiB buckets (several start during the backward) must give the same
 losses bit for bit.
 
+Tensor parallelism: a case "t x pp x dp" runs t x pp x dp ranks with
+pipeline.tensor_parallel = t (units of t consecutive ranks splitting every
+layer, its heads, MLP columns and vocabulary) and must follow the same
+trajectory.
+
 usage: check_trajectories.py GEOTRAIN CONFIG CASES [TRAIN FLAGS...] -- MPIRUN...
-  CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp); TRAIN FLAGS go to every run
+  CASES: "1x1,2x1,1x2,2x2,4x2" (pp x dp) or "2x1x1,2x2x2" (tp x pp x dp);
+  TRAIN FLAGS go to every run
   (e.g. --model.lm_head=untied)
 """
 import json
@@ -59,10 +65,13 @@ def main():
     print(f"single rank: losses {reference[0]:.6f} .. {reference[-1]:.6f}, validation {reference_final:.6f}")
     failures = []
     for case in cases.split(","):
-        pp, dp = (int(x) for x in case.split("x"))
+        sizes = [int(x) for x in case.split("x")]
+        tp, pp, dp = sizes if len(sizes) == 3 else [1, *sizes]
         layouts = {}
-        command = [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
+        command = [*mpirun, "-n", str(tp * pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
                    f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}"]
+        if tp > 1:
+            command.append(f"--pipeline.tensor_parallel={tp}")
         for placement, schedule in (("rank-order", "1f1b"), ("random", "gpipe")):
             buckets = ["--network.gradient_bucket_mb=0"] if placement == "rank-order" else []
             losses, final, pipelines = run([*command, f"--pipeline.placement={placement}",
@@ -71,7 +80,7 @@ def main():
                 overlapped, _, _ = run([*command, "--pipeline.placement=rank-order", "--pipeline.schedule=1f1b",
                                         "--network.gradient_bucket_mb=0.0625"])
                 same = overlapped == losses
-                print(f"pp={pp} dp={dp} rank-order 1f1b, 64 KiB buckets: losses "
+                print(f"tp={tp} pp={pp} dp={dp} rank-order 1f1b, 64 KiB buckets: losses "
                       f"{'bitwise equal' if same else 'DIFFER'} to the sum after the backward")
                 if not same:
                     failures.append(f"{case} buckets: {overlapped} vs {losses}")
@@ -79,7 +88,7 @@ def main():
             worst = max(relative(a, b) for a, b in zip(losses, reference))
             worst = max(worst, relative(final, reference_final))
             verdict = "ok" if worst <= TOLERANCE else "MISMATCH"
-            print(f"pp={pp} dp={dp} {placement:10s} {schedule}: pipelines {pipelines}: "
+            print(f"tp={tp} pp={pp} dp={dp} {placement:10s} {schedule}: pipelines {pipelines}: "
                   f"max relative difference {worst:.2e} {verdict}")
             if worst > TOLERANCE:
                 failures.append(f"{case} {placement}: {losses} vs {reference}")
