@@ -25,6 +25,9 @@ namespace geotrain::runtime {
 // Both are collective over the topology's communicators, like make_topology.
 std::unique_ptr<PipelineLinks> make_nccl_links(const Topology& topology, kernels::Backend& backend,
                                                double deadline_s);
+// Tensor parallelism on GPUs: the unit's sums with NCCL (device memory stays there).
+std::unique_ptr<model::TensorGroup> make_nccl_tensor_group(const Topology& topology, kernels::Backend& backend,
+                                                           double deadline_s);
 std::unique_ptr<Collectives> make_nccl_collectives(const Topology& topology, kernels::Backend& backend,
                                                    MpiCollectives& scalars, double deadline_s);
 

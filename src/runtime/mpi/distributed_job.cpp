@@ -509,13 +509,20 @@ class JobConnections {
                     sharded_form(config.checkpoint_form, static_cast<int>(topology.job_ranks.size())), deadline_s,
                     topology.job_comm.get(), topology.job_ranks);
     }
-    if (topology.tensor_parallel > 1) tensor_group_.emplace(topology, *backend_, deadline_s);
+    if (topology.tensor_parallel > 1) {
+#ifdef GEOTRAIN_HAVE_NCCL
+      if (nccl_collectives_) tensor_group_ = make_nccl_tensor_group(topology, *backend_, deadline_s);
+#endif
+      if (!tensor_group_) tensor_group_ = std::make_unique<MpiTensorGroup>(topology, *backend_, deadline_s);
+      if (talk) log << "tensor parallelism: " << topology.tensor_parallel << " ranks per unit, sums over "
+                    << (nccl_collectives_ ? "NCCL" : "MPI") << "\n";
+    }
   }
 
   RankConnections get() {
     Collectives& collectives = nccl_collectives_ ? *nccl_collectives_ : static_cast<Collectives&>(mpi_collectives_);
     return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr, within_site_ ? &*within_site_ : nullptr,
-            tensor_group_ ? &*tensor_group_ : nullptr};
+            tensor_group_.get()};
   }
 
  private:
@@ -525,7 +532,7 @@ class JobConnections {
   std::unique_ptr<Collectives> nccl_collectives_;
   std::optional<MpiCheckpointSink> sink_;
   std::optional<MpiCollectives> within_site_;  // outer.sync_within_site
-  std::optional<MpiTensorGroup> tensor_group_;  // pipeline.tensor_parallel > 1
+  std::unique_ptr<model::TensorGroup> tensor_group_;  // pipeline.tensor_parallel > 1
 };
 
 // Rank 0's closing lines: the summary and where a step's time went.

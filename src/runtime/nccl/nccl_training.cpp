@@ -92,16 +92,18 @@ class NcclLinks : public PipelineLinks {
         deadline_s_(deadline_s) {
     GT_CUDA_CHECK(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
     GT_CUDA_CHECK(cudaEventCreateWithFlags(&received_, cudaEventDisableTiming));
-    // Boundary b joins stage b and b + 1 of a replica; color = boundary
-    // index over all replicas. Two rounds (even, odd boundaries) so each
-    // rank is in at most one pair per split; two directions per boundary.
+    // Boundary b joins stage b and b + 1 of a replica (of one tensor rank);
+    // color = boundary index over all replicas and tensor ranks. Two rounds
+    // (even, odd boundaries) so each rank is in at most one pair per split;
+    // two directions per boundary.
     MPI_Comm world = t.pipeline_links.get();
     const int boundaries = t.pipeline_stages - 1;
+    const auto boundary = [&](int b) { return (t.replica * boundaries + b) * t.tensor_parallel + t.tensor_rank; };
     for (int parity = 0; parity < 2; ++parity) {
       for (int direction = 0; direction < 2; ++direction) {
         int color = -1, key = 0;
-        if (t.next_rank >= 0 && t.stage % 2 == parity) color = t.replica * boundaries + t.stage, key = 0;
-        if (t.previous_rank >= 0 && (t.stage - 1) % 2 == parity) color = t.replica * boundaries + t.stage - 1, key = 1;
+        if (t.next_rank >= 0 && t.stage % 2 == parity) color = boundary(t.stage), key = 0;
+        if (t.previous_rank >= 0 && (t.stage - 1) % 2 == parity) color = boundary(t.stage - 1), key = 1;
         MPI_Comm pair = pair_comm(world, color, key);
         if (pair == MPI_COMM_NULL) continue;
         const bool with_next = key == 0;
@@ -231,7 +233,44 @@ class NcclCollectives : public Collectives {
   NcclComm data_parallel_, tied_;
 };
 
+// The unit's sums on the GPU (ncclAllReduce on the compute stream: every
+// member gets the same bits); host doubles and checkpoint tensors over MPI.
+class NcclTensorGroup : public model::TensorGroup {
+ public:
+  NcclTensorGroup(const Topology& t, kernels::Backend& backend, std::unique_ptr<MpiTensorGroup> host,
+                  double deadline_s)
+      : stream_(static_cast<cudaStream_t>(backend.native_stream())), host_(std::move(host)),
+        comm_(t.tensor_comm.get(), deadline_s, "the tensor-parallel group"), deadline_s_(deadline_s) {
+    GT_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  ~NcclTensorGroup() override { cudaEventDestroy(done_); }
+  int size() const override { return host_->size(); }
+  int rank() const override { return host_->rank(); }
+  void sum(float* data, std::size_t count) override { all_reduce(data, count, ncclSum); }
+  void max(float* data, std::size_t count) override { all_reduce(data, count, ncclMax); }
+  void sum_values(double* values, int count) override { host_->sum_values(values, count); }
+  void sum_host(float* data, std::size_t count) override { host_->sum_host(data, count); }
+
+ private:
+  void all_reduce(float* data, std::size_t count, ncclRedOp_t op) {
+    GT_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, op, comm_.get(), stream_));
+    GT_CUDA_CHECK(cudaEventRecord(done_, stream_));
+    wait_event_or_abort(done_, comm_, deadline_s_, "summing a layer's parts over the tensor-parallel group");
+  }
+  cudaStream_t stream_;
+  std::unique_ptr<MpiTensorGroup> host_;
+  NcclComm comm_;
+  double deadline_s_;
+  cudaEvent_t done_ = nullptr;
+};
+
 }  // namespace
+
+std::unique_ptr<model::TensorGroup> make_nccl_tensor_group(const Topology& topology, kernels::Backend& backend,
+                                                           double deadline_s) {
+  return std::make_unique<NcclTensorGroup>(topology, backend,
+                                           std::make_unique<MpiTensorGroup>(topology, backend, deadline_s), deadline_s);
+}
 
 std::unique_ptr<PipelineLinks> make_nccl_links(const Topology& topology, kernels::Backend& backend, double deadline_s) {
   return std::make_unique<NcclLinks>(topology, backend, deadline_s);
