@@ -133,7 +133,9 @@ JobLayout deliver_layout(JobLayout layout, const std::string& error, int model_l
                 ranks, layout);
   std::vector<char> used(static_cast<std::size_t>(ranks), 0);
   for (const auto& stage : layout.plan.stages) {
-    for (int d : stage) used[static_cast<std::size_t>(d)] = 1;
+    for (int unit : stage) {
+      for (int d : layout.plan.ranks_of_unit(unit)) used[static_cast<std::size_t>(d)] = 1;
+    }
   }
   for (int r = 0; r < ranks; ++r) {
     if (!used[static_cast<std::size_t>(r)]) layout.idle_ranks.push_back(r);
@@ -235,11 +237,19 @@ JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int 
   }
   l.plan.pipeline_stages = integer("pp");
   l.plan.data_parallel = integer("dp");
+  l.plan.tensor_parallel = j.contains("tp") ? integer("tp") : 1;
   try {
     l.plan.stages = j.at("stages").get<std::vector<std::vector<int>>>();
+    if (l.plan.tensor_parallel > 1) {
+      l.plan.tensor_groups = j.at("tensor_groups").get<std::vector<std::vector<int>>>();
+    }
     plan::decode_plan(plan::encode_plan(l.plan), ranks);
   } catch (const std::exception& e) {
-    fail("stages", e.what());
+    fail(l.plan.tensor_parallel > 1 ? "stages, tensor_groups" : "stages", e.what());
+  }
+  if (l.plan.tensor_parallel > 1 && model.heads % l.plan.tensor_parallel != 0) {
+    fail("tp", std::to_string(l.plan.tensor_parallel) + " does not divide the " + std::to_string(model.heads) +
+                   " heads of " + model.name);
   }
   if (j.contains("schedule") && j["schedule"].is_string() &&
       j["schedule"].get<std::string>() != plan::to_string(config.pipeline_schedule)) {
