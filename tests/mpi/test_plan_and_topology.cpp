@@ -10,10 +10,12 @@
 #include <stdexcept>
 #include <vector>
 
+#include "geotrain/kernels/backend.hpp"
 #include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/plan/search.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/runtime/mpi_training.hpp"
 
 namespace {
 
@@ -179,6 +181,53 @@ TEST(Topology, RanksLeftOutOfThePlanAreIdle) {
   int sum = 0;
   MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, topology.job_comm.get());
   EXPECT_EQ(sum, 2);
+}
+
+}  // namespace
+
+namespace {
+
+// Two 2-rank units, the second unit first in the pipeline: every
+// communicator joins the ranks of one tensor rank, and the unit's group sums.
+TEST(Topology, TensorParallelUnitsChainByTensorRank) {
+  const int n = world_size();
+  ASSERT_GE(n, 4) << "run with at least 4 ranks";
+  const int rank = runtime::world_rank();
+  plan::Plan p;
+  p.pipeline_stages = 2;
+  p.data_parallel = 1;
+  p.tensor_parallel = 2;
+  p.tensor_groups = {{2, 3}, {0, 1}};
+  p.stages = {{1}, {0}};
+  const auto topology = runtime::make_topology(MPI_COMM_WORLD, p, 20);
+  if (rank >= 4) {
+    EXPECT_TRUE(topology.idle);
+    return;
+  }
+  EXPECT_EQ(topology.job_ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(topology.stage, rank < 2 ? 0 : 1);
+  EXPECT_EQ(topology.tensor_rank, rank % 2);
+  EXPECT_EQ(topology.tensor_ranks, rank < 2 ? (std::vector<int>{0, 1}) : (std::vector<int>{2, 3}));
+  EXPECT_EQ(topology.next_rank, rank < 2 ? rank + 2 : -1);
+  EXPECT_EQ(topology.previous_rank, rank < 2 ? -1 : rank - 2);
+  EXPECT_EQ(topology.pipeline_ranks, (std::vector<int>{rank % 2, rank % 2 + 2}));
+  int tensor_size = 0, tensor_rank = -1;
+  MPI_Comm_size(topology.tensor_comm.get(), &tensor_size);
+  MPI_Comm_rank(topology.tensor_comm.get(), &tensor_rank);
+  EXPECT_EQ(tensor_size, 2);
+  EXPECT_EQ(tensor_rank, topology.tensor_rank);
+  auto backend = kernels::make_cpu_backend();
+  runtime::MpiTensorGroup group(topology, *backend, 20);
+  std::vector<float> data = {static_cast<float>(rank), 1.0f};
+  group.sum(data.data(), data.size());
+  const float unit_sum = rank < 2 ? 1.0f : 5.0f;  // 0 + 1, 2 + 3
+  EXPECT_EQ(data, (std::vector<float>{unit_sum, 2.0f}));
+  std::vector<float> maxima = {static_cast<float>(rank), -static_cast<float>(rank)};
+  group.max(maxima.data(), maxima.size());
+  EXPECT_EQ(maxima, (std::vector<float>{rank < 2 ? 1.0f : 3.0f, rank < 2 ? 0.0f : -2.0f}));
+  double value = rank;
+  group.sum_values(&value, 1);
+  EXPECT_EQ(value, unit_sum);
 }
 
 }  // namespace
