@@ -22,7 +22,6 @@ struct JobLayout {
   int micro_batch_sequences = 1;
   int micro_batches = 1;              // per replica per step
   int micro_batches_per_flush = 1;    // GPipe: the search's flush; 1F1B: all of them
-  std::vector<int> idle_ranks;
   double predicted_iteration_s = 0;   // the simulator's, on the measured speeds
   std::vector<double> rank_tflops;    // as measured, per rank (a plan file: none)
   std::string source = "auto";        // "auto", or the plan file's path

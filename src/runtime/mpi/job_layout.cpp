@@ -131,15 +131,6 @@ JobLayout deliver_layout(JobLayout layout, const std::string& error, int model_l
   decode_extras(to_doubles(broadcast_bytes(MPI_COMM_WORLD, to_bytes(encode_extras(layout)), 0, deadline_s,
                                            "receiving the layout from rank 0")),
                 ranks, layout);
-  std::vector<char> used(static_cast<std::size_t>(ranks), 0);
-  for (const auto& stage : layout.plan.stages) {
-    for (int unit : stage) {
-      for (int d : layout.plan.ranks_of_unit(unit)) used[static_cast<std::size_t>(d)] = 1;
-    }
-  }
-  for (int r = 0; r < ranks; ++r) {
-    if (!used[static_cast<std::size_t>(r)]) layout.idle_ranks.push_back(r);
-  }
   int total_layers = 0;
   for (int l : layout.layers_per_stage) total_layers += l;
   const bool split_given = !layout.layers_per_stage.empty();
@@ -293,11 +284,7 @@ std::string describe(const JobLayout& l) {
   if (l.micro_batches_per_flush < l.micro_batches) out << " in flushes of " << l.micro_batches_per_flush;
   out << ", layers [";
   for (std::size_t s = 0; s < l.layers_per_stage.size(); ++s) out << (s ? " " : "") << l.layers_per_stage[s];
-  out << (l.layers_per_stage.empty() ? "even]" : "]");
-  if (!l.idle_ranks.empty()) {
-    out << ", idle ranks";
-    for (int r : l.idle_ranks) out << " " << r;
-  }
+  out << (l.layers_per_stage.empty() ? "even]" : "]");  // the idle ranks: the plan's lines below
   char predicted[64];
   std::snprintf(predicted, sizeof predicted, "; predicted %.4g s per step\n", l.predicted_iteration_s);
   out << predicted;
