@@ -27,7 +27,8 @@ Under mpirun (pipeline 2 stages x 2 replicas):
   mpi-sample      each sample the pipeline printed = geotrain sample of that
                   step's checkpoint on one process, same prompt, seed and
                   temperature.
-  mpi-eval        eval under mpirun on the training layout, and alone, of each
+  mpi-eval        eval under mpirun on the training layout, on 2-way tensor
+                  parallelism x 2 replicas, and alone, of each
                   checkpoint = the run's validation loss at that step.
 
 usage: check_sample_eval.py CASE GEOTRAIN CONFIG WORKDIR [-- MPIRUN...]
@@ -359,6 +360,9 @@ def check_pipeline_eval(geotrain, config, workdir, mpirun):
         compare(f"mpirun -n 4, step {step}", under_mpirun, validations[step])
         compare(f"alone, step {step}", eval_loss([*base, "--pipeline.stages=1", resume], cwd=cwd)["validation_loss"],
                 validations[step])
+        tensor_parallel = eval_loss([*mpirun, "-n", "4", *base, "--pipeline.stages=1", "--pipeline.tensor_parallel=2",
+                                     resume], cwd=cwd)["validation_loss"]
+        compare(f"mpirun -n 4, 2-way tensor parallel x 2 replicas, step {step}", tensor_parallel, validations[step])
     compare("final, mpirun -n 4", under_mpirun, final)
     if os.listdir(cwd):
         fail(f"eval wrote files: {os.listdir(cwd)}")
