@@ -257,10 +257,6 @@ void check(const Config& c) {
   positive("pipeline.stages", c.pipeline_stages);
   positive("pipeline.plan_candidates", c.plan_candidates);
   positive("pipeline.tensor_parallel", c.tensor_parallel);
-  if (c.tensor_parallel > 1 && c.sample_every_steps > 0) {
-    fail(where, "train.sample_every_steps", "cannot be combined with pipeline.tensor_parallel > 1 yet (sampling "
-         "reads the whole LM head); sample from a checkpoint with geotrain sample");
-  }
   positive("network.probe_bytes", c.probe_bytes);
   positive("train.sample_tokens", c.sample_tokens);
   if (c.gradient_accumulation > 16000) {

@@ -53,7 +53,7 @@ Sampler::Sampler(model::Stage& stage, PipelineStep& pipeline, kernels::Backend& 
                  int stages)
     : stage_(stage), pipeline_(pipeline), backend_(backend), last_(stage_index == stages - 1), stages_(stages) {
   if (!last_) return;
-  const std::size_t C = stage.config().hidden, V = stage.config().vocabulary;
+  const std::size_t C = stage.config().hidden, V = stage.vocabulary().rows;
   normed_ = backend_.alloc(C);
   mean_ = backend_.alloc(1);
   rstd_ = backend_.alloc(1);
@@ -88,9 +88,11 @@ std::vector<int> Sampler::generate(std::vector<int> tokens, const SamplingSettin
 }
 
 // The head of Stage::forward (final layernorm, then the tied embedding as
-// the output matrix) on the one row that predicts the next token.
+// the output matrix) on the one row that predicts the next token. Tensor
+// parallelism: each rank's rows of the vocabulary, put together over the
+// unit (every rank then picks the same token from the same logits).
 std::vector<float> Sampler::logits_at(int position) {
-  const int C = stage_.config().hidden, V = stage_.config().vocabulary;
+  const int C = stage_.config().hidden, V = stage_.vocabulary().rows;
   float* params = stage_.params();
   const float* hidden = stage_.output(0) + static_cast<std::size_t>(position) * C;
   backend_.layernorm_forward(normed_, mean_, rstd_, hidden, params + stage_.find("lnf.weight")->offset,
@@ -98,7 +100,12 @@ std::vector<float> Sampler::logits_at(int position) {
   backend_.matmul_forward(logits_, normed_, params + stage_.lm_head()->offset, nullptr, 1, C, V);
   std::vector<float> host(static_cast<std::size_t>(V));
   backend_.download(host.data(), logits_, host.size());
-  return host;
+  model::TensorGroup* group = stage_.tensor_group();
+  if (group == nullptr) return host;
+  std::vector<float> whole(static_cast<std::size_t>(stage_.config().vocabulary), 0.0f);
+  std::copy(host.begin(), host.end(), whole.begin() + stage_.vocabulary().begin);
+  group->sum_host(whole.data(), whole.size());
+  return whole;
 }
 
 std::vector<int> sample_checkpoint(const io::Checkpoint& checkpoint, const std::string& path,

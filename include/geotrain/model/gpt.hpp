@@ -103,6 +103,8 @@ class Stage {
 
   int micro_batch() const { return B_; }
   TensorGroup* tensor_group() const { return tensor_group_; }
+  // This rank's rows of the vocabulary (the whole of it without tensor parallelism).
+  VocabularyRange vocabulary() const { return vocabulary_; }
   std::size_t activation_floats_per_slot() const;
 
  private:
