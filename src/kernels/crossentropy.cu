@@ -6,6 +6,11 @@
 // the forward records the first such row and, like the CPU twin, throws
 // RunError naming it (one stream synchronisation per call; the caller
 // downloads the losses right after anyway); the backward writes NaN there.
+// The vocabulary-parallel passes (crossentropy_shard_*: row maxima, then
+// sum of exp and target term, then the gradient, around the caller's sums
+// over the group) use the same block per row and the same fixed-order block
+// reductions; a target outside the shard is normal there (another rank holds
+// it) and contributes nothing.
 #include <climits>
 #include <string>
 
@@ -72,6 +77,52 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
   }
 }
 
+__global__ void crossentropy_shard_max_kernel(float* row_max, const float* logits, int V) {
+  __shared__ float shared[kWarpSize];
+  const int row = blockIdx.x;
+  const float* x = logits + static_cast<std::size_t>(row) * V;
+  float maximum = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) maximum = fmaxf(maximum, x[v]);
+  maximum = block_max(maximum, shared);
+  if (threadIdx.x == 0) row_max[row] = maximum;
+}
+
+// The sum in fp32 as crossentropy_forward's (each thread a strided partial,
+// then the block tree); the CPU twin sums in double.
+__global__ void crossentropy_shard_statistics_kernel(float* stats, const float* logits, const int* targets,
+                                                     const float* row_max, int V, int vocab_begin) {
+  __shared__ float shared[kWarpSize];
+  const int row = blockIdx.x;
+  const float* x = logits + static_cast<std::size_t>(row) * V;
+  const float maximum = row_max[row];
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(x[v] - maximum);
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    // In 64 bits: targets[row] - vocab_begin may not fit an int.
+    const long long local = static_cast<long long>(targets[row]) - vocab_begin;
+    stats[2 * static_cast<std::size_t>(row)] = sum;
+    stats[2 * static_cast<std::size_t>(row) + 1] = local >= 0 && local < V ? x[local] - maximum : 0.0f;
+  }
+}
+
+// As the CPU twin: exp(x - max) * (1 / sum) * dloss, then - dloss at the target.
+__global__ void crossentropy_shard_backward_kernel(float* dlogits, const float* logits, const int* targets,
+                                                   const float* row_max, const float* stats, float dloss, int V,
+                                                   int vocab_begin) {
+  const int row = blockIdx.x;
+  const std::size_t offset = static_cast<std::size_t>(row) * V;
+  const float* x = logits + offset;
+  float* d = dlogits + offset;
+  const float maximum = row_max[row];
+  const float inverse = 1.0f / stats[2 * static_cast<std::size_t>(row)];
+  const long long local = static_cast<long long>(targets[row]) - vocab_begin;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float value = expf(x[v] - maximum) * inverse * dloss;
+    d[v] = v == local ? value - dloss : value;
+  }
+}
+
 }  // namespace
 
 void crossentropy_forward(const Context& ctx, float* losses, const float* logits, const int* targets, int N, int V) {
@@ -98,6 +149,29 @@ void crossentropy_backward(const Context& ctx, float* dlogits, const float* logi
                            int N, int V) {
   if (N == 0) return;
   crossentropy_backward_kernel<<<N, kThreads, 0, ctx.stream>>>(dlogits, logits, targets, dloss, V);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_shard_max(const Context& ctx, float* row_max, const float* logits, int N, int V) {
+  if (N == 0) return;
+  crossentropy_shard_max_kernel<<<N, kThreads, 0, ctx.stream>>>(row_max, logits, V);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_shard_statistics(const Context& ctx, float* stats, const float* logits, const int* targets,
+                                   const float* row_max, int N, int V, int vocab_begin) {
+  if (N == 0) return;
+  crossentropy_shard_statistics_kernel<<<N, kThreads, 0, ctx.stream>>>(stats, logits, targets, row_max, V,
+                                                                       vocab_begin);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_shard_backward(const Context& ctx, float* dlogits, const float* logits, const int* targets,
+                                 const float* row_max, const float* stats, float dloss, int N, int V,
+                                 int vocab_begin) {
+  if (N == 0 || V == 0) return;
+  crossentropy_shard_backward_kernel<<<N, kThreads, 0, ctx.stream>>>(dlogits, logits, targets, row_max, stats,
+                                                                     dloss, V, vocab_begin);
   GT_CUDA_CHECK_LAUNCH();
 }
 

@@ -137,6 +137,14 @@ class CudaBackend final : public Backend {
                           int C) override {
     cuda::embedding_backward(context_, dwte, dwpe, dout, tokens, B, T, C);
   }
+  void embedding_shard_forward(float* out, const int* tokens, const float* wte_rows, const float* wpe, int B, int T,
+                               int C, int vocab_begin, int vocab_rows) override {
+    cuda::embedding_shard_forward(context_, out, tokens, wte_rows, wpe, B, T, C, vocab_begin, vocab_rows);
+  }
+  void embedding_shard_backward(float* dwte_rows, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                                int C, int vocab_begin, int vocab_rows) override {
+    cuda::embedding_shard_backward(context_, dwte_rows, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_rows);
+  }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int N, int C) override {
     cuda::layernorm_forward(context_, out, mean, rstd, inp, weight, bias, N, C);
@@ -191,6 +199,17 @@ class CudaBackend final : public Backend {
   void crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N,
                              int V) override {
     cuda::crossentropy_backward(context_, dlogits, logits, targets, dloss, N, V);
+  }
+  void crossentropy_shard_max(float* row_max, const float* logits, int N, int V) override {
+    cuda::crossentropy_shard_max(context_, row_max, logits, N, V);
+  }
+  void crossentropy_shard_statistics(float* stats, const float* logits, const int* targets, const float* row_max,
+                                     int N, int V, int vocab_begin) override {
+    cuda::crossentropy_shard_statistics(context_, stats, logits, targets, row_max, N, V, vocab_begin);
+  }
+  void crossentropy_shard_backward(float* dlogits, const float* logits, const int* targets, const float* row_max,
+                                   const float* stats, float dloss, int N, int V, int vocab_begin) override {
+    cuda::crossentropy_shard_backward(context_, dlogits, logits, targets, row_max, stats, dloss, N, V, vocab_begin);
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, int step) override {

@@ -84,6 +84,10 @@ void embedding_forward(const Context& ctx, float* out, const int* tokens, const 
                        int T, int C);
 void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
                         int T, int C);
+void embedding_shard_forward(const Context& ctx, float* out, const int* tokens, const float* wte_rows,
+                             const float* wpe, int B, int T, int C, int vocab_begin, int vocab_rows);
+void embedding_shard_backward(const Context& ctx, float* dwte_rows, float* dwpe, const float* dout,
+                              const int* tokens, int B, int T, int C, int vocab_begin, int vocab_rows);
 
 // ---- layernorm.cu
 void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd, const float* inp,
@@ -139,6 +143,12 @@ double sum_of_squares(const Context& ctx, const float* x, std::size_t n);
 void crossentropy_forward(const Context& ctx, float* losses, const float* logits, const int* targets, int N, int V);
 void crossentropy_backward(const Context& ctx, float* dlogits, const float* logits, const int* targets, float dloss,
                            int N, int V);
+void crossentropy_shard_max(const Context& ctx, float* row_max, const float* logits, int N, int V);
+void crossentropy_shard_statistics(const Context& ctx, float* stats, const float* logits, const int* targets,
+                                   const float* row_max, int N, int V, int vocab_begin);
+void crossentropy_shard_backward(const Context& ctx, float* dlogits, const float* logits, const int* targets,
+                                 const float* row_max, const float* stats, float dloss, int N, int V,
+                                 int vocab_begin);
 
 // ---- adamw.cu
 void adamw_update(const Context& ctx, float* params, const float* grads, float* m, float* v, std::size_t n,

@@ -478,6 +478,102 @@ TEST_F(CudaParity, CrossEntropyRejectsATargetOutsideTheVocabulary) {
   gpu().synchronize();  // the backend stays usable
 }
 
+// Vocabulary-parallel embedding: each shard's forward (with and without
+// wpe) and backward (accumulating, twice) on its own rows, tokens spread
+// over the whole vocabulary so that every shard has tokens inside and outside.
+TEST_F(CudaParity, EmbeddingShards) {
+  for (const Shape& s : kShapes) {
+    const std::string name = s.name;
+    auto tokens = ints(random_ints(static_cast<std::size_t>(s.N()), s.V, 17));
+    auto wpe = twin(random_floats(static_cast<std::size_t>(s.T) * s.C, -1, 1, 18));
+    auto dout = twin(random_floats(static_cast<std::size_t>(s.N()) * s.C, -1, 1, 19));
+    // Three uneven shards; the last adds the positions.
+    const int bounds[] = {0, s.V / 5, s.V / 5 + s.V / 2, s.V};
+    for (int shard = 0; shard < 3; ++shard) {
+      const int begin = bounds[shard], rows = bounds[shard + 1] - bounds[shard];
+      const bool positions = shard == 2;
+      const std::string tag = name + " shard " + std::to_string(shard) + " embedding";
+      auto wte_rows = twin(random_floats(static_cast<std::size_t>(rows) * s.C, -1, 1, 20 + shard));
+      auto out = twin(random_floats(static_cast<std::size_t>(s.N()) * s.C, -9, 9, 23));  // overwritten
+      cpu().embedding_shard_forward(out->c(), tokens->c(), wte_rows->c(), positions ? wpe->c() : nullptr, s.B, s.T,
+                                    s.C, begin, rows);
+      gpu().embedding_shard_forward(out->g(), tokens->g(), wte_rows->g(), positions ? wpe->g() : nullptr, s.B, s.T,
+                                    s.C, begin, rows);
+      EXPECT_TRUE(out->agree(tag + " out", kExact));
+      auto dwte_rows = twin(random_floats(wte_rows->size(), -1, 1, 24 + shard));
+      auto dwpe = twin(random_floats(wpe->size(), -1, 1, 27));
+      for (int call = 0; call < 2; ++call) {
+        cpu().embedding_shard_backward(dwte_rows->c(), positions ? dwpe->c() : nullptr, dout->c(), tokens->c(), s.B,
+                                       s.T, s.C, begin, rows);
+        gpu().embedding_shard_backward(dwte_rows->g(), positions ? dwpe->g() : nullptr, dout->g(), tokens->g(), s.B,
+                                       s.T, s.C, begin, rows);
+      }
+      EXPECT_TRUE(dwte_rows->agree(tag + " dwte_rows (2 calls)", kFp32Tolerance));
+      EXPECT_TRUE(dwpe->agree(tag + " dwpe (2 calls" + (positions ? ")" : ", null: unchanged)"), kFp32Tolerance));
+    }
+  }
+}
+
+// Vocabulary-parallel cross-entropy: the three passes shard by shard, the
+// group's MAX and SUM taken here from the CPU's results and given to both.
+// The maxima are exact; the sums are fp32 block trees on the GPU, double on
+// the CPU.
+TEST_F(CudaParity, CrossEntropyShards) {
+  struct Case {
+    const char* name;
+    int N, V;
+    float logit_range;
+  };
+  for (const Case& k : {Case{"V=50257", 64, 50257, 30.0f}, Case{"V=517", 111, 517, 3.0f}}) {
+    const std::string name = k.name;
+    const std::vector<float> logits = random_floats(static_cast<std::size_t>(k.N) * k.V, -k.logit_range,
+                                                    k.logit_range, 75);
+    auto targets = ints(random_ints(k.N, k.V, 76));
+    const int bounds[] = {0, k.V / 3, k.V / 3 + 1, k.V};  // one shard of one column
+    std::vector<std::unique_ptr<Twin>> shard_logits;
+    std::vector<float> row_max(k.N, -INFINITY), stats(2 * static_cast<std::size_t>(k.N), 0.0f);
+    for (int shard = 0; shard < 3; ++shard) {
+      const int begin = bounds[shard], width = bounds[shard + 1] - bounds[shard];
+      std::vector<float> columns;
+      for (int n = 0; n < k.N; ++n) {
+        const auto first = logits.begin() + static_cast<std::ptrdiff_t>(n) * k.V + begin;
+        columns.insert(columns.end(), first, first + width);
+      }
+      shard_logits.push_back(twin(columns));
+      auto shard_max = twin(random_floats(k.N, -9, 9, 77));  // overwritten
+      cpu().crossentropy_shard_max(shard_max->c(), shard_logits.back()->c(), k.N, width);
+      gpu().crossentropy_shard_max(shard_max->g(), shard_logits.back()->g(), k.N, width);
+      EXPECT_TRUE(shard_max->agree(name + " shard " + std::to_string(shard) + " row_max", kExact));
+      const std::vector<float> host = shard_max->on_cpu();
+      for (int n = 0; n < k.N; ++n) row_max[n] = std::max(row_max[n], host[n]);
+    }
+    auto group_max = twin(row_max);
+    for (int shard = 0; shard < 3; ++shard) {
+      const int begin = bounds[shard], width = bounds[shard + 1] - bounds[shard];
+      auto shard_stats = twin(random_floats(stats.size(), -9, 9, 78));  // overwritten
+      cpu().crossentropy_shard_statistics(shard_stats->c(), shard_logits[shard]->c(), targets->c(), group_max->c(),
+                                          k.N, width, begin);
+      gpu().crossentropy_shard_statistics(shard_stats->g(), shard_logits[shard]->g(), targets->g(), group_max->g(),
+                                          k.N, width, begin);
+      EXPECT_TRUE(shard_stats->agree(name + " shard " + std::to_string(shard) + " stats", kFp32Tolerance));
+      const std::vector<float> host = shard_stats->on_cpu();
+      for (std::size_t i = 0; i < stats.size(); ++i) stats[i] += host[i];
+    }
+    auto group_stats = twin(stats);
+    const float dloss = 1.0f / static_cast<float>(k.N);
+    for (int shard = 0; shard < 3; ++shard) {
+      const int begin = bounds[shard];
+      const int width = bounds[shard + 1] - bounds[shard];
+      auto dlogits = twin(random_floats(shard_logits[shard]->size(), -9, 9, 79));  // overwritten
+      cpu().crossentropy_shard_backward(dlogits->c(), shard_logits[shard]->c(), targets->c(), group_max->c(),
+                                        group_stats->c(), dloss, k.N, width, begin);
+      gpu().crossentropy_shard_backward(dlogits->g(), shard_logits[shard]->g(), targets->g(), group_max->g(),
+                                        group_stats->g(), dloss, k.N, width, begin);
+      EXPECT_TRUE(dlogits->agree(name + " shard " + std::to_string(shard) + " dlogits", kFp32Tolerance));
+    }
+  }
+}
+
 TEST_F(CudaParity, AdamW) {
   const std::size_t n = 100'003;
   auto params = twin(random_floats(n, -1, 1, 81));

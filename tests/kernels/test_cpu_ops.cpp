@@ -4,8 +4,10 @@
 // (elsewhere those tests are skipped with the reason).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -450,6 +452,295 @@ TEST_P(Ops, CrossEntropyBackwardOverwrites) {
     EXPECT_TRUE(AllClose("dlogits after call " + std::to_string(call), dlogits.download(), g.floats("dlogits"),
                          kFp32));
   }
+}
+
+// ---- vocabulary-parallel embedding and cross-entropy (tensor parallelism)
+//
+// A group of ranks each holding a contiguous range of the vocabulary. The
+// references are independent of the shard ops: a hand computation, the
+// PyTorch golden files of the unsharded ops, and the unsharded ops
+// themselves (whose golden tests are above); the group's sums (MAX over the
+// row maxima, SUM over the statistics and the embeddings) are done here on
+// the host, as the communication layer would.
+
+struct VocabShard {
+  int begin, rows;
+};
+
+// Columns [shard.begin, shard.begin + shard.rows) of x[N, V], as [N, rows].
+std::vector<float> Columns(const std::vector<float>& x, int V, VocabShard shard) {
+  const std::size_t rows = x.size() / static_cast<std::size_t>(V);
+  std::vector<float> out;
+  out.reserve(rows * static_cast<std::size_t>(shard.rows));
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto first = x.begin() + static_cast<std::ptrdiff_t>(r * V + shard.begin);
+    out.insert(out.end(), first, first + shard.rows);
+  }
+  return out;
+}
+
+// Rows [shard.begin, shard.begin + shard.rows) of a table[., C].
+std::vector<float> Rows(const std::vector<float>& table, int C, VocabShard shard) {
+  const auto first = table.begin() + static_cast<std::ptrdiff_t>(shard.begin) * C;
+  return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(shard.rows) * C);
+}
+
+// Deterministic pseudo-random values in [low, high) (a 32-bit LCG: the same on
+// every standard library).
+std::vector<float> PseudoRandom(std::size_t n, float low, float high, std::uint32_t seed) {
+  std::vector<float> values(n);
+  std::uint32_t state = seed;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = low + (high - low) * static_cast<float>(state >> 8) / 16777216.0f;
+  }
+  return values;
+}
+
+// The results of the three cross-entropy passes over a partition of the
+// vocabulary, combined as the group would.
+struct ShardedCrossEntropy {
+  std::vector<float> row_max;                  // [N], MAX over the shards
+  std::vector<std::vector<float>> shard_max;   // per shard, [N]
+  std::vector<std::vector<float>> shard_stats; // per shard, [N, 2]
+  std::vector<float> stats;                    // [N, 2], SUM over the shards
+  std::vector<float> losses;                   // log(stats[2n]) - stats[2n + 1]
+  std::vector<float> dlogits;                  // [N, V], the shards' columns put back together
+};
+
+class ShardOps : public Ops {
+ protected:
+  ShardedCrossEntropy CrossEntropyOverShards(const std::vector<float>& logits, const std::vector<int>& targets,
+                                             int rows, int V, const std::vector<VocabShard>& shards, float dloss) {
+    ShardedCrossEntropy r;
+    auto device_targets = upload(targets);
+    std::vector<std::unique_ptr<DeviceFloats>> shard_logits;
+    r.row_max.assign(rows, -INFINITY);
+    for (const VocabShard& shard : shards) {
+      shard_logits.push_back(std::make_unique<DeviceFloats>(k(), Columns(logits, V, shard)));
+      auto row_max = garbage(rows);
+      k().crossentropy_shard_max(row_max.get(), shard_logits.back()->get(), rows, shard.rows);
+      r.shard_max.push_back(row_max.download());
+      for (int n = 0; n < rows; ++n) r.row_max[n] = std::max(r.row_max[n], r.shard_max.back()[n]);
+    }
+    auto row_max = upload(r.row_max);
+    r.stats.assign(2 * static_cast<std::size_t>(rows), 0.0f);
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      auto stats = garbage(2 * static_cast<std::size_t>(rows));
+      k().crossentropy_shard_statistics(stats.get(), shard_logits[s]->get(), device_targets.get(), row_max.get(),
+                                        rows, shards[s].rows, shards[s].begin);
+      r.shard_stats.push_back(stats.download());
+      for (std::size_t i = 0; i < r.stats.size(); ++i) r.stats[i] += r.shard_stats.back()[i];
+    }
+    for (int n = 0; n < rows; ++n) r.losses.push_back(std::log(r.stats[2 * n]) - r.stats[2 * n + 1]);
+    auto stats = upload(r.stats);
+    r.dlogits.assign(static_cast<std::size_t>(rows) * V, NAN);
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      auto dlogits = garbage(static_cast<std::size_t>(rows) * shards[s].rows);
+      k().crossentropy_shard_backward(dlogits.get(), shard_logits[s]->get(), device_targets.get(), row_max.get(),
+                                      stats.get(), dloss, rows, shards[s].rows, shards[s].begin);
+      const std::vector<float> host = dlogits.download();
+      for (int n = 0; n < rows; ++n) {
+        for (int j = 0; j < shards[s].rows; ++j) {
+          r.dlogits[static_cast<std::size_t>(n) * V + shards[s].begin + j] =
+              host[static_cast<std::size_t>(n) * shards[s].rows + j];
+        }
+      }
+    }
+    return r;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, ShardOps, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// By hand: V = 4, C = 2, shards {0} and {1, 2, 3}, tokens (3, 0, 3); wpe
+// passed by the second shard only.
+//   wte = [1 2; 3 4; 5 6; 7 8], wpe = [10 20; 30 40; 50 60]
+//   shard 0: out = [0 0; 1 2; 0 0]
+//   shard 1: out = [7+10 8+20; 30 40; 7+50 8+60] = [17 28; 30 40; 57 68]
+// Backward with dout = [1 2; 3 4; 5 6], dwte_rows starting at 0.5:
+//   shard 0: dwte_rows = [0.5+3 0.5+4]                           (token 0 at t = 1)
+//   shard 1: dwte_rows = [0.5 0.5; 0.5 0.5; 0.5+1+5 0.5+2+6]     (token 3 at t = 0, 2)
+//            dwpe = dout (B = 1)
+TEST_P(ShardOps, EmbeddingByHand) {
+  auto tokens = upload(std::vector<int>{3, 0, 3});
+  auto wte0 = upload(std::vector<float>{1, 2});
+  auto wte1 = upload(std::vector<float>{3, 4, 5, 6, 7, 8});
+  auto wpe = upload(std::vector<float>{10, 20, 30, 40, 50, 60});
+  auto out0 = garbage(6), out1 = garbage(6);
+  k().embedding_shard_forward(out0.get(), tokens.get(), wte0.get(), nullptr, 1, 3, 2, 0, 1);
+  k().embedding_shard_forward(out1.get(), tokens.get(), wte1.get(), wpe.get(), 1, 3, 2, 1, 3);
+  EXPECT_TRUE(AllClose("shard 0 out", out0.download(), {0, 0, 1, 2, 0, 0}, kExact));
+  EXPECT_TRUE(AllClose("shard 1 out", out1.download(), {17, 28, 30, 40, 57, 68}, kExact));
+
+  auto dout = upload(std::vector<float>{1, 2, 3, 4, 5, 6});
+  auto dwte0 = upload(std::vector<float>(2, 0.5f)), dwte1 = upload(std::vector<float>(6, 0.5f));
+  auto dwpe = zeros(6);
+  k().embedding_shard_backward(dwte0.get(), nullptr, dout.get(), tokens.get(), 1, 3, 2, 0, 1);
+  k().embedding_shard_backward(dwte1.get(), dwpe.get(), dout.get(), tokens.get(), 1, 3, 2, 1, 3);
+  EXPECT_TRUE(AllClose("shard 0 dwte_rows", dwte0.download(), {3.5f, 4.5f}, kExact));
+  EXPECT_TRUE(AllClose("shard 1 dwte_rows", dwte1.download(), {0.5f, 0.5f, 0.5f, 0.5f, 6.5f, 8.5f}, kExact));
+  EXPECT_TRUE(AllClose("shard 1 dwpe", dwpe.download(), {1, 2, 3, 4, 5, 6}, kExact));
+}
+
+// By hand: N = 2 rows, V = 4, shards {0, 1} and {2, 3}, dloss = 0.5.
+//   row 0: logits (ln 2, 0, 0, 0), target 3. Maxima ln 2 | 0, so row_max = ln 2;
+//          exp(x - ln 2) = (1, 1/2, 1/2, 1/2): stats (3/2, 0) | (1, -ln 2);
+//          sum 5/2, loss = ln(5/2) + ln 2 = ln 5; softmax (2/5, 1/5, 1/5, 1/5).
+//   row 1: logits (0, ln 2, ln 4, 0), target 0. Maxima ln 2 | ln 4, so row_max = ln 4;
+//          exp(x - ln 4) = (1/4, 1/2, 1, 1/4): stats (3/4, -ln 4) | (5/4, 0);
+//          sum 2, loss = ln 2 + ln 4 = 3 ln 2; softmax (1/8, 1/4, 1/2, 1/8).
+//   dlogits = (softmax - onehot(target)) * 0.5.
+TEST_P(ShardOps, CrossEntropyByHand) {
+  const float ln2 = std::log(2.0f), ln4 = std::log(4.0f);
+  const std::vector<float> logits{ln2, 0, 0, 0, 0, ln2, ln4, 0};
+  const ShardedCrossEntropy r = CrossEntropyOverShards(logits, {3, 0}, 2, 4, {{0, 2}, {2, 2}}, 0.5f);
+  EXPECT_TRUE(AllClose("shard 0 row_max", r.shard_max[0], {ln2, ln2}, kExact));
+  EXPECT_TRUE(AllClose("shard 1 row_max", r.shard_max[1], {0, ln4}, kExact));
+  EXPECT_TRUE(AllClose("shard 0 stats", r.shard_stats[0], {1.5f, 0.0f, 0.75f, -ln4}, kFp32));
+  EXPECT_TRUE(AllClose("shard 1 stats", r.shard_stats[1], {1.0f, -ln2, 1.25f, 0.0f}, kFp32));
+  EXPECT_EQ(r.shard_stats[0][1], 0.0f) << "a shard without the target adds exactly 0";
+  EXPECT_EQ(r.shard_stats[1][3], 0.0f) << "a shard without the target adds exactly 0";
+  EXPECT_TRUE(AllClose("losses", r.losses, {std::log(5.0f), 3 * ln2}, kFp32));
+  EXPECT_TRUE(AllClose("dlogits", r.dlogits,
+                       {0.2f, 0.1f, 0.1f, -0.4f,            // (2/5, 1/5, 1/5, 1/5 - 1) / 2
+                        -0.4375f, 0.125f, 0.25f, 0.0625f},  // (1/8 - 1, 1/4, 1/2, 1/8) / 2
+                       kFp32));
+}
+
+// The golden embedding case (V = 17) over three uneven shards: the shards'
+// outputs sum to PyTorch's, and their gradients are PyTorch's rows.
+TEST_P(ShardOps, EmbeddingShardsSumToTheGolden) {
+  const auto g = GoldenCase::load("embedding");
+  const std::vector<VocabShard> shards{{0, 7}, {7, 6}, {13, 4}};  // tokens 6 | 8, 12 | 13, 14
+  const std::vector<int>& host_tokens = g.ints("tokens");
+  for (const VocabShard& shard : shards) {
+    ASSERT_TRUE(std::any_of(host_tokens.begin(), host_tokens.end(), [&](int token) {
+      return token >= shard.begin && token < shard.begin + shard.rows;
+    })) << "no token in the shard at " << shard.begin << " (the test would not reach it)";
+  }
+  auto tokens = upload(host_tokens);
+  auto wpe = upload(g.floats("wpe")), dout = upload(g.floats("dout"));
+  std::vector<float> sum(N * C, 0.0f), dwte;
+  auto dwpe = zeros(g.floats("dwpe").size());
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    const bool positions = s == 1;  // one shard, here not the first, adds wpe
+    auto wte_rows = upload(Rows(g.floats("wte"), C, shards[s]));
+    auto out = garbage(N * C);
+    k().embedding_shard_forward(out.get(), tokens.get(), wte_rows.get(), positions ? wpe.get() : nullptr, B, T, C,
+                                shards[s].begin, shards[s].rows);
+    const std::vector<float> host = out.download();
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += host[i];
+    auto dwte_rows = zeros(static_cast<std::size_t>(shards[s].rows) * C);
+    k().embedding_shard_backward(dwte_rows.get(), positions ? dwpe.get() : nullptr, dout.get(), tokens.get(), B, T,
+                                 C, shards[s].begin, shards[s].rows);
+    const std::vector<float> rows = dwte_rows.download();
+    dwte.insert(dwte.end(), rows.begin(), rows.end());
+  }
+  EXPECT_TRUE(AllClose("sum of the shards' out", sum, g.floats("out"), kFp32));
+  EXPECT_TRUE(AllClose("shards' dwte_rows, concatenated", dwte, g.floats("dwte"), kFp32));
+  EXPECT_TRUE(AllClose("dwpe (one shard)", dwpe.download(), g.floats("dwpe"), kFp32));
+}
+
+// The golden cross-entropy case (V = 17, one row of logits of several
+// hundred) over three uneven shards, one of a single column.
+TEST_P(ShardOps, CrossEntropyShardsReproduceTheGolden) {
+  const auto g = GoldenCase::load("crossentropy");
+  const std::vector<VocabShard> shards{{0, 5}, {5, 1}, {6, 11}};  // the targets reach each
+  const ShardedCrossEntropy r =
+      CrossEntropyOverShards(g.floats("logits"), g.ints("targets"), N, V, shards, g.scalar("dloss"));
+  for (float loss : r.losses) ASSERT_TRUE(std::isfinite(loss)) << "a loss overflowed";
+  EXPECT_TRUE(AllClose("losses from the shards' statistics", r.losses, g.floats("losses"), kFp32));
+  EXPECT_TRUE(AllClose("shards' dlogits, concatenated", r.dlogits, g.floats("dlogits"), kFp32));
+}
+
+// V = 37 over three uneven shards, against the unsharded ops on the same
+// backend and a double-precision reference computed here. Rows 0-2 have
+// their target in shard 0, 1, 2; every shard has rows whose target it does
+// not hold (its target term must be exactly 0). The embedding's tokens
+// reach every shard, and a fourth, empty shard (vocab_rows = 0, no wte
+// rows) embeds nothing.
+TEST_P(ShardOps, PartitionOfTheVocabularyEqualsTheUnshardedOps) {
+  constexpr int kV = 37, kB = 2, kT = 7, kC = 5, kN = kB * kT;
+  const std::vector<VocabShard> shards{{0, 4}, {4, 21}, {25, 12}};
+  const std::vector<int> targets{1, 10, 30, 36, 0, 24, 25, 3, 4, 17, 33, 29, 2, 12};
+  const std::vector<int> host_tokens{36, 0, 3, 3, 4, 24, 25, 0, 36, 36, 11, 11, 3, 28};
+  std::vector<float> logits = PseudoRandom(static_cast<std::size_t>(kN) * kV, -4.0f, 4.0f, 37);
+  for (int j = 0; j < kV; ++j) logits[5 * kV + j] *= 100.0f;  // exp() overflows without the maximum
+  const float dloss = 1.0f / kN;
+
+  // Cross-entropy: the unsharded ops ...
+  auto device_logits = upload(logits);
+  auto device_targets = upload(targets);
+  auto losses = garbage(kN), dlogits = garbage(static_cast<std::size_t>(kN) * kV);
+  k().crossentropy_forward(losses.get(), device_logits.get(), device_targets.get(), kN, kV);
+  k().crossentropy_backward(dlogits.get(), device_logits.get(), device_targets.get(), dloss, kN, kV);
+  // ... and in double, here.
+  std::vector<float> want_losses(kN), want_dlogits(static_cast<std::size_t>(kN) * kV);
+  for (int n = 0; n < kN; ++n) {
+    const float* x = logits.data() + static_cast<std::size_t>(n) * kV;
+    const double max = *std::max_element(x, x + kV);
+    double sum = 0.0;
+    for (int j = 0; j < kV; ++j) sum += std::exp(x[j] - max);
+    want_losses[n] = static_cast<float>(std::log(sum) - (x[targets[n]] - max));
+    for (int j = 0; j < kV; ++j) {
+      want_dlogits[static_cast<std::size_t>(n) * kV + j] =
+          static_cast<float>((std::exp(x[j] - max) / sum - (j == targets[n] ? 1.0 : 0.0)) * dloss);
+    }
+  }
+  const ShardedCrossEntropy r = CrossEntropyOverShards(logits, targets, kN, kV, shards, dloss);
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    for (int n = 0; n < kN; ++n) {
+      const bool holds = targets[n] >= shards[s].begin && targets[n] < shards[s].begin + shards[s].rows;
+      if (!holds) {
+        EXPECT_EQ(r.shard_stats[s][2 * n + 1], 0.0f) << "shard " << s << ", row " << n;
+      }
+    }
+  }
+  EXPECT_TRUE(AllClose("sharded losses vs crossentropy_forward", r.losses, losses.download(), kFp32));
+  EXPECT_TRUE(AllClose("sharded losses vs double", r.losses, want_losses, kFp32));
+  EXPECT_TRUE(AllClose("sharded dlogits vs crossentropy_backward", r.dlogits, dlogits.download(), kFp32));
+  EXPECT_TRUE(AllClose("sharded dlogits vs double", r.dlogits, want_dlogits, kFp32));
+
+  // Embedding: each token's row and each position's row is added once, in
+  // the same order as the unsharded op, so the results are bitwise equal.
+  const std::vector<float> wte = PseudoRandom(static_cast<std::size_t>(kV) * kC, -1.0f, 1.0f, 38);
+  const std::vector<float> wpe_host = PseudoRandom(static_cast<std::size_t>(kT) * kC, -1.0f, 1.0f, 39);
+  const std::vector<float> dout_host = PseudoRandom(static_cast<std::size_t>(kN) * kC, -1.0f, 1.0f, 40);
+  auto tokens = upload(host_tokens);
+  auto wpe = upload(wpe_host), dout = upload(dout_host);
+  auto full_wte = upload(wte), out = garbage(static_cast<std::size_t>(kN) * kC);
+  auto full_dwte = upload(std::vector<float>(wte.size(), 0.25f)), full_dwpe = zeros(wpe_host.size());
+  k().embedding_forward(out.get(), tokens.get(), full_wte.get(), wpe.get(), kB, kT, kC);
+  k().embedding_backward(full_dwte.get(), full_dwpe.get(), dout.get(), tokens.get(), kB, kT, kC);
+
+  std::vector<float> sum(static_cast<std::size_t>(kN) * kC, 0.0f), dwte;
+  auto dwpe = zeros(wpe_host.size());
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    const bool positions = s == 2;
+    auto wte_rows = upload(Rows(wte, kC, shards[s]));
+    auto shard_out = garbage(sum.size());
+    k().embedding_shard_forward(shard_out.get(), tokens.get(), wte_rows.get(), positions ? wpe.get() : nullptr, kB,
+                                kT, kC, shards[s].begin, shards[s].rows);
+    const std::vector<float> host = shard_out.download();
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += host[i];
+    auto dwte_rows = upload(std::vector<float>(static_cast<std::size_t>(shards[s].rows) * kC, 0.25f));
+    k().embedding_shard_backward(dwte_rows.get(), positions ? dwpe.get() : nullptr, dout.get(), tokens.get(), kB, kT,
+                                 kC, shards[s].begin, shards[s].rows);
+    const std::vector<float> rows = dwte_rows.download();
+    dwte.insert(dwte.end(), rows.begin(), rows.end());
+  }
+  EXPECT_TRUE(AllClose("sum of the shards' out vs embedding_forward", sum, out.download(), kExact));
+  EXPECT_TRUE(AllClose("shards' dwte_rows vs embedding_backward", dwte, full_dwte.download(), kExact));
+  EXPECT_TRUE(AllClose("dwpe vs embedding_backward", dwpe.download(), full_dwpe.download(), kExact));
+
+  // The empty shard at the end of the vocabulary: zeros, and no gradient anywhere.
+  auto empty_out = garbage(sum.size());
+  k().embedding_shard_forward(empty_out.get(), tokens.get(), nullptr, nullptr, kB, kT, kC, kV, 0);
+  EXPECT_TRUE(AllClose("empty shard out", empty_out.download(), std::vector<float>(sum.size(), 0.0f), kExact));
+  k().embedding_shard_backward(nullptr, nullptr, dout.get(), tokens.get(), kB, kT, kC, kV, 0);
+  k().synchronize();
 }
 
 // ---- AdamW

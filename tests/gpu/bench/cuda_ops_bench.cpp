@@ -166,6 +166,12 @@ int main(int argc, char** argv) {
   bench.bytes("embedding_forward", 2.0 * NC * f,
               [&] { k.embedding_forward(y, tokens, wte, wpe, B, T, C); });
   bench.bytes("embedding_backward", 2.0 * NC * f, [&] { k.embedding_backward(dwte, dwpe, dx, tokens, B, T, C); });
+  // One rank of a 2-way vocabulary-parallel group: the first half of wte's rows.
+  const int V_shard = (V + 1) / 2;
+  bench.bytes("embedding_shard_forward (V/2)", 2.0 * NC * f,
+              [&] { k.embedding_shard_forward(y, tokens, wte, wpe, B, T, C, 0, V_shard); });
+  bench.bytes("embedding_shard_backward (V/2)", 2.0 * NC * f,
+              [&] { k.embedding_shard_backward(dwte, dwpe, dx, tokens, B, T, C, 0, V_shard); });
   bench.bytes("layernorm_forward", 2.0 * NC * f,
               [&] { k.layernorm_forward(y, mean, rstd, x, weight, bias, N, C); });
   bench.bytes("layernorm_backward", 3.0 * NC * f,
@@ -249,6 +255,20 @@ int main(int argc, char** argv) {
               [&] { k.crossentropy_forward(losses, logits, targets, N, V); });
   bench.bytes("crossentropy_backward (N x V)", 2.0 * NV * f,
               [&] { k.crossentropy_backward(dlogits, logits, targets, 1.0f / N, N, V); });
+  // The three passes of one rank of a 2-way vocabulary-parallel group
+  // (logits[N, V/2]: the first N * V/2 values).
+  const std::size_t NV_shard = static_cast<std::size_t>(N) * V_shard;
+  float* row_max = bench.zeros(N);
+  float* stats = bench.zeros(2 * static_cast<std::size_t>(N));
+  k.crossentropy_shard_max(row_max, logits, N, V_shard);
+  k.crossentropy_shard_statistics(stats, logits, targets, row_max, N, V_shard, 0);
+  bench.bytes("crossentropy_shard_max (N x V/2)", NV_shard * f,
+              [&] { k.crossentropy_shard_max(row_max, logits, N, V_shard); });
+  bench.bytes("crossentropy_shard_statistics (N x V/2)", NV_shard * f,
+              [&] { k.crossentropy_shard_statistics(stats, logits, targets, row_max, N, V_shard, 0); });
+  bench.bytes("crossentropy_shard_backward (N x V/2)", 2.0 * NV_shard * f, [&] {
+    k.crossentropy_shard_backward(dlogits, logits, targets, row_max, stats, 1.0f / N, N, V_shard, 0);
+  });
 
   const std::size_t P = 124'439'808;  // GPT-2 124M parameters
   float* params = bench.random(P, 0.02f);
