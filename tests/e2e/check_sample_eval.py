@@ -27,6 +27,8 @@ Under mpirun (pipeline 2 stages x 2 replicas):
   mpi-sample      each sample the pipeline printed = geotrain sample of that
                   step's checkpoint on one process, same prompt, seed and
                   temperature.
+  mpi-sample-tensor-parallel  the same sample from 2-way tensor-parallel
+                  units x 2 stages (10 steps, its own run).
   mpi-eval        eval under mpirun on the training layout, on 2-way tensor
                   parallelism x 2 replicas, and alone, of each
                   checkpoint = the run's validation loss at that step.
@@ -368,6 +370,25 @@ def check_pipeline_eval(geotrain, config, workdir, mpirun):
         fail(f"eval wrote files: {os.listdir(cwd)}")
 
 
+def check_tensor_parallel_samples(geotrain, config, workdir, mpirun):
+    """Training on 2-way tensor-parallel units x 2 stages samples what one
+    process samples from its checkpoint (each rank holds half the LM head)."""
+    directory = os.path.join(workdir, "tensor-parallel")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    out = run([*mpirun, "-n", "4", geotrain, "train", config, *COMMON, "--pipeline.stages=2",
+               "--pipeline.tensor_parallel=2", "--train.gradient_accumulation=4", *PIPELINE_SAMPLE,
+               "--train.steps=10", "--checkpoint.every_steps=10", f"--checkpoint.dir={directory}/ckpt"])
+    samples = records(out, "sample")
+    if [r["step"] for r in samples] != [10]:
+        fail(f"samples at steps {[r['step'] for r in samples]}, expected 10")
+    text = sample(geotrain, checkpoint(directory, 10), "--prompt", "Elizabeth", "--tokens", "40", "--temperature",
+                  "0.8", "--seed", "1")
+    if list(text) != samples[0]["tokens"]:
+        fail(f"the tensor-parallel run sampled {bytes(samples[0]['tokens'])!r}, geotrain sample {text!r}")
+    print(f"step 10: tensor-parallel pipeline = one process: {text!r}")
+
+
 def main():
     separator = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
     case, geotrain, config, workdir = sys.argv[1:separator]
@@ -382,6 +403,7 @@ def main():
         "sample-bpe": lambda: check_bpe(geotrain, config, workdir),
         "mpi-train": lambda: train_pipeline(geotrain, config, workdir, mpirun),
         "mpi-sample": lambda: check_pipeline_samples(geotrain, workdir),
+        "mpi-sample-tensor-parallel": lambda: check_tensor_parallel_samples(geotrain, config, workdir, mpirun),
         "mpi-eval": lambda: check_pipeline_eval(geotrain, config, workdir, mpirun),
     }
     if case not in cases:
