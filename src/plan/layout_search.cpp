@@ -54,9 +54,11 @@ std::vector<int> used_counts(const Context& ctx, const std::vector<int>& order) 
   return counts;
 }
 
-// For each count K and each dp dividing the batch: every pp up to
-// min(L, K / dp) (on slow links fewer, better connected devices can win:
-// a pair uses the first pp x dp devices of the order), or the user's fixed values.
+// For each count K and each dp dividing the batch: pp = min(L, K / dp) and
+// every smaller pp that uses at most placement_search_max_devices devices
+// (on slow links fewer, better connected devices can win: a pair uses the
+// first pp x dp devices of the order; the bound keeps thousands of devices
+// from multiplying the screening), or the user's fixed values.
 std::vector<Degrees> candidate_degrees(const Context& ctx, const std::vector<int>& order) {
   const LayoutOptions& o = ctx.options;
   const int L = ctx.base.model.layers, B = ctx.base.global_batch_sequences;
@@ -66,6 +68,8 @@ std::vector<Degrees> candidate_degrees(const Context& ctx, const std::vector<int
       if (B % dp != 0 || (o.data_parallel && dp != *o.data_parallel)) continue;
       const int most = std::min(L, K / dp);
       for (int pp = o.pipeline_stages ? *o.pipeline_stages : 1; pp <= (o.pipeline_stages ? *o.pipeline_stages : most); ++pp) {
+        const bool small = static_cast<long>(pp) * dp <= o.placement_search_max_devices;
+        if (!o.pipeline_stages && pp != most && !small) continue;
         if (pp >= 1 && pp <= L && static_cast<long>(pp) * dp <= K) pairs.insert({pp, dp});
       }
     }
