@@ -66,6 +66,11 @@ void plan_messages(const fs::path& dir) {
   write_bytes(dir / "2x2.plan", geotrain::plan::encode_plan(plan(2, 2, true)));
   write_bytes(dir / "4x2-no-boundaries.plan", geotrain::plan::encode_plan(plan(4, 2, false)));
   write_bytes(dir / "3x5.plan", geotrain::plan::encode_plan(plan(3, 5, true)));
+  // Tensor parallel 2: units 0..3 of two devices each, unit u = {2u + 1, 2u}.
+  geotrain::plan::Plan tp = plan(2, 2, true);
+  tp.tensor_parallel = 2;
+  for (int u = 0; u < 4; ++u) tp.tensor_groups.push_back({2 * u + 1, 2 * u});
+  write_bytes(dir / "2x2-tp2.plan", geotrain::plan::encode_plan(tp));
 }
 
 void tensor_messages(const fs::path& dir) {

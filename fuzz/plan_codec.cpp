@@ -2,10 +2,13 @@
 // the input with its last 8 bytes replaced by the right checksum, so that
 // the fuzzer also reaches the checks behind the checksum. Invariants of an
 // accepted message:
-//  - a valid plan: pp, dp >= 1, every device 0 .. pp*dp-1 exactly once,
-//    0 or pp - 1 boundaries, no cost NaN or negative;
+//  - a valid plan: pp, dp, t >= 1; t == 1: every device 0 .. pp*dp-1
+//    exactly once; t > 1: every unit below the group count at most once,
+//    groups of t devices below pp*dp*t, none in two groups; 0 or pp - 1
+//    boundaries, no cost NaN or negative;
 //  - the encoding is canonical: encode_plan(decoded) gives the same bytes;
-//  - the device-count check holds: pp*dp is accepted, pp*dp + 1 is not;
+//  - the device-count check holds: pp*dp*t is accepted, pp*dp*t + 1 too
+//    (an idle rank), pp*dp*t - 1 is not;
 //  - a single corrupted byte is rejected (sampled positions).
 #include <cmath>
 #include <cstdint>
@@ -31,10 +34,20 @@ bool decodes(std::span<const std::uint8_t> bytes, int expected_devices) {
 }
 
 void check_plan(const Plan& plan) {
-  const int pp = plan.pipeline_stages, dp = plan.data_parallel;
-  FUZZ_CHECK(pp >= 1 && dp >= 1, "degrees");
+  const int pp = plan.pipeline_stages, dp = plan.data_parallel, t = plan.tensor_parallel;
+  FUZZ_CHECK(pp >= 1 && dp >= 1 && t >= 1, "degrees");
   FUZZ_CHECK(plan.stages.size() == static_cast<std::size_t>(pp), "stage count");
-  std::vector<char> seen(static_cast<std::size_t>(pp) * dp, 0);
+  FUZZ_CHECK((t == 1) == plan.tensor_groups.empty(), "tensor groups present iff t > 1");
+  std::vector<char> in_group(static_cast<std::size_t>(pp) * dp * t, 0);
+  for (const auto& group : plan.tensor_groups) {
+    FUZZ_CHECK(group.size() == static_cast<std::size_t>(t), "group size");
+    for (int device : group) {
+      FUZZ_CHECK(device >= 0 && static_cast<std::size_t>(device) < in_group.size() && !in_group[device],
+                 "group device " + std::to_string(device));
+      in_group[device] = 1;
+    }
+  }
+  std::vector<char> seen(t == 1 ? static_cast<std::size_t>(pp) * dp : plan.tensor_groups.size(), 0);
   for (const auto& stage : plan.stages) {
     FUZZ_CHECK(stage.size() == static_cast<std::size_t>(dp), "stage width");
     for (int device : stage) {
@@ -59,7 +72,7 @@ void check_message(std::span<const std::uint8_t> bytes) {
   check_plan(plan);
   const std::vector<std::uint8_t> encoded = geotrain::plan::encode_plan(plan);
   FUZZ_CHECK(std::equal(encoded.begin(), encoded.end(), bytes.begin(), bytes.end()), "encoding not canonical");
-  const int devices = plan.pipeline_stages * plan.data_parallel;
+  const int devices = plan.pipeline_stages * plan.data_parallel * plan.tensor_parallel;
   FUZZ_CHECK(decodes(bytes, devices), "rejected for its own device count");
   // A layout may leave ranks idle: more ranks than pp x dp are fine, fewer never.
   FUZZ_CHECK(decodes(bytes, devices + 1), "rejected for a job with an idle rank");

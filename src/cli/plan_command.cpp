@@ -65,6 +65,10 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--model", o.model, "model TOML file to plan for (default: the scenario's [workload] model)");
   plan->add_option("--pp", o.pp, "pipeline stages D_pp (default: the file's [workload])")->check(CLI::PositiveNumber);
   plan->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the file's [workload])")->check(CLI::PositiveNumber);
+  plan->add_option("--tp", o.tp,
+                   "tensor-parallel degree for the layout search (devices of one node per unit; default: searched "
+                   "over 1, 2, 4, 8 where they divide the heads and fit a node)")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--seed", o.seed, "random seed; the same seed gives the same plan");
   plan->add_option("--candidates", o.candidates,
                    "evaluated candidates per island (initial population included); the layout search: per "

@@ -62,6 +62,7 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
   plan::LayoutOptions& l = s.options;
   if (o.pp > 0) l.pipeline_stages = o.pp;
   if (o.dp > 0) l.data_parallel = o.dp;
+  if (o.tp > 0) l.tensor_parallel = o.tp;
   if (o.micro_batch > 0) l.micro_batch_sequences = o.micro_batch;
   if (o.pipeline_micro_batches > 0) l.micro_batches_per_flush = o.pipeline_micro_batches;
   l.memory.recompute = c.recompute;
@@ -85,9 +86,25 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
   const auto& net = scenario.network;
   const auto& c = l.config;
   const auto& res = l.simulation;
-  const int used = l.plan.pipeline_stages * l.plan.data_parallel;
+  const int t = l.plan.tensor_parallel;
+  const int used = l.plan.pipeline_stages * l.plan.data_parallel * t;
+  // A stage's devices: its units' ranks ([a b] per unit with tensor parallelism).
+  auto stage_devices = [&](int st) {
+    std::vector<int> devices;
+    for (int unit : l.plan.stages[st]) {
+      for (int d : l.plan.ranks_of_unit(unit)) devices.push_back(d);
+    }
+    return devices;
+  };
+  auto stage_text = [&](int st) {
+    if (t == 1) return device_list(l.plan.stages[st]);
+    std::string text;
+    for (int unit : l.plan.stages[st]) text += (text.empty() ? "[" : " [") + device_list(l.plan.ranks_of_unit(unit)) + "]";
+    return text;
+  };
   std::ostringstream out;
-  out << "Layout: pp " << l.plan.pipeline_stages << " x dp " << l.plan.data_parallel << " = " << used << " of "
+  out << "Layout: " << (t > 1 ? "tp " + std::to_string(t) + " x " : std::string()) << "pp " << l.plan.pipeline_stages
+      << " x dp " << l.plan.data_parallel << " = " << used << " of "
       << net.device_count << " devices" << (l.idle_devices.empty() ? "" : ", idle: " + device_list(l.idle_devices))
       << "\n  micro-batch " << l.micro_batch_sequences << " sequence" << (l.micro_batch_sequences > 1 ? "s" : "")
       << ", " << l.micro_batches << " micro-batches per replica in flushes of " << l.micro_batches_per_flush << " ("
@@ -104,12 +121,19 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
     char line[512];
     std::snprintf(line, sizeof line, "  %5d  %6d  %10s / %-12s  %-22s  %s\n", st, l.layers_per_stage[st],
                   gib(l.memory_bytes_per_stage[st]).c_str(), gib(l.capacity_bytes_per_stage[st]).c_str(),
-                  type_summary(net, l.plan.stages[st]).c_str(), device_list(l.plan.stages[st]).c_str());
+                  type_summary(net, stage_devices(st)).c_str(), stage_text(st).c_str());
     out << line;
   }
   out << "\nPredicted iteration: " << format_number("%.4f", res.iteration_s) << " s (" << format_number("%.0f", res.tokens_per_s)
       << " tokens/s; pipeline phase " << format_number("%.4f", res.pipeline_phase_s) << " s, DP exchange "
       << format_number("%.4f", res.datap_comm_s) << " s, utilisation " << format_number("%.1f%%", 100 * res.utilisation_mean) << ")\n";
+  if (t > 1) {
+    out << "Tensor parallel " << t << ": stages list units [devices of one node, in tensor-parallel rank order]; "
+        << l.plan.tensor_groups.size() << " units formed\n";
+  }
+  for (const auto& [degree, seconds] : l.tensor_parallel_tried) {
+    out << "  tp " << degree << ": " << (std::isfinite(seconds) ? format_number("%.4f s", seconds) : std::string("no fit")) << "\n";
+  }
   if (!l.fits()) out << "WARNING: a stage needs more memory than its devices have (see the table)\n";
   return out.str();
 }
@@ -136,6 +160,13 @@ std::string render_layout_reasons(const plan::Layout& l) {
 void add_layout_json(const plan::Layout& l, const LayoutSettings& s, nlohmann::json& j) {
   j["pp"] = l.plan.pipeline_stages;
   j["dp"] = l.plan.data_parallel;
+  j["tp"] = l.plan.tensor_parallel;
+  j["tensor_groups"] = l.plan.tensor_groups;  // t > 1: stages hold unit ids, unit u = tensor_groups[u]
+  nlohmann::json tried = nlohmann::json::array();
+  for (const auto& [degree, seconds] : l.tensor_parallel_tried) {
+    tried.push_back({{"tp", degree}, {"iteration_s", std::isfinite(seconds) ? nlohmann::json(seconds) : nullptr}});
+  }
+  j["tensor_parallel_tried"] = tried;
   j["micro_batch_sequences"] = l.micro_batch_sequences;
   j["micro_batches"] = l.micro_batches;
   j["micro_batches_per_flush"] = l.micro_batches_per_flush;

@@ -169,6 +169,8 @@ std::string render_plan_json(const PlanReport& r) {
   j["local_search"] = plan::to_string(r.options->local_search);
   j["paper_exact"] = r.options->paper_bugs;
   j["stages"] = plan.stages;
+  j["tp"] = plan.tensor_parallel;         // the DT-FM plan: always 1
+  j["tensor_groups"] = plan.tensor_groups;
   j["plan_hash"] = plan.hash();
   j["layout"] = "fixed";
   if (r.layout != nullptr) {

@@ -400,11 +400,65 @@ SiteLinks read_site_links(const Reader& r, const toml::table& table, const SiteL
   return links;
 }
 
+// Nodes (tensor parallelism groups devices of one node): gpus_per_node
+// consecutive devices of a site (in id order) form a node, named
+// "<site>-<k>"; the link inside a node is node_latency_ms /
+// node_bandwidth_gbps. node_shares_links (default true): the site tables'
+// bandwidth between devices of different nodes is the node's, shared by its
+// GPUs, so each device pair gets 1/gpus_per_node of it (the fair share when
+// all of a node's GPUs communicate at once, as in the gradient exchange).
+void read_site_nodes(const Reader& r, const toml::table& table, const SiteLayout& layout, plan::Network& network) {
+  const std::optional<int> per_node = r.optional_positive_int(table, "gpus_per_node", "sites.gpus_per_node");
+  if (!per_node) {
+    for (const char* key : {"node_latency_ms", "node_bandwidth_gbps", "node_shares_links"}) {
+      if (table.contains(key)) r.fail(field_key("sites", key), "needs sites.gpus_per_node", "GPUs per node, e.g. 4");
+    }
+    return;
+  }
+  const int g = *per_node;
+  for (size_t site = 0; site < layout.devices.size(); ++site) {
+    if (layout.devices[site] % g != 0) {
+      r.fail(field_index("sites.devices", site), "has " + std::to_string(layout.devices[site]) +
+             " devices, not a multiple of sites.gpus_per_node = " + std::to_string(g));
+    }
+  }
+  const double node_latency_ms = r.number(r.required(table, "node_latency_ms", "sites.node_latency_ms"),
+                                          "sites.node_latency_ms");
+  r.check_latency_ms(node_latency_ms, "sites.node_latency_ms");
+  const double node_gbps = r.number(r.required(table, "node_bandwidth_gbps", "sites.node_bandwidth_gbps"),
+                                    "sites.node_bandwidth_gbps");
+  r.check_bandwidth_gbps(node_gbps, "sites.node_bandwidth_gbps");
+  bool shares = true;
+  if (const toml::node* node = table.get("node_shares_links")) {
+    if (!node->is_boolean()) r.fail("sites.node_shares_links", "must be true or false, got " + type_name(*node));
+    shares = node->as_boolean()->get();
+  }
+  const int n = network.device_count;
+  std::vector<int> seen(layout.names.size(), 0);
+  for (int d = 0; d < n; ++d) {
+    const int site = layout.site_of_device[d];
+    network.node_of_device.push_back(layout.names[site] + "-" + std::to_string(seen[site]++ / g));
+  }
+  for (int u = 0; u < n; ++u) {
+    for (int v = 0; v < n; ++v) {
+      if (u == v) continue;
+      const size_t k = static_cast<size_t>(u) * n + v;
+      if (network.node_of_device[u] == network.node_of_device[v]) {
+        network.latency_s[k] = seconds_from_ms(node_latency_ms);
+        network.bandwidth_bytes_per_s[k] = bytes_per_s_from_gbps(node_gbps);
+      } else if (shares) {
+        network.bandwidth_bytes_per_s[k] /= g;
+      }
+    }
+  }
+}
+
 plan::Network read_site_network(const Reader& r, const toml::table& table,
                                 const std::vector<plan::DeviceType>& types) {
   r.check_keys(table, "sites",
                {"names", "devices", "device_order", "latency_ms", "bandwidth_gbps", "intra_latency_ms",
-                "intra_bandwidth_gbps", "inter_latency_ms", "inter_bandwidth_gbps", "link", "device_type"});
+                "intra_bandwidth_gbps", "inter_latency_ms", "inter_bandwidth_gbps", "link", "device_type",
+                "gpus_per_node", "node_latency_ms", "node_bandwidth_gbps", "node_shares_links"});
   SiteLayout layout;
   layout.names = read_site_names(r, table);
   layout.devices = read_site_devices(r, table, layout.names.size());
@@ -421,6 +475,7 @@ plan::Network read_site_network(const Reader& r, const toml::table& table,
   }
   plan::Network network = plan::network_from_sites(layout.site_of_device, layout.names, latency_s, bandwidth);
   normalise_diagonal(network);
+  read_site_nodes(r, table, layout, network);
   // One type per site, then per device through the site each device is in.
   const std::vector<int> site_type = read_device_type_list(r, table, "sites.device_type", s, "site", types);
   if (!site_type.empty()) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -53,8 +54,11 @@ std::vector<int> used_counts(const Context& ctx, const std::vector<int>& order) 
   return counts;
 }
 
-// For each count K and each dp dividing the batch: pp = min(L, K / dp), or
-// the user's fixed values.
+// For each count K and each dp dividing the batch: pp = min(L, K / dp) and
+// every smaller pp that uses at most placement_search_max_devices devices
+// (on slow links fewer, better connected devices can win: a pair uses the
+// first pp x dp devices of the order; the bound keeps thousands of devices
+// from multiplying the screening), or the user's fixed values.
 std::vector<Degrees> candidate_degrees(const Context& ctx, const std::vector<int>& order) {
   const LayoutOptions& o = ctx.options;
   const int L = ctx.base.model.layers, B = ctx.base.global_batch_sequences;
@@ -62,8 +66,12 @@ std::vector<Degrees> candidate_degrees(const Context& ctx, const std::vector<int
   for (int K : used_counts(ctx, order)) {
     for (int dp = 1; dp <= K; ++dp) {
       if (B % dp != 0 || (o.data_parallel && dp != *o.data_parallel)) continue;
-      const int pp = o.pipeline_stages ? *o.pipeline_stages : std::min(L, K / dp);
-      if (pp >= 1 && pp <= L && static_cast<long>(pp) * dp <= K) pairs.insert({pp, dp});
+      const int most = std::min(L, K / dp);
+      for (int pp = o.pipeline_stages ? *o.pipeline_stages : 1; pp <= (o.pipeline_stages ? *o.pipeline_stages : most); ++pp) {
+        const bool small = static_cast<long>(pp) * dp <= o.placement_search_max_devices;
+        if (!o.pipeline_stages && pp != most && !small) continue;
+        if (pp >= 1 && pp <= L && static_cast<long>(pp) * dp <= K) pairs.insert({pp, dp});
+      }
     }
   }
   return {pairs.begin(), pairs.end()};
@@ -229,8 +237,87 @@ std::string gib(double bytes) {
 }  // namespace
 }  // namespace layout
 
+namespace layout {
+namespace {
+Layout search_devices(const Network& net, const SimulationConfig& base, const LayoutOptions& options);
+}  // namespace
+}  // namespace layout
+
+TensorProblem tensor_problem(const Network& net, const SimulationConfig& base, const LayoutOptions& options, int t) {
+  TensorProblem problem{{}, base, options};
+  if (t <= 1) {
+    problem.units.network = net;
+    return problem;
+  }
+  problem.units = tensor_units(net, node_tensor_groups(net, t), base.peak_tflops, options.untyped_memory_bytes,
+                               options.tensor_efficiency);
+  problem.config.tensor_parallel = t;
+  problem.config.tensor_latency_s = problem.units.ring_latency_s;
+  problem.config.tensor_bandwidth_bytes_per_s = problem.units.ring_bandwidth_bytes_per_s;
+  problem.config.device_tflops.clear();  // the unit network's types say
+  problem.options.memory.tensor_parallel = t;
+  return problem;
+}
+
+Layout layout_on_devices(Layout layout, const Network& net, const TensorProblem& problem) {
+  const int t = problem.units.tensor_parallel;
+  if (t <= 1) return layout;
+  layout.plan.tensor_parallel = t;
+  layout.plan.tensor_groups = problem.units.groups;
+  std::vector<char> used(net.device_count, 0);
+  for (const auto& stage : layout.plan.stages) {
+    for (int unit : stage) {
+      for (int d : problem.units.groups[unit]) used[d] = 1;
+    }
+  }
+  layout.idle_devices.clear();
+  for (int d = 0; d < net.device_count; ++d) {
+    if (!used[d]) layout.idle_devices.push_back(d);
+  }
+  layout.units = problem.units;
+  return layout;
+}
+
+// Each tensor-parallel degree: the search on its unit network; the fastest wins.
 Layout search_layout(const Network& net, const SimulationConfig& base, const LayoutOptions& options) {
-  using namespace layout;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> wanted = options.tensor_parallel ? std::vector<int>{*options.tensor_parallel}
+                                                          : options.tensor_parallel_choices;
+  std::vector<int> choices = tensor_parallel_choices(net, base.model, wanted);
+  if (choices.empty()) {
+    if (options.tensor_parallel && *options.tensor_parallel != 1) {
+      throw LayoutError("tensor parallel " + std::to_string(*options.tensor_parallel) +
+                        " does not fit: it must divide the model's " + std::to_string(base.model.heads) +
+                        " heads and hidden size " + std::to_string(base.model.hidden) +
+                        " and a node must hold that many devices (scenario: gpus_per_node or node labels)");
+    }
+    choices = {1};
+  }
+  std::optional<Layout> best;
+  std::vector<std::pair<int, double>> tried;
+  std::string last_error;
+  for (int t : choices) {
+    const TensorProblem problem = tensor_problem(net, base, options, t);
+    try {
+      Layout found = layout::search_devices(problem.units.network, problem.config, problem.options);
+      tried.emplace_back(t, found.simulation.iteration_s);
+      if (!best || found.simulation.iteration_s < best->simulation.iteration_s) {
+        best = layout_on_devices(std::move(found), net, problem);
+      }
+    } catch (const LayoutError& e) {
+      tried.emplace_back(t, layout::kInf);
+      if (last_error.empty() || t == 1) last_error = e.what();
+    }
+  }
+  if (!best) throw LayoutError(last_error);
+  best->tensor_parallel_tried = tried;
+  best->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return *best;
+}
+
+namespace layout {
+namespace {
+Layout search_devices(const Network& net, const SimulationConfig& base, const LayoutOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const Context ctx = make_context(net, base, options);
   const std::vector<int> order = fastest_first(ctx);
@@ -280,6 +367,8 @@ Layout search_layout(const Network& net, const SimulationConfig& base, const Lay
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
+}  // namespace
+}  // namespace layout
 
 Layout evaluate_layout(const Network& net, const SimulationConfig& config, const Plan& plan,
                        const LayoutOptions& options) {

@@ -4,6 +4,7 @@
 // checks them against a backend that counts what those allocate.
 #include "geotrain/plan/memory_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,26 +14,32 @@ namespace {
 // Values saved per layer per micro-batch of N = b*T tokens: ln1, qkv (3),
 // attention output, residual, ln2, fc (4), gelu (4), layer output = 16 NC;
 // four layernorm statistics per token; the fused attention's log-sum-exp per
-// (sequence, head, query), B*NH*T: no T x T matrix is kept.
-double layer_activation_values(const ModelShape& m, double b) {
+// (sequence, head, query), B*NH*T: no T x T matrix is kept. Tensor parallel
+// t: qkv, attention output, fc and gelu (12 NC) and the heads' statistics
+// are split, ln1, residual, ln2 and the layer output (4 NC) are whole.
+double layer_activation_values(const ModelShape& m, double b, int t) {
   const double N = b * m.sequence_length, C = m.hidden;
-  return 16.0 * N * C + 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length);
+  return 4.0 * N * C + 12.0 * N * C / t + 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length) / t;
 }
+
+// The vocabulary one rank holds (vocabulary-parallel embedding and head).
+double vocabulary_share(const ModelShape& m, int t) { return std::ceil(static_cast<double>(m.vocabulary) / t); }
 
 // The head's saved values: final layernorm output and statistics, logits
-// N*V, per-token losses.
-double head_activation_values(const ModelShape& m, double b) {
+// N*V (vocabulary-parallel: N*V/t), per-token losses.
+double head_activation_values(const ModelShape& m, double b, int t) {
   const double N = b * m.sequence_length;
-  return N * m.hidden + 3.0 * N + N * m.vocabulary;
+  return N * m.hidden + 3.0 * N + N * vocabulary_share(m, t);
 }
 
-double stage_parameters_of(const ModelShape& m, const StagePart& part, bool head) {
+double stage_parameters_of(const ModelShape& m, const StagePart& part, bool head, int t) {
   const double C = m.hidden;
-  double count = part.layers * (12.0 * C * C + 13.0 * C);
+  // t = 1: 12C^2 + 13C; split as stage_parameters_per_rank (simulator.hpp) says.
+  double count = part.layers * (t > 1 ? 12.0 * C * C / t + 7.0 * C / t + 6.0 * C : 12.0 * C * C + 13.0 * C);
   const bool head_here = part.last && head;
   const bool holds_wte = part.first || (head_here && m.tied_head);  // a tied head is (a copy of) wte
-  if (holds_wte) count += static_cast<double>(m.vocabulary) * C;
-  if (head_here && !m.tied_head) count += static_cast<double>(m.vocabulary) * C;  // its own lm_head.weight
+  if (holds_wte) count += vocabulary_share(m, t) * C;
+  if (head_here && !m.tied_head) count += vocabulary_share(m, t) * C;  // its own lm_head.weight
   if (part.first) count += static_cast<double>(m.sequence_length) * C;  // wpe
   if (part.last && head) count += 2.0 * C;                              // final layernorm
   return count;
@@ -42,9 +49,10 @@ double stage_parameters_of(const ModelShape& m, const StagePart& part, bool head
 // activations), the layers' saved values, the head's, the token ids.
 double slot_bytes(const ModelShape& m, const StagePart& part, double b, const MemorySettings& s) {
   const double N = b * m.sequence_length, C = m.hidden;
-  const double per_layer = s.recompute ? N * C : layer_activation_values(m, b);  // recompute: the layer's input
+  const int t = std::max(1, s.tensor_parallel);
+  const double per_layer = s.recompute ? N * C : layer_activation_values(m, b, t);  // recompute: the layer's input
   double values = N * C + part.layers * per_layer;
-  if (part.last && s.head && !s.recompute) values += head_activation_values(m, b);
+  if (part.last && s.head && !s.recompute) values += head_activation_values(m, b, t);
   double token_bytes = 0;
   if (part.first) token_bytes += 4.0 * N;            // input token ids (int32)
   if (part.last && s.head) token_bytes += 4.0 * N;   // targets
@@ -58,12 +66,15 @@ double slot_bytes(const ModelShape& m, const StagePart& part, double b, const Me
 // activations are rebuilt here too.
 double workspace_bytes(const ModelShape& m, const StagePart& part, double b, const MemorySettings& s) {
   const double N = b * m.sequence_length, C = m.hidden;
-  const double attention = b * m.heads * static_cast<double>(m.sequence_length);
-  double values = 14.0 * N * C + attention + N * C;
-  if (part.last && s.head) values += N * m.vocabulary;
+  // Tensor parallel t: the residual and layernorm gradients (2 NC) and the
+  // receive buffer whole, the rest split.
+  const int t = std::max(1, s.tensor_parallel);
+  const double attention = b * m.heads * static_cast<double>(m.sequence_length) / t;
+  double values = 2.0 * N * C + 12.0 * N * C / t + attention + N * C;
+  if (part.last && s.head) values += N * vocabulary_share(m, t);
   if (s.recompute) {
-    if (part.layers > 0) values += layer_activation_values(m, b);
-    if (part.last && s.head) values += head_activation_values(m, b);
+    if (part.layers > 0) values += layer_activation_values(m, b, t);
+    if (part.last && s.head) values += head_activation_values(m, b, t);
   }
   return values * s.activation_bytes + s.reserved_bytes;
 }
@@ -74,7 +85,7 @@ StageMemory stage_memory(const ModelShape& model, const StagePart& part, int mic
                          const MemorySettings& settings) {
   StageMemory memory;
   const double b = micro_batch_sequences;
-  memory.parameters = stage_parameters_of(model, part, settings.head);
+  memory.parameters = stage_parameters_of(model, part, settings.head, std::max(1, settings.tensor_parallel));
   memory.state_bytes = memory.parameters * settings.state_bytes_per_parameter;
   memory.activation_bytes = slots * slot_bytes(model, part, b, settings);
   memory.workspace_bytes = workspace_bytes(model, part, b, settings);

@@ -41,6 +41,7 @@ Network subnetwork(const Network& network, const std::vector<int>& devices) {
   sub.device_types = network.device_types;
   for (int u : devices) {
     if (!network.site_of_device.empty()) sub.site_of_device.push_back(network.site_of_device[u]);
+    if (!network.node_of_device.empty()) sub.node_of_device.push_back(network.node_of_device[u]);
     if (network.typed()) sub.type_of_device.push_back(network.type_of_device[u]);
     for (int v : devices) {
       sub.latency_s.push_back(network.latency(u, v));

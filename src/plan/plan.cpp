@@ -4,6 +4,8 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "geotrain/plan/bottleneck_matching.hpp"
 #include "geotrain/plan/open_path.hpp"
@@ -23,7 +25,24 @@ std::uint64_t Plan::hash() const {
   for (const auto& stage : stages) {
     for (int device : stage) mix(static_cast<std::uint64_t>(device));
   }
+  // A plan without tensor parallelism hashes as before the field existed.
+  if (tensor_parallel == 1 && tensor_groups.empty()) return h;
+  mix(static_cast<std::uint64_t>(tensor_parallel));
+  mix(static_cast<std::uint64_t>(tensor_groups.size()));
+  for (const auto& group : tensor_groups) {
+    mix(static_cast<std::uint64_t>(group.size()));
+    for (int device : group) mix(static_cast<std::uint64_t>(device));
+  }
   return h;
+}
+
+std::vector<int> Plan::ranks_of_unit(int unit) const {
+  if (tensor_parallel <= 1) return {unit};
+  if (unit < 0 || unit >= static_cast<int>(tensor_groups.size())) {
+    throw std::out_of_range("Plan::ranks_of_unit: unit " + std::to_string(unit) + " of " +
+                            std::to_string(tensor_groups.size()) + " tensor groups");
+  }
+  return tensor_groups[unit];
 }
 
 namespace {

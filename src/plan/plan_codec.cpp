@@ -11,7 +11,7 @@ namespace geotrain::plan {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'T', 'R', 'N', 'P', 'L', 'A', 'N'};
-constexpr std::size_t kHeaderBytes = 24;
+constexpr std::size_t kHeaderBytes = 32;
 constexpr std::int64_t kMaxDevices = 1 << 24;
 
 void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
@@ -64,17 +64,34 @@ std::vector<std::uint8_t> encode_plan(const Plan& plan) {
     throw std::invalid_argument("encode_plan: plan has " + std::to_string(plan.stages.size()) +
                                 " stages for pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp));
   }
+  const int t = plan.tensor_parallel;
+  if (t < 1 || (t == 1 && !plan.tensor_groups.empty()) || (t > 1 && plan.tensor_groups.empty())) {
+    throw std::invalid_argument("encode_plan: tensor_parallel = " + std::to_string(t) + " with " +
+                                std::to_string(plan.tensor_groups.size()) +
+                                " tensor groups (t == 1: none; t > 1: at least one)");
+  }
+  for (const auto& group : plan.tensor_groups) {
+    if (static_cast<int>(group.size()) != t) {
+      throw std::invalid_argument("encode_plan: a tensor group has " + std::to_string(group.size()) +
+                                  " devices, expected tensor_parallel = " + std::to_string(t));
+    }
+  }
   std::vector<std::uint8_t> out(kMagic, kMagic + 8);
   put_u32(out, kPlanCodecVersion);
   put_u32(out, static_cast<std::uint32_t>(pp));
   put_u32(out, static_cast<std::uint32_t>(dp));
   put_u32(out, static_cast<std::uint32_t>(plan.boundary_s.size()));
+  put_u32(out, static_cast<std::uint32_t>(t));
+  put_u32(out, static_cast<std::uint32_t>(plan.tensor_groups.size()));
   for (const auto& stage : plan.stages) {
     if (static_cast<int>(stage.size()) != dp) {
       throw std::invalid_argument("encode_plan: a stage has " + std::to_string(stage.size()) +
                                   " devices, expected dp = " + std::to_string(dp));
     }
     for (int device : stage) put_u32(out, static_cast<std::uint32_t>(device));
+  }
+  for (const auto& group : plan.tensor_groups) {
+    for (int device : group) put_u32(out, static_cast<std::uint32_t>(device));
   }
   for (double b : plan.boundary_s) put_u64(out, std::bit_cast<std::uint64_t>(b));
   put_u64(out, std::bit_cast<std::uint64_t>(plan.cost.datap_s));
@@ -94,43 +111,81 @@ Plan decode_plan(std::span<const std::uint8_t> in, int expected_devices) {
     reject("version " + std::to_string(version) + ", this build reads " + std::to_string(kPlanCodecVersion));
   }
   const std::int64_t pp = get_u32(in, 12), dp = get_u32(in, 16), boundaries = get_u32(in, 20);
+  const std::int64_t t = get_u32(in, 24), groups = get_u32(in, 28);
   if (pp < 1 || dp < 1 || pp > kMaxDevices || dp > kMaxDevices || pp * dp > kMaxDevices) {
     reject("sizes pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp) + " out of range");
+  }
+  if (t < 1 || t > kMaxDevices || pp * dp * t > kMaxDevices) {
+    reject("tensor_parallel = " + std::to_string(t) + " out of range (>= 1, pp * dp * tensor_parallel <= " +
+           std::to_string(kMaxDevices) + ")");
+  }
+  if (t == 1 && groups != 0) {
+    reject("tensor_groups: " + std::to_string(groups) + " groups with tensor_parallel = 1 (expected none)");
+  }
+  if (t > 1 && (groups < 1 || groups > kMaxDevices || groups * t > kMaxDevices)) {
+    reject("tensor_groups: group count " + std::to_string(groups) + " out of range for tensor_parallel = " +
+           std::to_string(t));
   }
   if (boundaries != 0 && boundaries != pp - 1) {
     reject("boundary count " + std::to_string(boundaries) + ", expected 0 or pp - 1 = " + std::to_string(pp - 1));
   }
-  const std::size_t devices = static_cast<std::size_t>(pp * dp);
-  const std::size_t expected_size = kHeaderBytes + 4 * devices + 8 * static_cast<std::size_t>(boundaries) + 16 + 8;
+  const std::size_t entries = static_cast<std::size_t>(pp * dp);
+  const std::size_t group_entries = static_cast<std::size_t>(groups * t);
+  const std::size_t expected_size =
+      kHeaderBytes + 4 * entries + 4 * group_entries + 8 * static_cast<std::size_t>(boundaries) + 16 + 8;
   if (in.size() != expected_size) {
     reject("length " + std::to_string(in.size()) + " bytes, the header implies " + std::to_string(expected_size));
   }
   const std::uint64_t stored = get_u64(in, expected_size - 8);
   if (stored != plan_checksum(in.first(expected_size - 8))) reject("checksum mismatch (corrupted in transit)");
-  // A layout may leave devices idle (pp * dp < ranks), never use more.
-  if (expected_devices >= 0 && pp * dp > expected_devices) {
-    reject("pp * dp = " + std::to_string(pp) + " * " + std::to_string(dp) + " = " + std::to_string(pp * dp) +
-           ", but there are only " + std::to_string(expected_devices) + " ranks");
+  // A layout may leave devices idle (pp * dp * t < ranks), never use more.
+  const std::int64_t used = pp * dp * t;
+  if (expected_devices >= 0 && used > expected_devices) {
+    reject((t == 1 ? "pp * dp = " + std::to_string(pp) + " * " + std::to_string(dp)
+                   : "pp * dp * tensor_parallel = " + std::to_string(pp) + " * " + std::to_string(dp) + " * " +
+                         std::to_string(t)) +
+           " = " + std::to_string(used) + ", but there are only " + std::to_string(expected_devices) + " ranks");
   }
-  const std::size_t device_ids = expected_devices >= 0 ? static_cast<std::size_t>(expected_devices) : devices;
+  const std::size_t device_ids =
+      expected_devices >= 0 ? static_cast<std::size_t>(expected_devices) : static_cast<std::size_t>(used);
+  // Stage entries: device ids (t == 1) or unit ids (t > 1), each used once.
+  const std::size_t stage_ids = t == 1 ? device_ids : static_cast<std::size_t>(groups);
+  const std::string what = t == 1 ? "device" : "unit";
 
   Plan plan;
   plan.pipeline_stages = static_cast<int>(pp);
   plan.data_parallel = static_cast<int>(dp);
+  plan.tensor_parallel = static_cast<int>(t);
   plan.stages.assign(pp, std::vector<int>(dp));
-  std::vector<char> seen(device_ids, 0);
+  std::vector<char> seen(stage_ids, 0);
   std::size_t at = kHeaderBytes;
   for (std::int64_t s = 0; s < pp; ++s) {
     for (std::int64_t r = 0; r < dp; ++r, at += 4) {
-      const std::uint32_t device = get_u32(in, at);
+      const std::uint32_t id = get_u32(in, at);
       const std::string where = "stages[" + std::to_string(s) + "][" + std::to_string(r) + "]";
+      if (id >= stage_ids) {
+        reject(where + " = " + std::to_string(id) + " is not a " + what + " id < " + std::to_string(stage_ids) +
+               (t == 1 ? "" : " (the number of tensor groups)"));
+      }
+      if (seen[id]) reject(where + ": " + what + " " + std::to_string(id) + " appears twice");
+      seen[id] = 1;
+      plan.stages[s][r] = static_cast<int>(id);
+    }
+  }
+  std::vector<char> in_group(t == 1 ? 0 : device_ids, 0);
+  for (std::int64_t u = 0; u < groups; ++u) {
+    std::vector<int> group(t);
+    for (std::int64_t i = 0; i < t; ++i, at += 4) {
+      const std::uint32_t device = get_u32(in, at);
+      const std::string where = "tensor_groups[" + std::to_string(u) + "][" + std::to_string(i) + "]";
       if (device >= device_ids) {
         reject(where + " = " + std::to_string(device) + " is not a device id < " + std::to_string(device_ids));
       }
-      if (seen[device]) reject(where + ": device " + std::to_string(device) + " appears twice");
-      seen[device] = 1;
-      plan.stages[s][r] = static_cast<int>(device);
+      if (in_group[device]) reject(where + ": device " + std::to_string(device) + " is in two tensor groups");
+      in_group[device] = 1;
+      group[i] = static_cast<int>(device);
     }
+    plan.tensor_groups.push_back(std::move(group));
   }
   for (std::int64_t b = 0; b < boundaries; ++b, at += 8) {
     plan.boundary_s.push_back(checked_cost(in, at, "boundary_s[" + std::to_string(b) + "]"));

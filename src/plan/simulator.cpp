@@ -52,6 +52,23 @@ double stage_parameters(const ModelShape& m, int layers, bool first, bool last) 
   return params;
 }
 
+double stage_parameters_per_rank(const ModelShape& m, int layers, bool first, bool last, int t) {
+  if (t <= 1) return stage_parameters(m, layers, first, last);
+  const double h = m.hidden;
+  double params = layers * (12.0 * h * h / t + 7.0 * h / t + 6.0 * h);
+  if (first) params += std::ceil(static_cast<double>(m.vocabulary) / t) * h + static_cast<double>(m.sequence_length) * h;
+  if (last) params += 2.0 * h;
+  return params;
+}
+
+double tensor_allreduce_s(const PipelineWork& w, int s, int device, bool backward) {
+  if (w.tensor_parallel <= 1 || w.tensor_latency_s.empty()) return 0.0;
+  const double t = w.tensor_parallel;
+  const double count = backward ? w.tensor_backward_allreduces[s] : w.tensor_forward_allreduces[s];
+  const double bytes = backward ? w.tensor_backward_bytes[s] : w.tensor_forward_bytes[s];
+  return 2.0 * (t - 1.0) * (count * w.tensor_latency_s[device] + bytes / (t * w.tensor_bandwidth_bytes_per_s[device]));
+}
+
 double stage_parameters(const ModelShape& m, int stage, int stages) {
   return stage_parameters(m, layers_of_stage(m.layers, stage, stages), stage == 0, stage == stages - 1);
 }
@@ -120,10 +137,13 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
   const TrainingShape& m = c.model;
   const int stages = static_cast<int>(layers.size());
   const double head = static_cast<double>(m.vocabulary) * m.hidden;  // V x h
+  // Tensor parallel: a rank holds (and exchanges) its share; the head is vocabulary-parallel too.
+  const int t = std::max(1, c.tensor_parallel);
+  const double head_per_rank = std::ceil(static_cast<double>(m.vocabulary) / t) * m.hidden;
   for (int s = 0; s < stages; ++s) {
-    double parameters = stage_parameters(m, layers[s], s == 0, s == stages - 1);
+    double parameters = stage_parameters_per_rank(m, layers[s], s == 0, s == stages - 1, t);
     // The last stage holds the head: a copy of wte if tied (with D_pp = 1 it is stage 0's own), or its own.
-    if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += head;
+    if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += t > 1 ? head_per_rank : head;
     // Local steps: the pseudo-gradient on the outer wire, no per-step gradient.
     const auto& gradient_wire = m.outer.enabled() ? m.outer.wire : m.wire.gradients;
     w.gradient_bytes.push_back(traffic_bytes(gradient_wire, parameters, m.gradient_bytes));
@@ -145,7 +165,36 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
     }
   }
   // The runtime sums the tied embedding unencoded (fp32 gradients).
-  if (c.lm_head && c.tied_head && stages > 1) w.tied_embedding_bytes = head * m.gradient_bytes;
+  if (c.lm_head && c.tied_head && stages > 1) w.tied_embedding_bytes = (t > 1 ? head_per_rank : head) * m.gradient_bytes;
+}
+
+// Megatron's all-reduces per micro-batch of N = b*s tokens (f and g
+// operators): each layer 2 of N*h values forward, 2 backward (2 more with
+// recomputation, which repeats the forward); the vocabulary-parallel
+// embedding 1 forward (first stage); the vocabulary-parallel head: the
+// loss's max, sum and target logit (3N fp32 values) forward and the
+// gradient of its input (N*h) backward (last stage).
+void add_tensor_allreduces(const SimulationConfig& c, const std::vector<int>& layers, PipelineWork& w) {
+  const TrainingShape& m = c.model;
+  const int stages = static_cast<int>(layers.size());
+  const double N = static_cast<double>(c.micro_batch_sequences) * m.sequence_length;
+  const double activation = N * m.hidden * m.activation_bytes;
+  w.tensor_parallel = c.tensor_parallel;
+  for (int s = 0; s < stages; ++s) {
+    double forward = 2.0 * layers[s], backward = (c.recompute ? 4.0 : 2.0) * layers[s];
+    double forward_bytes = forward * activation, backward_bytes = backward * activation;
+    if (s == 0) forward += 1, forward_bytes += activation;
+    if (c.lm_head && s == stages - 1) {
+      forward += 1, forward_bytes += 3.0 * N * 4.0;
+      backward += 1, backward_bytes += activation;
+    }
+    w.tensor_forward_allreduces.push_back(forward);
+    w.tensor_forward_bytes.push_back(forward_bytes);
+    w.tensor_backward_allreduces.push_back(backward);
+    w.tensor_backward_bytes.push_back(backward_bytes);
+  }
+  w.tensor_latency_s = c.tensor_latency_s;
+  w.tensor_bandwidth_bytes_per_s = c.tensor_bandwidth_bytes_per_s;
 }
 
 }  // namespace
@@ -181,6 +230,7 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
     w.backward_s.push_back(backward / rate);
   }
   add_traffic(c, layers, w);
+  if (c.tensor_parallel > 1) add_tensor_allreduces(c, layers, w);
   for (double tflops : c.device_tflops) {
     if (!(tflops > 0) || !std::isfinite(tflops)) throw std::invalid_argument("device TFLOPS must be finite and > 0");
     w.device_time_scale.push_back(c.peak_tflops / tflops);
@@ -245,6 +295,14 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
   }
   if (w.micro_batches_per_flush < 1 || w.flushes < 1) {
     throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
+  }
+  if (w.tensor_parallel > 1 && !w.tensor_latency_s.empty()) {
+    if (static_cast<int>(w.tensor_latency_s.size()) != net.device_count ||
+        static_cast<int>(w.tensor_bandwidth_bytes_per_s.size()) != net.device_count ||
+        static_cast<int>(w.tensor_forward_allreduces.size()) != p || static_cast<int>(w.tensor_backward_allreduces.size()) != p) {
+      throw std::invalid_argument("simulate: tensor-parallel links for " + std::to_string(w.tensor_latency_s.size()) +
+                                  " units, the network has " + std::to_string(net.device_count));
+    }
   }
   std::vector<char> used(net.device_count, 0);
   for (const auto& stage : plan.stages) {
@@ -326,6 +384,7 @@ class ReplicaRun {
   void compute(int s, const Step& step) {
     double duration = step.kind == StepKind::forward ? w_.forward_s[s] : w_.backward_s[s];
     if (!w_.device_time_scale.empty()) duration *= w_.device_time_scale[plan_.stages[s][replica_]];
+    duration += tensor_allreduce_s(w_, s, plan_.stages[s][replica_], step.kind != StepKind::forward);
     if (trace_) trace_->push_back({replica_, s, step, clock_[s], clock_[s] + duration});
     clock_[s] += duration;
     busy_[s] += duration;
@@ -437,6 +496,8 @@ std::vector<double> replica_signature(const Network& net, const Plan& plan, cons
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     const int u = plan.stages[s][r];
     key.push_back(w.device_time_scale.empty() ? 1.0 : w.device_time_scale[u]);
+    key.push_back(tensor_allreduce_s(w, s, u, false));
+    key.push_back(tensor_allreduce_s(w, s, u, true));
     if (s + 1 == plan.pipeline_stages) continue;
     const int v = plan.stages[s + 1][r];
     key.insert(key.end(), {net.latency(u, v), net.bandwidth(u, v), net.latency(v, u), net.bandwidth(v, u)});
@@ -463,9 +524,11 @@ double datap_end_s(const Network& net, const Plan& plan, const PipelineWork& w, 
   auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
   const double layers = std::min(w.layer_gradient_bytes[s], total);
   // Mixed devices: the group's slowest device runs the longest last backward.
-  double slowest = w.device_time_scale.empty() ? 1.0 : 0.0;
-  for (int d : w.device_time_scale.empty() ? std::vector<int>{} : group) slowest = std::max(slowest, w.device_time_scale[d]);
-  const double backward = w.backward_s[s] * slowest;
+  double backward = 0;
+  for (int d : group) {
+    const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
+    backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
+  }
   double link_free = finish - backward, sent = 0;
   while (layers - sent >= w.bucket_bytes) {
     sent += w.bucket_bytes;

@@ -15,11 +15,13 @@ def main():
     with open(path) as f:
         plan = json.load(f)
     required = ["cost_s", "datap_cost_s", "pipeline_cost_s", "planner_seconds", "c_pp_bytes",
-                "c_dp_bytes", "stages", "baselines"]
+                "c_dp_bytes", "stages", "baselines", "tp", "tensor_groups"]
     missing = [k for k in required if k not in plan]
     assert not missing, f"missing keys {missing}"
     for k in ["rank_order_cost_s", "random_best_cost_s"]:
         assert k in plan["baselines"], f"missing baselines.{k}"
+    # The DT-FM plan has no tensor parallelism: stage entries are devices.
+    assert plan["tp"] == 1 and plan["tensor_groups"] == [], (plan["tp"], plan["tensor_groups"])
     stages = plan["stages"]
     assert len(stages) == pp, f"{len(stages)} stages, expected {pp}"
     assert all(len(s) == dp for s in stages), "a stage does not hold dp devices"

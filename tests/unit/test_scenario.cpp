@@ -71,6 +71,7 @@ const Shipped kShipped[] = {
     {"emulation-test.toml", 4, 2, 2, "model", true},
     {"regional-mixed.toml", 64, 8, 8, "model", true},
     {"world-wide-mixed.toml", 64, 8, 8, "model", true},
+    {"geo-a100-nodes.toml", 40, 2, 20, "model", false},
 };
 
 Scenario load_shipped(const Shipped& s) {
@@ -649,6 +650,54 @@ TEST_F(ScenarioErrors, EveryBadInputIsRejectedWithFileAndField) {
     fragments.push_back(path + ": ");
     expect_error([&] { load_scenario(path); }, fragments);
   }
+}
+
+// Nodes: gpus_per_node consecutive devices of a site, NVLink inside a node,
+// the between-node bandwidth shared by the node's GPUs (1/4 each).
+TEST(ScenarioNodes, GeoA100NodesByHand) {
+  WorkloadOverrides overrides;
+  overrides.pipeline_stages = 2;
+  const Scenario s = load("geo-a100-nodes.toml", overrides);
+  const auto& net = s.network;
+  ASSERT_EQ(net.node_of_device.size(), 40u);
+  EXPECT_EQ(net.node(0), "Oregon-0");
+  EXPECT_EQ(net.node(3), "Oregon-0");
+  EXPECT_EQ(net.node(4), "Oregon-1");
+  EXPECT_EQ(net.node(39), "Frankfurt-1");
+  EXPECT_DOUBLE_EQ(net.bandwidth(0, 3), gbps(2400));         // one node
+  EXPECT_DOUBLE_EQ(net.latency(0, 3), 0.005 / 1000);
+  EXPECT_DOUBLE_EQ(net.bandwidth(0, 4), gbps(100) / 4);      // two nodes of Oregon
+  EXPECT_DOUBLE_EQ(net.latency(0, 4), 0.05 / 1000);
+  EXPECT_DOUBLE_EQ(net.bandwidth(0, 8), gbps(0.79) / 4);     // Oregon -> Virginia
+  EXPECT_DOUBLE_EQ(net.latency(8, 0), 67.0 / 1000);
+}
+
+TEST(ScenarioNodes, SyntaxErrorsNameTheField) {
+  const std::string head = R"(
+[sites]
+names = ["a", "b"]
+devices = [4, 4]
+intra_latency_ms = 1
+intra_bandwidth_gbps = 10
+inter_latency_ms = 20
+inter_bandwidth_gbps = 1
+)";
+  const Scenario plain = parse_scenario(head + "[workload]\npp = 2\ndp = 4\n", "nodes.toml");
+  EXPECT_TRUE(plain.network.node_of_device.empty());  // no gpus_per_node: every device its own node
+  const Scenario per_pair = parse_scenario(
+      head + "gpus_per_node = 2\nnode_latency_ms = 0.01\nnode_bandwidth_gbps = 800\nnode_shares_links = false\n"
+             "[workload]\npp = 2\ndp = 4\n",
+      "nodes.toml");
+  EXPECT_EQ(per_pair.network.node(1), "a-0");
+  EXPECT_EQ(per_pair.network.node(2), "a-1");
+  EXPECT_DOUBLE_EQ(per_pair.network.bandwidth(0, 1), gbps(800));
+  EXPECT_DOUBLE_EQ(per_pair.network.bandwidth(0, 2), gbps(10));  // not shared
+  expect_error([&] { parse_scenario(head + "gpus_per_node = 3\nnode_latency_ms = 0\nnode_bandwidth_gbps = 1\n", "n.toml"); },
+               {"sites.devices[0]", "not a multiple of sites.gpus_per_node = 3"});
+  expect_error([&] { parse_scenario(head + "gpus_per_node = 2\nnode_latency_ms = 0\n", "n.toml"); },
+               {"sites.node_bandwidth_gbps"});
+  expect_error([&] { parse_scenario(head + "node_latency_ms = 0\n", "n.toml"); },
+               {"sites.node_latency_ms", "needs sites.gpus_per_node"});
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <span>
+#include <string>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -87,6 +89,8 @@ Plan sample_plan(int pp, int dp, std::uint64_t seed) {
 void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.pipeline_stages, b.pipeline_stages);
   EXPECT_EQ(a.data_parallel, b.data_parallel);
+  EXPECT_EQ(a.tensor_parallel, b.tensor_parallel);
+  EXPECT_EQ(a.tensor_groups, b.tensor_groups);
   EXPECT_EQ(a.stages, b.stages);
   EXPECT_EQ(a.boundary_s, b.boundary_s);
   EXPECT_EQ(a.cost.datap_s, b.cost.datap_s);
@@ -147,7 +151,7 @@ TEST(PlanCodec, RejectsWithAMessageNamingTheField) {
   longer.push_back(0);
   EXPECT_NE(message(longer, 4).find("length"), std::string::npos);
   auto bad_sum = good;
-  bad_sum[30] ^= 1;
+  bad_sum[36] ^= 1;  // a stage entry (the header is 32 bytes)
   EXPECT_NE(message(bad_sum, 4).find("checksum"), std::string::npos);
   EXPECT_NE(message(good, 3).find("only 3 ranks"), std::string::npos);
   EXPECT_EQ(message(good, 6), "accepted");  // two ranks left idle
@@ -162,6 +166,142 @@ TEST(PlanCodec, RejectsWithAMessageNamingTheField) {
   Plan negative_cost = plan;
   negative_cost.cost.datap_s = -1;
   EXPECT_NE(message(encode_plan(negative_cost), 4).find("cost.datap_s"), std::string::npos);
+}
+
+// Tensor parallel 2 over 12 ranks, 2 x 2 units used, one unit idle:
+// units {1, 0}, {3, 2}, {5, 4}, {7, 6}, {9, 8}; ranks 10 and 11 in no group.
+Plan tensor_plan() {
+  Plan plan;
+  plan.pipeline_stages = 2;
+  plan.data_parallel = 2;
+  plan.tensor_parallel = 2;
+  plan.stages = {{3, 0}, {1, 4}};  // unit 2 ({5, 4}) is idle
+  for (int u = 0; u < 5; ++u) plan.tensor_groups.push_back({2 * u + 1, 2 * u});
+  plan.boundary_s = {0.25};
+  plan.cost.datap_s = 1.5;
+  plan.cost.pipeline_s = 0.5;
+  return plan;
+}
+
+// Offsets of the version 2 layout (plan_codec.hpp).
+constexpr std::size_t kTensorParallelAt = 24, kGroupCountAt = 28, kStagesAt = 32;
+
+void put_u32_at(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+
+// The checksum recomputed, so that a test reaches the checks behind it.
+std::vector<std::uint8_t> resealed(std::vector<std::uint8_t> bytes) {
+  const std::uint64_t sum = plan_checksum(std::span<const std::uint8_t>(bytes.data(), bytes.size() - 8));
+  for (int i = 0; i < 8; ++i) bytes[bytes.size() - 8 + i] = static_cast<std::uint8_t>(sum >> (8 * i));
+  return bytes;
+}
+
+std::string decode_message(const std::vector<std::uint8_t>& bytes, int expected) {
+  try {
+    decode_plan(bytes, expected);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(PlanCodec, TensorParallelRoundTripAndRanksOfUnit) {
+  const Plan plan = tensor_plan();
+  const auto bytes = encode_plan(plan);
+  // Header 32 + 4 stage entries + 5 groups of 2 + 1 boundary + costs + checksum.
+  EXPECT_EQ(bytes.size(), 32u + 4 * 4 + 4 * 10 + 8 + 16 + 8);
+  EXPECT_EQ(bytes[8], kPlanCodecVersion);
+  EXPECT_EQ(kPlanCodecVersion, 2u);
+  EXPECT_EQ(bytes[kTensorParallelAt], 2);
+  EXPECT_EQ(bytes[kGroupCountAt], 5);
+  expect_same_plan(decode_plan(bytes, 12), plan);
+  expect_same_plan(decode_plan(bytes, 10), plan);  // 2 x 2 x 2 = 8 used, 10 ranks listed
+  EXPECT_EQ(plan.ranks_of_unit(3), (std::vector<int>{7, 6}));
+  EXPECT_THROW(plan.ranks_of_unit(5), std::out_of_range);
+  Plan plain = sample_plan(2, 2, 3);
+  EXPECT_EQ(plain.ranks_of_unit(3), std::vector<int>{3});
+  // tp and groups are part of the hash; a plan without them hashes as before.
+  Plan other = plan;
+  other.tensor_groups[0] = {0, 1};
+  EXPECT_NE(other.hash(), plan.hash());
+  Plan as_devices = plan;
+  as_devices.tensor_parallel = 1;
+  as_devices.tensor_groups.clear();
+  EXPECT_NE(as_devices.hash(), plan.hash());
+}
+
+TEST(PlanCodec, TensorParallelEverySingleByteCorruptionIsRejected) {
+  const auto good = encode_plan(tensor_plan());
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    for (std::uint8_t mask : {0x01, 0x80}) {
+      auto bad = good;
+      bad[i] ^= mask;
+      EXPECT_NE(decode_message(bad, 12), "accepted") << "byte " << i;
+    }
+  }
+}
+
+TEST(PlanCodec, TensorParallelInvalidMessagesNameTheField) {
+  const Plan plan = tensor_plan();
+  const auto good = encode_plan(plan);
+  EXPECT_EQ(decode_message(good, 12), "accepted");
+  // pp * dp * t = 8 devices, 7 ranks.
+  EXPECT_NE(decode_message(good, 7).find("pp * dp * tensor_parallel = 2 * 2 * 2 = 8, but there are only 7 ranks"),
+            std::string::npos);
+  // A group device beyond the ranks (9 of group 4 with 9 ranks).
+  EXPECT_NE(decode_message(good, 9).find("tensor_groups[4][0] = 9 is not a device id < 9"), std::string::npos);
+  // Without an expected count: ids below pp * dp * t = 8, and unit 4 lists 9, 8.
+  EXPECT_NE(decode_message(good, -1).find("tensor_groups[4][0]"), std::string::npos);
+
+  // Well-formed messages (valid checksum) that break the contract.
+  Plan twice = plan;
+  twice.tensor_groups[1] = {3, 1};  // device 1 is in group 0 too
+  EXPECT_NE(decode_message(encode_plan(twice), 12).find("tensor_groups[1][1]: device 1 is in two tensor groups"),
+            std::string::npos);
+  Plan unit_out_of_range = plan;
+  unit_out_of_range.stages[1][1] = 5;
+  EXPECT_NE(decode_message(encode_plan(unit_out_of_range), 12)
+                .find("stages[1][1] = 5 is not a unit id < 5 (the number of tensor groups)"),
+            std::string::npos);
+  Plan unit_twice = plan;
+  unit_twice.stages[1][1] = 3;
+  EXPECT_NE(decode_message(encode_plan(unit_twice), 12).find("stages[1][1]: unit 3 appears twice"), std::string::npos);
+
+  // The encoder refuses what it cannot describe.
+  Plan short_group = plan;
+  short_group.tensor_groups[2] = {5};
+  EXPECT_THROW(encode_plan(short_group), std::invalid_argument);
+  Plan groups_without_tp = plan;
+  groups_without_tp.tensor_parallel = 1;
+  EXPECT_THROW(encode_plan(groups_without_tp), std::invalid_argument);
+  Plan tp_without_groups = plan;
+  tp_without_groups.tensor_groups.clear();
+  EXPECT_THROW(encode_plan(tp_without_groups), std::invalid_argument);
+
+  // Crafted headers, resealed: t = 0; groups with t = 1; t > 1 without groups;
+  // a header whose group count disagrees with the length.
+  auto zero_tp = good;
+  put_u32_at(zero_tp, kTensorParallelAt, 0);
+  EXPECT_NE(decode_message(resealed(zero_tp), 12).find("tensor_parallel = 0 out of range"), std::string::npos);
+  auto one_with_groups = good;
+  put_u32_at(one_with_groups, kTensorParallelAt, 1);
+  EXPECT_NE(decode_message(resealed(one_with_groups), 12).find("tensor_groups: 5 groups with tensor_parallel = 1"),
+            std::string::npos);
+  auto no_groups = good;
+  put_u32_at(no_groups, kGroupCountAt, 0);
+  EXPECT_NE(decode_message(resealed(no_groups), 12).find("tensor_groups: group count 0"), std::string::npos);
+  auto fewer_groups = good;
+  put_u32_at(fewer_groups, kGroupCountAt, 4);
+  EXPECT_NE(decode_message(resealed(fewer_groups), 12).find("length"), std::string::npos);
+  // Group size = t is structural: t = 3 with the same bytes is a length error.
+  auto three = good;
+  put_u32_at(three, kTensorParallelAt, 3);
+  EXPECT_NE(decode_message(resealed(three), 12).find("length"), std::string::npos);
+  // A stage entry rewritten in place to an out-of-range unit.
+  auto bad_unit = good;
+  put_u32_at(bad_unit, kStagesAt, 77);
+  EXPECT_NE(decode_message(resealed(bad_unit), 12).find("stages[0][0] = 77 is not a unit id"), std::string::npos);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ struct PlanCommandOptions {
   std::string scenario;
   std::string model;   // "": the scenario's [workload] model
   int pp = 0, dp = 0;  // 0: from the scenario file
+  int tp = 0;          // tensor-parallel degree for the layout search; 0: searched
   unsigned long long seed = 1;
   int candidates = 5000;
   int random_samples = 5000;

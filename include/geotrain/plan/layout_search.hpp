@@ -17,6 +17,7 @@
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/plan/search.hpp"
 #include "geotrain/plan/simulator.hpp"
+#include "geotrain/plan/tensor_parallel.hpp"
 
 namespace geotrain::plan {
 
@@ -41,6 +42,14 @@ struct LayoutOptions {
   // this many devices per candidate: its time grows with dp (see README).
   int placement_search_max_devices = 256;
   bool even_split = false;                    // keep the even layer split (for comparisons)
+  // Tensor parallelism (tensor_parallel.hpp): fixed degree, else each of
+  // tensor_parallel_choices that divides the heads and fits a node is
+  // searched and the fastest kept. tensor_efficiency: a configured factor on
+  // a unit's speed for t > 1 (measured kernels' loss from splitting), on top
+  // of the all-reduces the simulator prices explicitly; 1: none.
+  std::optional<int> tensor_parallel;
+  std::vector<int> tensor_parallel_choices = {1, 2, 4, 8};
+  double tensor_efficiency = 1.0;
 };
 
 // One (pp, dp, micro-batch) the search looked at, with its screening time.
@@ -64,6 +73,13 @@ struct Layout {
   SimulationResult simulation;
   std::vector<LayoutCandidate> candidates;
   double seconds = 0;                 // planner time
+  // t > 1: plan.stages hold unit ids, plan.tensor_groups every unit formed
+  // (used or not); config, simulation and the per-stage vectors are over the
+  // unit network `units.network` (device_tflops and the tensor links per
+  // unit). idle_devices: devices of the original network in no used unit.
+  TensorUnits units;
+  // Each degree searched and its best iteration (+inf: nothing fits).
+  std::vector<std::pair<int, double>> tensor_parallel_tried;
   bool fits() const {
     for (size_t s = 0; s < memory_bytes_per_stage.size(); ++s) {
       if (memory_bytes_per_stage[s] > capacity_bytes_per_stage[s]) return false;
@@ -71,6 +87,20 @@ struct Layout {
     return true;
   }
 };
+
+// What the layout search runs for tensor-parallel degree t: the unit network
+// (t = 1: the devices themselves, groups empty), the simulation config with
+// the tensor fields set per unit, the options with the memory of one rank.
+struct TensorProblem {
+  TensorUnits units;
+  SimulationConfig config;
+  LayoutOptions options;
+};
+TensorProblem tensor_problem(const Network& network, const SimulationConfig& base, const LayoutOptions& options,
+                             int tensor_parallel);
+// A layout found on the unit network of `problem`, its plan given the
+// tensor degree and groups and its idle devices those of `network`.
+Layout layout_on_devices(Layout layout, const Network& network, const TensorProblem& problem);
 
 // Searches the layout for `base` (model, global batch, schedule, DP scheme,
 // overlap, recomputation, efficiency; peak_tflops is the speed of untyped

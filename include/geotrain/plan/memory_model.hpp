@@ -23,6 +23,11 @@ struct MemorySettings {
   // Per device, outside the model: CUDA context, communication libraries'
   // buffers, allocator slack. Not derived from anything: a planning margin.
   double reserved_bytes = 1024.0 * 1024.0 * 1024.0;
+  // Tensor parallelism (Megatron-style): > 1, the memory of ONE rank of a
+  // group of t: the split weights (stage_parameters_per_rank), their state,
+  // and the activations the split produces 1/t each, the rest whole
+  // (src/plan/README.md, "Tensor parallelism").
+  int tensor_parallel = 1;
 };
 
 // A stage's share of the model: its layer count and whether it holds the

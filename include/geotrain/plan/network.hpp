@@ -24,6 +24,10 @@ struct Network {
   std::vector<double> latency_s;            // N*N, seconds
   std::vector<double> bandwidth_bytes_per_s;  // N*N, bytes per second
   std::vector<std::string> site_of_device;  // optional: site name per device
+  // Optional: node (machine) name per device, unique across sites. Devices
+  // of one node can form a tensor-parallel group (tensor_parallel.hpp);
+  // empty: every device is a node of its own.
+  std::vector<std::string> node_of_device;
   // Optional: device_types[type_of_device[d]] is device d's type. Empty:
   // every device is the same (the simulator's and the caller's defaults).
   std::vector<DeviceType> device_types;
@@ -39,6 +43,10 @@ struct Network {
   }
   std::string site(int device) const {
     return site_of_device.empty() ? std::string() : site_of_device[device];
+  }
+  // Device d's node; without node labels, a name of its own ("#d").
+  std::string node(int device) const {
+    return node_of_device.empty() ? "#" + std::to_string(device) : node_of_device[device];
   }
   bool typed() const { return !type_of_device.empty(); }
   // Device d's type; null on an untyped network.
@@ -59,7 +67,7 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
                            const std::vector<double>& site_latency_s,
                            const std::vector<double>& site_bandwidth_bytes_per_s);
 
-// The links (and device types) among `devices` alone, renumbered 0..k-1 in
+// The links (and device types, sites and nodes) among `devices` alone, renumbered 0..k-1 in
 // the order given.
 Network subnetwork(const Network& network, const std::vector<int>& devices);
 

@@ -15,21 +15,24 @@ struct Plan {
   // stages[s][r]: device of replica r at pipeline stage s. Chained matchings:
   // stages[s][r] sends activations to stages[s+1][r].
   std::vector<std::vector<int>> stages;
-  // Tensor parallelism: with tensor_parallel = t > 1, stages[s][r] are unit
-  // ids and tensor_groups[u] the t devices (ranks) of unit u, one node, in
-  // tensor-parallel rank order; t = 1: no groups, stages name devices.
+  // Tensor parallelism (Megatron-style, inside a node). tensor_parallel == 1:
+  // tensor_groups is empty and stages[s][r] are device (= MPI rank) ids.
+  // tensor_parallel = t > 1: stages[s][r] are unit ids u, and
+  // tensor_groups[u] lists the t device ids (= MPI ranks) of unit u, all in
+  // one node, in tensor-parallel rank order. Every device is in at most one
+  // group; devices in no used unit are idle.
   int tensor_parallel = 1;
   std::vector<std::vector<int>> tensor_groups;
-  std::vector<int> ranks_of_unit(int unit) const {
-    return tensor_parallel > 1 ? tensor_groups[static_cast<std::size_t>(unit)] : std::vector<int>{unit};
-  }
   std::vector<double> boundary_s;  // bottleneck link cost of each of the pp-1 boundaries
   CostBreakdown cost;
   // rank = replica * D_pp + stage (DT-FM convention, reference §8.1).
   int device_of_rank(int rank) const {
     return stages[rank % pipeline_stages][rank / pipeline_stages];
   }
-  std::uint64_t hash() const;  // FNV-1a over the layout, for cross-rank checks
+  // The device ids of unit `unit`, in tensor-parallel rank order: {unit}
+  // when tensor_parallel == 1, else tensor_groups[unit].
+  std::vector<int> ranks_of_unit(int unit) const;
+  std::uint64_t hash() const;  // FNV-1a over the layout (tp and groups too), for cross-rank checks
 };
 
 // Optimal ordering and matchings for the groups of `assignment` (the cost

@@ -79,6 +79,16 @@ struct SimulationConfig {
   // of fp32 gradient (geotrain's network.gradient_bucket_mb) while its last
   // backward produces the layers' gradient; 0: after the backward (the paper).
   double gradient_bucket_mb = 0;
+  // Tensor parallelism (Megatron-style, inside a node; tensor_parallel.hpp):
+  // t > 1: each device of the network is a unit of t GPUs of one node and
+  // device_tflops is the unit's combined speed. Every layer all-reduces its
+  // b*s*h activations twice in the forward and twice in the backward (twice
+  // more with recomputation), over the unit's ring: per device (unit) of the
+  // network, its slowest hop's latency and bandwidth (empty: free). Each rank
+  // exchanges its 1/t share of the stage's gradient with its counterparts.
+  int tensor_parallel = 1;
+  std::vector<double> tensor_latency_s;
+  std::vector<double> tensor_bandwidth_bytes_per_s;
 };
 
 // What one replica's pipeline does per iteration, in seconds and bytes: the
@@ -107,6 +117,15 @@ struct PipelineWork {
   // Per device of the network (by id): multiplies forward_s and backward_s
   // on that device (reference rate / the device's rate); empty: 1 everywhere.
   std::vector<double> device_time_scale;
+  // Tensor parallelism: per stage, the all-reduces of one micro-batch over
+  // a unit's ring (count, and their bytes added up), forward and backward;
+  // per device (unit), its ring's slowest hop. A compute step takes its
+  // FLOP time plus, for t members, 2(t-1) (count x alpha + bytes / (t beta))
+  // (ring all-reduce). Empty: no tensor parallelism.
+  int tensor_parallel = 1;
+  std::vector<double> tensor_forward_allreduces, tensor_forward_bytes;
+  std::vector<double> tensor_backward_allreduces, tensor_backward_bytes;
+  std::vector<double> tensor_latency_s, tensor_bandwidth_bytes_per_s;
   // Local steps (TrainingShape::outer): gradient_bytes are then each
   // stage's pseudo-gradient on the wire, exchanged every local_steps steps
   // instead of every step (src/plan/README.md, "Local steps").
@@ -129,6 +148,15 @@ double iteration_flops(const SimulationConfig& config, FlopsFormula formula);
 double stage_parameters(const ModelShape& model, int stage, int pipeline_stages);
 // The same for a stage of `layers` layers that is first and/or last.
 double stage_parameters(const ModelShape& model, int layers, bool first, bool last);
+// Parameters one rank of a tensor-parallel group of t holds for such a stage
+// (Megatron's split): per layer the weight matrices and the column-parallel
+// biases (QKV, fc) 1/t, the row-parallel biases (attention and MLP output)
+// and both layer norms whole: 12h^2/t + 7h/t + 6h; the token embedding
+// vocabulary-parallel, ceil(V/t) rows; the position embedding and the final
+// norm whole. t = 1: stage_parameters. No LM head (as stage_parameters).
+double stage_parameters_per_rank(const ModelShape& model, int layers, bool first, bool last, int tensor_parallel);
+// Seconds of the all-reduces a compute step of stage s on `device` adds (tensor parallelism; 0 without).
+double tensor_allreduce_s(const PipelineWork& work, int stage, int device, bool backward);
 // Layers of each stage: `layers_per_stage` checked (D_pp counts >= 0 adding up
 // to the model's layers; std::invalid_argument otherwise), or the even split.
 std::vector<int> stage_layers(const ModelShape& model, int pipeline_stages, const std::vector<int>& layers_per_stage);

@@ -160,6 +160,10 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
     plan::LayoutOptions options;
     options.placement.seed = config.seed;
     options.placement.candidates = config.plan_candidates;
+    // The layout search may choose tensor parallelism on a network with node
+    // labels; this runtime path executes tp = 1 plans until
+    // pipeline.tensor_parallel is wired here.
+    options.tensor_parallel = 1;
     try {
       const plan::Layout found =
           plan::search_layout(network, job_simulation_config(config, model, global_batch_sequences), options);
