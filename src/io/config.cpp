@@ -256,7 +256,10 @@ void check(const Config& c) {
   positive("train.log_every_steps", c.log_every_steps);
   positive("pipeline.stages", c.pipeline_stages);
   positive("pipeline.plan_candidates", c.plan_candidates);
-  positive("pipeline.tensor_parallel", c.tensor_parallel);
+  if (c.tensor_parallel < 0 || (c.tensor_parallel == 0 && c.layout != LayoutChoice::automatic)) {
+    fail(where, "pipeline.tensor_parallel", "must be >= 1 (0: chosen by the layout search, with pipeline.layout = "
+         "auto), got " + std::to_string(c.tensor_parallel));
+  }
   positive("network.probe_bytes", c.probe_bytes);
   positive("train.sample_tokens", c.sample_tokens);
   if (c.gradient_accumulation > 16000) {

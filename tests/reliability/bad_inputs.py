@@ -153,9 +153,9 @@ class Table:
         self.add("config", "tensor-parallel-does-not-divide-heads",
                  r"command line: pipeline\.tensor_parallel: 3 does not divide the model's 4 heads", ranks=3,
                  args=["--pipeline.tensor_parallel=3", "--pipeline.stages=1"])
-        self.add("config", "tensor-parallel-with-auto-layout",
-                 r"command line: pipeline\.tensor_parallel: 2 is for the fixed layout", ranks=2,
-                 args=["--pipeline.tensor_parallel=2", "--pipeline.layout=auto"])
+        self.add("config", "tensor-parallel-searched-without-search",
+                 r"command line: pipeline\.tensor_parallel: must be >= 1 \(0: chosen by the layout search", ranks=2,
+                 args=["--pipeline.tensor_parallel=0"])
         self.add("config", "more-stages-than-layers", r"command line: pipeline\.stages: 8 stages but the model has only 4 layers",
                  ranks=8, args=["--pipeline.stages=8"])
         self.add("config", "layers-per-stage-sum", r"pipeline\.layers_per_stage: the stages hold 3 layers but the model has 4",

@@ -64,6 +64,8 @@ struct Config {
   // Tensor parallelism: each pipeline stage's device is a group of this many
   // consecutive ranks of one node, splitting every layer (Megatron-style);
   // ranks = tensor_parallel x stages x replicas. Must divide model.heads.
+  // With pipeline.layout = auto: the degree the search must use; 0: the
+  // search chooses it (units of ranks of one host).
   int tensor_parallel = 1;
   std::vector<int> layers_per_stage;       // empty: an even split
   // auto: the layout search picks the layout (the global batch stays

@@ -108,6 +108,10 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
 // One line: "rank 3: stage 1 of 2, replica 1 of 2, data-parallel group [1 3], previous 2, next -".
 std::string describe(const Topology& topology);
 
+// Collective over `world`: each rank's host, named by its lowest rank there
+// (MPI_COMM_TYPE_SHARED), on every rank.
+std::vector<int> host_of_rank(MPI_Comm world, double deadline_s);
+
 // Collective over `world`: units of `t` consecutive ranks (0..t-1, t..2t-1,
 // ...), each of which must be on one host (MPI_COMM_TYPE_SHARED); "" or a
 // one-line error naming the ranks and hosts that break it.

@@ -107,20 +107,23 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   const io::Config config = io::read_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
   const int pp = config.plan_file.empty() ? config.pipeline_stages : 1;  // a plan file: its own stages, later
-  const int tp = config.tensor_parallel;
-  if (ranks % tp != 0) {
+  const bool searched = config.layout == LayoutChoice::automatic || !config.plan_file.empty();
+  const int tp = searched ? 1 : config.tensor_parallel;  // a search or a plan file: the plan's units, later
+  if (!config.plan_file.empty() && config.tensor_parallel != 1) {
     throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
-                     std::to_string(tp) + " does not divide the " + std::to_string(ranks) +
+                     std::to_string(config.tensor_parallel) + " cannot be combined with pipeline.plan_file (the "
+                     "plan file's tp fixes it)");
+  }
+  const int fixed_tp = config.tensor_parallel > 1 ? config.tensor_parallel : 1;
+  if (ranks % fixed_tp != 0) {
+    throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
+                     std::to_string(fixed_tp) + " does not divide the " + std::to_string(ranks) +
                      " ranks of this job (ranks = tensor_parallel x stages x data-parallel replicas)");
   }
-  if (tp > 1 && (config.layout == LayoutChoice::automatic || !config.plan_file.empty())) {
+  if (fixed_tp > 1 && (model.heads % fixed_tp != 0 || model.vocabulary < fixed_tp)) {
     throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
-                     std::to_string(tp) + " is for the fixed layout; with pipeline.layout = auto or a plan file "
-                     "the plan chooses it");
-  }
-  if (tp > 1 && (model.heads % tp != 0 || model.vocabulary < tp)) {
-    throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
-                     std::to_string(tp) + " does not divide the model's " + std::to_string(model.heads) + " heads");
+                     std::to_string(fixed_tp) + " does not divide the model's " + std::to_string(model.heads) +
+                     " heads");
   }
   if ((ranks / tp) % pp != 0) {
     throw InputError(config.origin_of("pipeline.stages") + ": pipeline.stages: " + std::to_string(pp) +
@@ -377,7 +380,8 @@ std::string format_plan(const plan::Plan& p, const std::string& placement, const
 // pipeline.layout = auto: the batch the fixed layout would train (micro-batch
 // x accumulation x ranks / pipeline.stages) is the global batch to keep.
 int global_batch_sequences(const io::Config& config, int ranks) {
-  return config.micro_batch_sequences * config.gradient_accumulation * (ranks / config.pipeline_stages);
+  const int tp = config.tensor_parallel > 1 ? config.tensor_parallel : 1;
+  return config.micro_batch_sequences * config.gradient_accumulation * (ranks / tp / config.pipeline_stages);
 }
 
 // The searched layout replaces the fixed one's keys (so that logs,
@@ -386,13 +390,15 @@ void adopt_layout(Setup& setup, const JobLayout& layout, int ranks) {
   io::Config& c = setup.inputs.config;
   // Validation keeps the sequences the fixed layout would have evaluated
   // (eval_batches batches of micro-batch x replicas), whatever the layout.
-  const int evaluated = c.eval_batches * c.micro_batch_sequences * (ranks / c.pipeline_stages);
+  const int evaluated = c.eval_batches * c.micro_batch_sequences *
+                        (ranks / (c.tensor_parallel > 1 ? c.tensor_parallel : 1) / c.pipeline_stages);
   const int per_batch = layout.micro_batch_sequences * layout.plan.data_parallel;
   c.eval_batches = std::max(1, (evaluated + per_batch - 1) / per_batch);
   c.micro_batch_sequences = layout.micro_batch_sequences;
   c.gradient_accumulation = layout.micro_batches;
   c.micro_batches_per_flush = layout.micro_batches_per_flush < layout.micro_batches ? layout.micro_batches_per_flush : 0;
   c.pipeline_stages = layout.plan.pipeline_stages;
+  c.tensor_parallel = layout.plan.tensor_parallel;
   c.layers_per_stage = layout.layers_per_stage;
   setup.stages = model::split_layers(setup.inputs.model.layers, c.pipeline_stages, c.layers_per_stage);
 }

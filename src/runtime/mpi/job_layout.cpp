@@ -152,6 +152,7 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
   const double slowdown =
       static_cast<std::size_t>(rank) < config.compute_slowdown.size() ? config.compute_slowdown[rank] : 1.0;
   const std::vector<DeviceMeasurement> devices = measure_devices(backend, config.matmul_precision, slowdown, deadline_s);
+  const std::vector<int> hosts = host_of_rank(MPI_COMM_WORLD, deadline_s);
   JobLayout layout;
   std::string error;
   if (rank == 0) {
@@ -160,10 +161,12 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
     plan::LayoutOptions options;
     options.placement.seed = config.seed;
     options.placement.candidates = config.plan_candidates;
-    // The layout search may choose tensor parallelism on a network with node
-    // labels; this runtime path executes tp = 1 plans until
-    // pipeline.tensor_parallel is wired here.
-    options.tensor_parallel = 1;
+    // Tensor-parallel units form inside a node: the probe's hosts, where the
+    // network (a probed one) names no nodes.
+    if (network.node_of_device.empty() && static_cast<int>(hosts.size()) == network.device_count) {
+      for (int host : hosts) network.node_of_device.push_back("host-of-rank-" + std::to_string(host));
+    }
+    if (config.tensor_parallel > 0) options.tensor_parallel = config.tensor_parallel;
     try {
       const plan::Layout found =
           plan::search_layout(network, job_simulation_config(config, model, global_batch_sequences), options);
@@ -283,7 +286,9 @@ JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int 
 
 std::string describe(const JobLayout& l) {
   std::ostringstream out;
-  out << "layout (" << (l.source == "auto" ? "auto" : "plan file " + l.source) << "): " << l.plan.pipeline_stages << " stages x " << l.plan.data_parallel << " replicas, "
+  out << "layout (" << (l.source == "auto" ? "auto" : "plan file " + l.source) << "): ";
+  if (l.plan.tensor_parallel > 1) out << l.plan.tensor_parallel << "-way tensor-parallel units x ";
+  out << l.plan.pipeline_stages << " stages x " << l.plan.data_parallel << " replicas, "
       << l.micro_batches << " micro-batches of " << l.micro_batch_sequences << " sequences per replica";
   if (l.micro_batches_per_flush < l.micro_batches) out << " in flushes of " << l.micro_batches_per_flush;
   out << ", layers [";

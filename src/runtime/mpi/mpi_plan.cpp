@@ -226,14 +226,10 @@ std::string describe(const Topology& t) {
   return out.str();
 }
 
-std::string consecutive_tensor_groups(MPI_Comm world, int t, double deadline_s,
-                                      std::vector<std::vector<int>>& groups) {
+std::vector<int> host_of_rank(MPI_Comm world, double deadline_s) {
   int rank = 0, size = 1;
   GT_MPI_CHECK(MPI_Comm_rank(world, &rank));
   GT_MPI_CHECK(MPI_Comm_size(world, &size));
-  groups.clear();
-  if (t <= 1) return "";
-  // A host is named by its lowest rank (the first of its shared-memory communicator).
   MPI_Comm host = MPI_COMM_NULL;
   GT_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
   int host_id = rank;
@@ -244,6 +240,16 @@ std::string consecutive_tensor_groups(MPI_Comm world, int t, double deadline_s,
   std::vector<int> host_of(static_cast<std::size_t>(size));
   GT_MPI_CHECK(MPI_Iallgather(&host_id, 1, MPI_INT, host_of.data(), 1, MPI_INT, world, &request));
   wait_collective_or_abort({&request, 1}, world, -1, deadline_s, "gathering the hosts");
+  return host_of;
+}
+
+std::string consecutive_tensor_groups(MPI_Comm world, int t, double deadline_s,
+                                      std::vector<std::vector<int>>& groups) {
+  int size = 1;
+  GT_MPI_CHECK(MPI_Comm_size(world, &size));
+  groups.clear();
+  if (t <= 1) return "";
+  const std::vector<int> host_of = host_of_rank(world, deadline_s);
   if (size % t != 0) {
     return "pipeline.tensor_parallel: " + std::to_string(t) + " does not divide the " + std::to_string(size) +
            " ranks of this job";

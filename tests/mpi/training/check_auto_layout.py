@@ -15,6 +15,9 @@ pipeline.plan_file, follows it and the same losses; the same with GPipe (the sea
 GPipe flushes of 2 micro-batches (4 a step). Bad input (a slowdown list of
 the wrong length; a scenario whose
 memory fits no layout) exits 2 on every rank with a line naming the key.
+Tensor parallelism: on two sites of one 2-device node each, the search held
+to 2-way units (pipeline.tensor_parallel = 2) and `geotrain plan --tp 2
+--json` as a plan file follow the same losses.
 
 usage: check_auto_layout.py GEOTRAIN CONFIG -- MPIRUN...
 """
@@ -89,6 +92,41 @@ def check_bad_input(command, expected, what, failures):
         print(f"{what}: exit 2, {lines[0]}")
 
 
+def check_tensor_parallel(geotrain, common, auto, mpirun, reference, failures):
+    """On two sites of one 2-device node each (nodes-2x2.toml): the search
+    held to 2-way tensor-parallel units, and `geotrain plan --tp 2 --json`
+    trained with pipeline.plan_file, both follow the single rank."""
+    nodes = os.path.join(SCENARIOS, "nodes-2x2.toml")
+    # tp = 2 of 4 ranks and 2 stages: 2 x 8 x 1 = 16 sequences per step, 4 x 2 x 1 = 8 evaluated.
+    searched = run([*auto, f"--network.matrix={nodes}", "--pipeline.tensor_parallel=2",
+                    "--train.gradient_accumulation=8", "--train.eval_batches=4"])
+    plan_file = os.path.abspath("auto-layout-plan-tp.json")
+    planned = run([geotrain, "plan", "--scenario", nodes, "--layout", "auto", "--tp", "2",
+                   "--model", os.path.join(SCENARIOS, "tiny-8-layers.toml"), "--batch", "16", "--json"])
+    if planned.returncode != 0:
+        failures.append(f"geotrain plan --tp 2: exit {planned.returncode}\n{planned.stderr[-2000:]}")
+        return
+    with open(plan_file, "w") as f:
+        f.write(planned.stdout)
+    plan = json.loads(planned.stdout)
+    if plan.get("tp") != 2 or len(plan.get("tensor_groups", [])) < 1:
+        failures.append(f"geotrain plan --tp 2: no 2-way units in {planned.stdout[:500]}")
+    from_file = run([*mpirun, "-n", "4", geotrain, "train", *common, f"--pipeline.plan_file={plan_file}"])
+    for what, done in (("searched, tp = 2", searched), ("plan file, tp = 2", from_file)):
+        values = losses_of(done, what, failures)
+        if values is None:
+            continue
+        if not re.search(r"^layout \([^)]*\): 2-way tensor-parallel units x ", done.stderr, re.M):
+            failures.append(f"{what}: the layout line names no 2-way units\n{done.stderr[-2000:]}")
+        worst = max(abs(a - b) / abs(b) for a, b in zip(values, reference))
+        print(f"{what}: largest relative difference to the single rank {worst:.2e} (tolerance {TOLERANCE})")
+        if worst > TOLERANCE:
+            failures.append(f"{what}: losses {values} differ from the single rank's {reference}")
+    for idle in plan.get("idle_devices", []):
+        if not re.search(rf"^geotrain: rank {idle} \(host [^)]*\): idle: the plan in ", from_file.stderr, re.M):
+            failures.append(f"plan file, tp = 2: rank {idle}, idle in the plan, printed no idle line")
+
+
 def main():
     (geotrain, config), mpirun = arguments_and_mpirun()
     common = short_run_flags(config, STEPS, 2) + ["--model.layers=8", "--timing.file=", "--train.metrics_file="]
@@ -158,6 +196,7 @@ def main():
         check_bad_input([*mpirun, "-n", "4", geotrain, "train", *common, f"--pipeline.plan_file={plan_file}"],
                         f"{plan_file}: devices: the plan is for 5 devices but the job has 4 ranks",
                         "plan file for another job", failures)
+    check_tensor_parallel(geotrain, common, auto, mpirun, reference, failures)
     check_bad_input([*auto, "--emulation.compute_slowdown=[1, 1, 4]"],
                     "emulation.compute_slowdown: has 3 entries but the job has 4 ranks", "slowdown list too short",
                     failures)
