@@ -628,7 +628,8 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   const Topology topology = make_topology(MPI_COMM_WORLD, the_plan, deadline_s,  // 3. communicators
                                           config.outer_sync_within_site ? network.site_of_device : std::vector<std::string>{});
   if (topology.idle) {
-    std::cerr << "geotrain: rank " << rank << " (host " << host_name() << "): " << idle_note << "\n";
+    // One write: the ranks' lines must not interleave (std::cerr writes each piece at once).
+    std::cerr << "geotrain: rank " + std::to_string(rank) + " (host " + host_name() + "): " + idle_note + "\n";
     return 0;
   }
   const bool reports = rank == topology.job_ranks.front();

@@ -64,7 +64,7 @@ def check_layout(done, what, slow_rank, failures):
     layers = [int(x) for x in layout.group(5).split()]
     pipelines = [[int(re.match(r"\s*(\d+)", hop).group(1)) for hop in line.split("->")]
                  for line in re.findall(r"^  pipeline \d+: ranks (.*)$", text, re.M)]
-    idle_line = re.search(rf"^geotrain: rank {slow_rank} \(host [^)]*\): idle: .*leaves this rank out", text, re.M)
+    idle_line = re.search(rf"geotrain: rank {slow_rank} \(host [^)]*\): idle: .*leaves this rank out", text)
     stage_of_slow = [chain.index(slow_rank) for chain in pipelines if slow_rank in chain]
     print(f"{what}: {layout.group(0)}; pipelines {pipelines}; rank {slow_rank} "
           f"{'idle' if idle_line else f'at stage {stage_of_slow}'}")
@@ -123,7 +123,7 @@ def check_tensor_parallel(geotrain, common, auto, mpirun, reference, failures):
         if worst > TOLERANCE:
             failures.append(f"{what}: losses {values} differ from the single rank's {reference}")
     for idle in plan.get("idle_devices", []):
-        if not re.search(rf"^geotrain: rank {idle} \(host [^)]*\): idle: the plan in ", from_file.stderr, re.M):
+        if not re.search(rf"geotrain: rank {idle} \(host [^)]*\): idle: the plan in ", from_file.stderr):
             failures.append(f"plan file, tp = 2: rank {idle}, idle in the plan, printed no idle line")
 
 
@@ -188,7 +188,7 @@ def main():
                 failures.append(f"plan file: losses {values} vs {reference}, or the run does not follow the plan "
                                 f"{expected}\n{done.stderr[-2000:]}")
             for idle in plan["idle_devices"]:
-                if not re.search(rf"^geotrain: rank {idle} \(host [^)]*\): idle: the plan in ", done.stderr, re.M):
+                if not re.search(rf"geotrain: rank {idle} \(host [^)]*\): idle: the plan in ", done.stderr):
                     failures.append(f"plan file: rank {idle}, idle in the plan, printed no idle line")
         wrong = dict(plan, devices=5)
         with open(plan_file, "w") as f:
