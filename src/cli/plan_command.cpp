@@ -69,6 +69,10 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
                    "tensor-parallel degree for the layout search (devices of one node per unit; default: searched "
                    "over 1, 2, 4, 8 where they divide the heads and fit a node)")
       ->check(CLI::PositiveNumber);
+  plan->add_option("--tp-efficiency", o.tp_efficiency,
+                   "a tensor-parallel unit's speed as a share of its devices' (what the split kernels lose, measured "
+                   "or assumed; the all-reduces are priced separately; default 1)")
+      ->check(CLI::Range(0.01, 1.0));
   plan->add_option("--seed", o.seed, "random seed; the same seed gives the same plan");
   plan->add_option("--candidates", o.candidates,
                    "evaluated candidates per island (initial population included); the layout search: per "

@@ -63,6 +63,7 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
   if (o.pp > 0) l.pipeline_stages = o.pp;
   if (o.dp > 0) l.data_parallel = o.dp;
   if (o.tp > 0) l.tensor_parallel = o.tp;
+  l.tensor_efficiency = o.tp_efficiency;
   if (o.micro_batch > 0) l.micro_batch_sequences = o.micro_batch;
   if (o.pipeline_micro_batches > 0) l.micro_batches_per_flush = o.pipeline_micro_batches;
   l.memory.recompute = c.recompute;

@@ -33,6 +33,12 @@ add_test(NAME cli.plan.layout-auto
   COMMAND sh -c "\"$1\" plan --scenario \"$2\" --layout auto --json --candidates 200 > \"$3\" && \"$4\" \"$5\" \"$3\" 64 24"
           _ ${GT} ${SCN}/regional-mixed.toml ${CMAKE_CURRENT_BINARY_DIR}/plan-layout-auto.json ${Python3_EXECUTABLE}
           ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_layout_json.py)
+# A configured tensor-parallel efficiency slows the units: 2-way units at
+# half speed predict a longer iteration than at full speed.
+add_test(NAME cli.plan.tp-efficiency
+  COMMAND sh -c "\"$1\" plan --scenario \"$2\" --model \"$3\" --layout auto --tp 2 --json --candidates 100 > \"$4\".full && \"$1\" plan --scenario \"$2\" --model \"$3\" --layout auto --tp 2 --tp-efficiency 0.5 --json --candidates 100 > \"$4\".half && \"$5\" -c 'import json,sys; f, h = (json.load(open(sys.argv[1] + x))[\"predicted_iteration_s\"] for x in (\".full\", \".half\")); print(f, h); sys.exit(0 if h > 1.2 * f else 1)' \"$4\""
+          _ ${GT} ${SCN}/geo-a100-nodes.toml ${PROJECT_SOURCE_DIR}/inputs/models/opt-350-like.toml
+          ${CMAKE_CURRENT_BINARY_DIR}/plan-tp-efficiency ${Python3_EXECUTABLE})
 add_test(NAME cli.plan.layout-when-no-degrees COMMAND ${GT} plan --scenario ${SCN}/asymmetric-4.toml --candidates 50)
 set_tests_properties(cli.plan.layout-when-no-degrees PROPERTIES
   PASS_REGULAR_EXPRESSION "layout search \\(no pp or dp given\\).*Layout: pp [0-9]+ x dp [0-9]+.*Predicted iteration")
@@ -52,6 +58,7 @@ expect_input_error(negative-latency "negative-latency\\.toml.*latency_ms\\[0\\]\
 expect_input_error(pp-dp-mismatch "tiny-2x2\\.toml.*(pp|dp)" plan --scenario ${SCN}/tiny-2x2.toml --pp 3)
 expect_input_error(unknown-option "command line.*--bogus" plan --scenario ${SCN}/tiny-2x2.toml --bogus)
 expect_input_error(missing-scenario "command line.*--scenario" plan)
+expect_input_error(tp-efficiency-range "--tp-efficiency" plan --scenario ${SCN}/tiny-2x2.toml --tp-efficiency 2)
 expect_input_error(layout-does-not-fit "asymmetric-4\\.toml: no layout fits in device memory.*GiB"
                    plan --scenario ${SCN}/asymmetric-4.toml --layout auto --device-memory-gib 2)
 

@@ -36,6 +36,7 @@ struct PlanCommandOptions {
   std::string model;   // "": the scenario's [workload] model
   int pp = 0, dp = 0;  // 0: from the scenario file
   int tp = 0;          // tensor-parallel degree for the layout search; 0: searched
+  double tp_efficiency = 1.0;  // a unit's speed factor for t > 1 on top of the priced all-reduces
   unsigned long long seed = 1;
   int candidates = 5000;
   int random_samples = 5000;
