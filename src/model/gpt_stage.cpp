@@ -33,13 +33,15 @@ struct Stage::SlotActivations {
 
 namespace {
 std::string layer_name(int layer, const char* tensor) { return "h." + std::to_string(layer) + "." + tensor; }
-}  // namespace
 
-std::size_t ParameterView::whole_count() const {
+std::size_t product(const std::vector<int>& shape) {
   std::size_t n = 1;
   for (int d : shape) n *= static_cast<std::size_t>(d);
   return n;
 }
+}  // namespace
+
+std::size_t ParameterView::whole_count() const { return product(shape); }
 
 std::vector<int> ParameterView::local_shape() const {
   std::vector<int> local = shape;
@@ -56,8 +58,7 @@ std::vector<ParameterView> parameter_layout(const ModelShape& config, const Stag
   // `slice`: this rank's part when t > 1 (default: replicated).
   auto add = [&](const std::string& name, std::vector<int> shape, bool decays, TensorSlice slice = {}) {
     ParameterView view{name, std::move(shape), offset, 0, decays, t > 1 ? slice : TensorSlice{}};
-    view.count = 1;
-    for (int d : view.local_shape()) view.count *= static_cast<std::size_t>(d);
+    view.count = product(view.local_shape());
     views.push_back(std::move(view));
     offset += views.back().count;
   };

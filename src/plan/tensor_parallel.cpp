@@ -52,14 +52,10 @@ TensorUnits tensor_units(const Network& net, const std::vector<std::vector<int>>
   units.groups = groups;
   const int n = static_cast<int>(groups.size());
   Network& un = units.network;
-  un.device_count = n;
-  un.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
-  un.bandwidth_bytes_per_s.assign(static_cast<size_t>(n) * n, 0.0);
+  un = counterpart_network(net, groups);
   std::map<std::pair<double, double>, int> type_index;
   for (int u = 0; u < n; ++u) {
     const auto& g = groups[u];
-    if (!net.site_of_device.empty()) un.site_of_device.push_back(net.site_of_device[g[0]]);
-    un.node_of_device.push_back(net.node(g[0]));
     // Speed and memory: the slowest and the smallest member.
     int slowest = g[0];
     double least_memory = memory[g[0]];
@@ -83,11 +79,31 @@ TensorUnits tensor_units(const Network& net, const std::vector<std::vector<int>>
     }
     units.ring_latency_s.push_back(ring_latency);
     units.ring_bandwidth_bytes_per_s.push_back(ring_bandwidth);
+  }
+  return units;
+}
+
+Network counterpart_network(const Network& net, const std::vector<std::vector<int>>& groups) {
+  const int n = static_cast<int>(groups.size());
+  for (const auto& g : groups) {
+    if (g.empty() || g.size() != groups[0].size()) throw std::invalid_argument("counterpart_network: groups of different sizes");
+    for (int d : g) {
+      if (d < 0 || d >= net.device_count) throw std::invalid_argument("counterpart_network: device " + std::to_string(d) + " out of range");
+    }
+  }
+  Network un;
+  un.device_count = n;
+  un.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
+  un.bandwidth_bytes_per_s.assign(static_cast<size_t>(n) * n, 0.0);
+  for (int u = 0; u < n; ++u) {
+    const auto& g = groups[u];
+    if (!net.site_of_device.empty()) un.site_of_device.push_back(net.site_of_device[g[0]]);
+    un.node_of_device.push_back(net.node(g[0]));
     // Counterparts: member i of u talks to member i of v.
     for (int v = 0; v < n; ++v) {
       if (v == u) continue;
       double latency = 0, bandwidth = std::numeric_limits<double>::infinity();
-      for (int i = 0; i < t; ++i) {
+      for (size_t i = 0; i < g.size(); ++i) {
         latency = std::max(latency, net.latency(g[i], groups[v][i]));
         bandwidth = std::min(bandwidth, net.bandwidth(g[i], groups[v][i]));
       }
@@ -95,7 +111,7 @@ TensorUnits tensor_units(const Network& net, const std::vector<std::vector<int>>
       un.bandwidth_bytes_per_s[static_cast<size_t>(u) * n + v] = bandwidth;
     }
   }
-  return units;
+  return un;
 }
 
 std::vector<int> tensor_parallel_choices(const Network& net, const ModelShape& model, const std::vector<int>& wanted) {

@@ -86,10 +86,8 @@ void check_checkpoint_fits(const io::Checkpoint& checkpoint, const ModelShape& w
   }
 }
 
-// Every parameter of `stage` from the checkpoint's tensor of the same name
-// (already checked to be there); a tensor longer than the view (wpe of a
-// longer context) gives its first rows.
-// A tensor-parallel rank takes its slice.
+// One parameter (or moment) of `view` from the whole tensor: a
+// tensor-parallel rank takes its slice.
 static void upload_view(const model::ParameterView& view, kernels::Backend& backend, const std::vector<float>& whole,
                         float* device_buffer) {
   if (!view.slice.split()) {
@@ -101,6 +99,9 @@ static void upload_view(const model::ParameterView& view, kernels::Backend& back
   backend.upload(device_buffer + view.offset, part.data(), view.count);
 }
 
+// Every parameter of `stage` from the checkpoint's tensor of the same name
+// (already checked to be there); a tensor longer than the view (wpe of a
+// longer context) gives its first rows.
 static void upload_parameters(model::Stage& stage, kernels::Backend& backend, const io::Checkpoint& checkpoint) {
   for (const model::ParameterView& view : stage.parameters()) {
     upload_view(view, backend, checkpoint.find(view.name)->value, stage.params());

@@ -5,6 +5,7 @@
 
 #include "geotrain/common/wire_bytes.hpp"
 #include "geotrain/plan/simulator.hpp"
+#include "geotrain/plan/tensor_parallel.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 
 namespace geotrain::runtime {
@@ -185,13 +186,10 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.backward_s = measured.backward_s;
   const plan::PipelineWork work = predicted_work(config, model, job, ranks, measured);
   if (!run.events.empty()) {
-    // Tensor parallelism: the plan names units, each seen through its first rank's links.
-    plan::Network units = job.network;
-    if (job.plan.tensor_parallel > 1) {
-      std::vector<int> first_ranks;
-      for (const auto& group : job.plan.tensor_groups) first_ranks.push_back(group.front());
-      units = plan::subnetwork(job.network, first_ranks);
-    }
+    // Tensor parallelism: the plan names units, linked as the layout search links them.
+    const plan::Network units = job.plan.tensor_parallel > 1
+                                    ? plan::counterpart_network(job.network, job.plan.tensor_groups)
+                                    : job.network;
     const plan::SimulationResult predicted = plan::simulate(units, job.plan, work);
     const double embedding_bytes = model.tied_head ? 4.0 * model.vocabulary * model.hidden : 0.0;
     run.predicted_iteration_s = step_end_s(units, job.plan, predicted, embedding_bytes) + measured.optimizer_s;

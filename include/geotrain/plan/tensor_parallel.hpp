@@ -38,6 +38,14 @@ std::vector<std::vector<int>> node_tensor_groups(const Network& network, int ten
 TensorUnits tensor_units(const Network& network, const std::vector<std::vector<int>>& groups, double untyped_tflops,
                          double untyped_memory_bytes, double efficiency);
 
+// The links between units of `groups` (same sizes, ids in range;
+// std::invalid_argument otherwise): u -> v the slowest of the member links
+// u[i] -> v[i] (latency the largest, bandwidth the smallest), with member
+// 0's site and node; no device types. What the layout search plans units
+// on, and what the runtime places a fixed layout's units and predicts its
+// timing on.
+Network counterpart_network(const Network& network, const std::vector<std::vector<int>>& groups);
+
 // The tensor-parallel degrees worth trying: `wanted` (or {fixed}) that
 // divide the model's heads and hidden size and leave at least one unit.
 std::vector<int> tensor_parallel_choices(const Network& network, const ModelShape& model, const std::vector<int>& wanted);

@@ -20,6 +20,7 @@
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/model/stage_split.hpp"
 #include "geotrain/plan/placement.hpp"
+#include "geotrain/plan/tensor_parallel.hpp"
 #include "geotrain/plan/workload.hpp"
 #include "geotrain/runtime/checkpointing.hpp"
 #include "geotrain/runtime/distributed_job.hpp"
@@ -37,6 +38,10 @@
 
 namespace geotrain::runtime {
 namespace {
+
+// The ranks per unit of the layout the config fixes (0, the search's
+// choice, and 1 both mean one rank per pipeline device).
+int fixed_tensor_parallel(const io::Config& config) { return config.tensor_parallel > 1 ? config.tensor_parallel : 1; }
 
 // What the connected ranks do: train, or only evaluate (geotrain eval).
 enum class JobKind { train, evaluate };
@@ -107,14 +112,12 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   const io::Config config = io::read_config(config_file, overrides);
   const ModelShape model = io::load_model(config).model;
   const int pp = config.plan_file.empty() ? config.pipeline_stages : 1;  // a plan file: its own stages, later
-  const bool searched = config.layout == LayoutChoice::automatic || !config.plan_file.empty();
-  const int tp = searched ? 1 : config.tensor_parallel;  // a search or a plan file: the plan's units, later
   if (!config.plan_file.empty() && config.tensor_parallel != 1) {
     throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
                      std::to_string(config.tensor_parallel) + " cannot be combined with pipeline.plan_file (the "
                      "plan file's tp fixes it)");
   }
-  const int fixed_tp = config.tensor_parallel > 1 ? config.tensor_parallel : 1;
+  const int fixed_tp = fixed_tensor_parallel(config);  // the layout search's own choice, or a plan file's: later
   if (ranks % fixed_tp != 0) {
     throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
                      std::to_string(fixed_tp) + " does not divide the " + std::to_string(ranks) +
@@ -125,11 +128,11 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
                      std::to_string(fixed_tp) + " does not divide the model's " + std::to_string(model.heads) +
                      " heads");
   }
-  if ((ranks / tp) % pp != 0) {
+  if ((ranks / fixed_tp) % pp != 0) {
     throw InputError(config.origin_of("pipeline.stages") + ": pipeline.stages: " + std::to_string(pp) +
-                     " does not divide the " + std::to_string(ranks / tp) + " " +
-                     (tp > 1 ? "tensor-parallel units" : "ranks") +
-                     " of this job (ranks = " + (tp > 1 ? "tensor_parallel x " : "") +
+                     " does not divide the " + std::to_string(ranks / fixed_tp) + " " +
+                     (fixed_tp > 1 ? "tensor-parallel units" : "ranks") +
+                     " of this job (ranks = " + (fixed_tp > 1 ? "tensor_parallel x " : "") +
                      "stages x data-parallel replicas; change the rank count or pipeline.stages)");
   }
   if (!config.compute_slowdown.empty() && static_cast<int>(config.compute_slowdown.size()) != ranks) {
@@ -380,8 +383,8 @@ std::string format_plan(const plan::Plan& p, const std::string& placement, const
 // pipeline.layout = auto: the batch the fixed layout would train (micro-batch
 // x accumulation x ranks / pipeline.stages) is the global batch to keep.
 int global_batch_sequences(const io::Config& config, int ranks) {
-  const int tp = config.tensor_parallel > 1 ? config.tensor_parallel : 1;
-  return config.micro_batch_sequences * config.gradient_accumulation * (ranks / tp / config.pipeline_stages);
+  return config.micro_batch_sequences * config.gradient_accumulation *
+         (ranks / fixed_tensor_parallel(config) / config.pipeline_stages);
 }
 
 // The searched layout replaces the fixed one's keys (so that logs,
@@ -391,7 +394,7 @@ void adopt_layout(Setup& setup, const JobLayout& layout, int ranks) {
   // Validation keeps the sequences the fixed layout would have evaluated
   // (eval_batches batches of micro-batch x replicas), whatever the layout.
   const int evaluated = c.eval_batches * c.micro_batch_sequences *
-                        (ranks / (c.tensor_parallel > 1 ? c.tensor_parallel : 1) / c.pipeline_stages);
+                        (ranks / fixed_tensor_parallel(c) / c.pipeline_stages);
   const int per_batch = layout.micro_batch_sequences * layout.plan.data_parallel;
   c.eval_batches = std::max(1, (evaluated + per_batch - 1) / per_batch);
   c.micro_batch_sequences = layout.micro_batch_sequences;
@@ -432,19 +435,16 @@ plan::Network job_network(const Setup& setup, int ranks, bool talk, std::ostream
 
 // The plan, made on rank 0 and checked everywhere.
 // With pipeline.tensor_parallel = t, the placement places units of t
-// consecutive ranks of one host, each seen through its first rank's links.
+// consecutive ranks of one host, linked as the layout search links units
+// (plan::counterpart_network).
 plan::Plan plan_job(const io::Config& config, const ModelShape& model, const plan::Network& network, int ranks,
                     bool talk, std::ostream& log) {
   const int tp = config.tensor_parallel, pp = config.pipeline_stages, dp = ranks / tp / pp;
   std::vector<std::vector<int>> groups;
   const std::string error = consecutive_tensor_groups(MPI_COMM_WORLD, tp, config.network_deadline_s, groups);
   if (!error.empty()) abort_all(config.origin_of("pipeline.tensor_parallel") + ": " + error);
-  plan::Network units = network;
-  if (tp > 1 && network.device_count == ranks) {  // rank 0's (elsewhere the network may be empty)
-    std::vector<int> first_ranks;
-    for (const auto& group : groups) first_ranks.push_back(group.front());
-    units = plan::subnetwork(network, first_ranks);
-  }
+  // Rank 0's network (elsewhere it may be empty) is the one planned on.
+  const plan::Network units = tp > 1 && network.device_count == ranks ? plan::counterpart_network(network, groups) : network;
   plan::SearchOptions options;
   options.seed = config.seed;
   options.candidates = config.plan_candidates;
