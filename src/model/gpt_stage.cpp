@@ -437,12 +437,10 @@ double gradient_squares(Stage& stage, kernels::Backend& backend, const float* gr
            backend.sum_of_squares(grads + skip->offset + skip->count,
                                   stage.parameter_count() - skip->offset - skip->count);
   }
-  // Every rank holds the same replicated tensors: each adds 1/t of theirs.
   double squares = 0;
   for (const ParameterView& view : stage.parameters()) {
     if (&view == skip) continue;
-    const double own = backend.sum_of_squares(grads + view.offset, view.count);
-    squares += view.slice.split() ? own : own / group->size();
+    squares += backend.sum_of_squares(grads + view.offset, view.count) * view.unit_share(group->size());
   }
   group->sum_values(&squares, 1);
   return squares;

@@ -356,13 +356,12 @@ class RankTrainer {
 
   // The tied embedding lives on the first and the last stage: counted once.
   void count_parameters() {
-    // Tensor parallelism: each rank counts its slices and 1/t of each replicated tensor.
-    const double t = role_.spec.tensor_parallel;
+    // Tensor parallelism: each tensor counted once over the unit.
     const bool second_copy = role_.stages > 1 && role_.spec.has_head;
     double own = 0;
     for (const model::ParameterView& view : stage_.parameters()) {
       if (second_copy && view.name == "wte") continue;
-      own += view.slice.split() ? static_cast<double>(view.count) : static_cast<double>(view.count) / t;
+      own += static_cast<double>(view.count) * view.unit_share(role_.spec.tensor_parallel);
     }
     const double parameters = std::round(sum_over_job(own) / role_.replicas);
     result_.model_flops_per_token = flops_per_token(model_, parameters);

@@ -41,6 +41,10 @@ struct ParameterView {
   TensorSlice slice{};     // not split: the whole tensor (count = product of shape)
   std::size_t whole_count() const;
   std::vector<int> local_shape() const;
+  // This rank's weight in a sum over its unit of t ranks that counts each
+  // tensor once: 1 for a slice, 1/t for a replicated tensor (every rank
+  // holds it).
+  double unit_share(int tensor_parallel) const { return slice.split() ? 1.0 : 1.0 / tensor_parallel; }
 };
 
 // The parameters a stage holds, in buffer order: a pure function of the

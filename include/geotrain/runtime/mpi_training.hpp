@@ -13,6 +13,7 @@
 #include "geotrain/runtime/mpi_exchange.hpp"
 #include "geotrain/runtime/mpi_plan.hpp"
 #include "geotrain/runtime/pipeline.hpp"
+#include "geotrain/runtime/staged_buffer.hpp"
 #include "geotrain/runtime/trainer.hpp"
 
 namespace geotrain::runtime {
@@ -111,12 +112,10 @@ class MpiTensorGroup : public model::TensorGroup {
   void sum_host(float* data, std::size_t count) override;
 
  private:
-  float* on_host(float* data, std::size_t count);  // data itself where the backend's memory is the host's
-  void back_to_device(float* data, std::size_t count);
   ExchangeGroup group_;
-  kernels::Backend& backend_;
   int size_, rank_;
-  std::vector<float> staging_;
+  bool host_memory_;     // the backend's memory is the host's (the CPU): no staging
+  StagedBuffer staged_;  // a GPU's buffers, through the host
 };
 
 }  // namespace geotrain::runtime

@@ -251,34 +251,24 @@ double MpiCollectives::sum_data_parallel_value(double value) {
 MpiTensorGroup::MpiTensorGroup(const Topology& topology, kernels::Backend& backend, double deadline_s)
     : group_(exchange_group(topology.tensor_comm.get(), topology.tensor_ranks, deadline_s,
                             "summing a layer's parts over the tensor-parallel group", topology.rank)),
-      backend_(backend), size_(topology.tensor_parallel), rank_(topology.tensor_rank) {
+      size_(topology.tensor_parallel), rank_(topology.tensor_rank),
+      host_memory_(backend.kind() == kernels::DeviceKind::cpu), staged_(backend) {
   if (topology.tensor_comm.get() == MPI_COMM_NULL) abort_all("MpiTensorGroup: this rank has no tensor-parallel group");
 }
 
-float* MpiTensorGroup::on_host(float* data, std::size_t count) {
-  if (backend_.kind() == kernels::DeviceKind::cpu) return data;
-  staging_.resize(count);
-  backend_.download(staging_.data(), data, count);
-  return staging_.data();
-}
-
-void MpiTensorGroup::back_to_device(float* data, std::size_t count) {
-  if (backend_.kind() != kernels::DeviceKind::cpu) backend_.upload(data, staging_.data(), count);
-}
-
 void MpiTensorGroup::sum(float* data, std::size_t count) {
-  exchange_sum(group_, on_host(data, count), count);
-  back_to_device(data, count);
+  exchange_sum(group_, staged_.updatable(data, count, host_memory_), count);
+  staged_.written();
 }
 
 void MpiTensorGroup::sum_host(float* data, std::size_t count) { exchange_sum(group_, data, count); }
 
 void MpiTensorGroup::max(float* data, std::size_t count) {
-  float* host = on_host(data, count);
+  float* host = staged_.updatable(data, count, host_memory_);
   MPI_Request request;
   GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host, static_cast<int>(count), MPI_FLOAT, MPI_MAX, group_.comm, &request));
   wait_collective_or_abort({&request, 1}, group_.comm, -1, group_.deadline_s, group_.what);
-  back_to_device(data, count);
+  staged_.written();
 }
 
 void MpiTensorGroup::sum_values(double* values, int count) { exchange_sum(group_, nullptr, 0, values, count); }
