@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <stdexcept>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/io/parallel_checkpoint.hpp"
+#include "checkpoint_format.hpp"
 #include "hdf5_support.hpp"
 
 namespace geotrain::io {
@@ -425,7 +428,7 @@ void read_shard(const std::string& path, const std::string& manifest, Checkpoint
 
 // A step folder: the manifest's attributes, then every shard it lists.
 Checkpoint read_sharded(const fs::path& folder) {
-  quiet_hdf5();
+  const auto hdf5_in_use = use_library();
   const std::string manifest = (folder / kManifestName).string();
   if (!fs::exists(manifest)) {
     throw InputError(manifest + ": missing (an incomplete sharded checkpoint: its manifest is written last)");
@@ -459,7 +462,7 @@ const CheckpointTensor* Checkpoint::find(const std::string& name) const {
 }
 
 void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
-  quiet_hdf5();
+  const auto hdf5_in_use = use_library();
   Handle file(GT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path, false), H5Fclose);
   write_metadata(file, c, path);
   write_tensors(file, c, path);
@@ -467,7 +470,7 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint read_checkpoint_file(const std::string& path) {
-  quiet_hdf5();
+  const auto hdf5_in_use = use_library();
   const Handle file = open_checkpoint_file(path);
   if (H5Aexists(file, "shard") > 0) {
     throw InputError(path + ": attribute shard: one shard of a sharded checkpoint (open its folder, " +
@@ -568,12 +571,10 @@ std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& par
   make_folder(folder.string(), "the checkpoint's folder");
   const std::string path = (folder / shard_name(rank)).string();
   write_then_rename(path, [&](const std::string& temporary) {
-    quiet_hdf5();
+    const auto hdf5_in_use = use_library();
     Handle file(GT_H5_CHECK(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), temporary, false),
                 H5Fclose);
-    write_int_attribute(file, "format_version", part.format_version, temporary);
-    write_int_attribute(file, "completed_steps", part.completed_steps, temporary);
-    write_int_attribute(file, "shard", 1, temporary);
+    detail::write_shard_attributes(file, part, temporary);
     write_tensors(file, part, temporary);
     GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), temporary, false);
   });
@@ -581,20 +582,36 @@ std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& par
   return path;
 }
 
+std::string site_shard_name(int site_index, const std::string& site) {
+  std::string safe = site.empty() ? "unnamed" : site;
+  for (char& c : safe) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  }
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "site_%02d_", site_index);
+  return prefix + safe + ".h5";
+}
+
+void publish_checkpoint(const std::string& dir, const std::string& name, int keep) {
+  fsync_path(dir);
+  publish_latest(dir, name, keep);
+}
+
 std::string publish_sharded_checkpoint(const std::string& dir, const Checkpoint& metadata,
-                                       const std::vector<std::string>& shards, int keep) {
+                                       const std::vector<std::string>& shards, int keep,
+                                       const std::vector<std::string>& present) {
   const std::string name = step_name(metadata.completed_steps, true);
   const fs::path folder = fs::path(dir) / name;
-  std::string listed;
-  for (const std::string& shard : shards) {
+  for (const std::string& shard : present) {
     if (!fs::exists(folder / shard)) {
       throw RunError((folder / shard).string() + ": missing where the manifest is written (checkpoint.form = sharded "
-                     "needs checkpoint.dir on a file system that every rank shares; else checkpoint.form = single)");
+                     "needs checkpoint.dir on a file system that every rank shares; else per_site or single)");
     }
-    listed += (listed.empty() ? "" : "\n") + shard;
   }
+  std::string listed;
+  for (const std::string& shard : shards) listed += (listed.empty() ? "" : "\n") + shard;
   write_then_rename((folder / kManifestName).string(), [&](const std::string& temporary) {
-    quiet_hdf5();
+    const auto hdf5_in_use = use_library();
     Handle file(GT_H5_CHECK(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), temporary, false),
                 H5Fclose);
     write_metadata(file, metadata, temporary);
@@ -628,5 +645,35 @@ std::string resolve_resume(const std::string& dir, const std::string& resume) {
   }
   return target.string();
 }
+
+#ifndef H5_HAVE_PARALLEL
+// The serial library: the collective writer (parallel_checkpoint.cpp) is not built.
+bool parallel_hdf5_built() { return false; }
+
+void write_checkpoint_collectively(int, const std::string& path, const Checkpoint&, CollectiveFile) {
+  throw RunError(path + ": this geotrain was built with the serial HDF5 library (no MPI-IO); install "
+                 "libhdf5-openmpi-dev and rebuild, or use checkpoint.form = sharded");
+}
+#endif
+
+namespace detail {
+
+void write_checkpoint_attributes(hid_t file, const Checkpoint& c, const std::string& context) {
+  write_metadata(file, c, context);
+}
+
+void write_shard_attributes(hid_t file, const Checkpoint& c, const std::string& context) {
+  write_int_attribute(file, "format_version", c.format_version, context);
+  write_int_attribute(file, "completed_steps", c.completed_steps, context);
+  write_int_attribute(file, "shard", 1, context);
+}
+
+void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write) {
+  io::write_then_rename(path, write);
+}
+
+void make_folder(const std::string& folder, const std::string& what) { io::make_folder(folder, what); }
+
+}  // namespace detail
 
 }  // namespace geotrain::io

@@ -113,6 +113,13 @@ void write_strings(hid_t group, const std::string& name, const std::vector<std::
   write_array(group, name, {static_cast<hsize_t>(values.size())}, type, type, pointers.data(), "", context);
 }
 
+std::unique_lock<std::recursive_mutex> use_library() {
+  static std::recursive_mutex library;
+  std::unique_lock<std::recursive_mutex> lock(library);
+  quiet_hdf5();
+  return lock;
+}
+
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw RunError(path + ": cannot open to flush it to disk");

@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ class Handle {
 // HDF5 prints its own error stack by default; ours say what and where once.
 // Call it on every thread that uses HDF5.
 void quiet_hdf5();
+
+// Held around every use of the library (each public io call that opens a
+// file): the parallel (MPI-IO) build of HDF5 is not thread-safe, and a
+// checkpoint's background writer may meet the training thread's timing file
+// or a reader. Recursive: a call may use another. Also quiets HDF5.
+std::unique_lock<std::recursive_mutex> use_library();
 
 hid_t utf8_string_type();  // caller closes
 void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& context);

@@ -137,7 +137,7 @@ const char* to_string(EventKind kind) {
 }
 
 void write_timing_file(const std::string& path, const TimingRun& run) {
-  quiet_hdf5();
+  const auto hdf5_in_use = use_library();
   const fs::path target(path);
   std::error_code error;
   if (target.has_parent_path()) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/io/parallel_checkpoint.hpp"
 
 namespace geotrain::runtime {
 
@@ -142,6 +143,50 @@ void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io
   upload_parameters(stage, backend, checkpoint);
 }
 
+CheckpointForm resolve_checkpoint_form(CheckpointForm configured, const CheckpointPremises& p) {
+  if (p.ranks <= 1) {
+    if (configured == CheckpointForm::per_site) return CheckpointForm::sharded;
+    return configured == CheckpointForm::sharded ? configured : CheckpointForm::single;
+  }
+  const std::string no_parallel_io =
+      "needs parallel HDF5 and MPI_THREAD_MULTIPLE (this geotrain has " +
+      std::string(io::parallel_hdf5_built() ? "parallel HDF5 but MPI gave a lower thread level"
+                                            : "the serial HDF5 library: install libhdf5-openmpi-dev and rebuild") +
+      ")";
+  const std::string not_shared = " (" + p.folder_note + ")";
+  switch (configured) {
+    case CheckpointForm::single:
+      return configured;  // rank 0 writes everything: any file system
+    case CheckpointForm::sharded:
+      if (!p.shared_folder) {
+        throw InputError("checkpoint.form = sharded: checkpoint.dir must be one folder that every rank shares" +
+                         not_shared + "; use per_site, or single");
+      }
+      return configured;
+    case CheckpointForm::parallel:
+      if (!p.parallel_io) throw InputError("checkpoint.form = parallel: " + no_parallel_io + "; use sharded or single");
+      if (!p.shared_folder) {
+        throw InputError("checkpoint.form = parallel: checkpoint.dir must be one folder that every rank shares" +
+                         not_shared + "; use per_site");
+      }
+      return configured;
+    case CheckpointForm::per_site:
+      if (!p.parallel_io) throw InputError("checkpoint.form = per_site: " + no_parallel_io + "; use sharded or single");
+      if (!p.sites_share_folder) {
+        throw InputError("checkpoint.form = per_site: the ranks of a site must share checkpoint.dir" + not_shared);
+      }
+      return configured;
+    case CheckpointForm::automatic:
+      if (p.shared_folder) return p.parallel_io ? CheckpointForm::parallel : CheckpointForm::sharded;
+      if (p.parallel_io && p.sites_share_folder) return CheckpointForm::per_site;
+      throw InputError("checkpoint.form = auto: checkpoint.dir is not one folder that every rank shares" + not_shared +
+                       (p.parallel_io ? ", nor shared within each site" : "") +
+                       "; give a shared folder, or checkpoint.form = single" +
+                       (p.parallel_io ? "" : " (per_site " + no_parallel_io + ")"));
+  }
+  return configured;
+}
+
 void LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
   metadata.tensors = std::move(tensors);
   pending_ = (std::filesystem::path(dir_) / io::step_name(metadata.completed_steps, sharded_)).string();
@@ -153,7 +198,7 @@ void LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::Checkpoi
       return;
     }
     io::write_checkpoint_shard(dir, *snapshot, 0);
-    io::publish_sharded_checkpoint(dir, *snapshot, {io::shard_name(0)}, keep);
+    io::publish_sharded_checkpoint(dir, *snapshot, {io::shard_name(0)}, keep, {io::shard_name(0)});
   });
 }
 

@@ -503,15 +503,19 @@ class RankTrainer {
       const std::string path = with_.checkpoints->advance();
       if (!path.empty()) report_checkpoint(path);
     }
+    bool saved = false;
     if (stop || last || (config_.checkpoint_every_steps > 0 && (step + 1) % config_.checkpoint_every_steps == 0)) {
       publish_checkpoint();  // the next checkpoint waits for the one in flight
       save(step + 1);
+      saved = true;
       checkpoint_in_flight_ = step + 1;
       // Synchronous writes, a stop and the end of training wait for this one.
       if (!config_.checkpoint_asynchronous || stop || last) publish_checkpoint();
     }
     timeline_.pause(false);
-    timeline_.record(io::EventKind::checkpoint, start, Clock::now());
+    // A save at this step: what it sent (the single form's gather to rank 0).
+    timeline_.record(io::EventKind::checkpoint, start, Clock::now(), -1,
+                     saved ? with_.checkpoints->sent_bytes() : 0, saved ? with_.checkpoints->sent_to() : -1);
     return stop;
   }
 
@@ -711,7 +715,8 @@ TrainResult train_single_rank(RunInputs& inputs, std::ostream& log) {
   LocalCollectives collectives;
   std::optional<LocalCheckpointSink> sink;
   if (!config.checkpoint_dir.empty()) {
-    sink.emplace(config.checkpoint_dir, config.checkpoint_keep, sharded_form(config.checkpoint_form, 1));
+    sink.emplace(config.checkpoint_dir, config.checkpoint_keep,
+                 writes_folder(resolve_checkpoint_form(config.checkpoint_form, CheckpointPremises{})));
   }
   RankRole role;
   role.spec = model::StageSpec::whole(inputs.model);

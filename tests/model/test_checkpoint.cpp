@@ -161,8 +161,8 @@ TEST(Checkpoint, ShardedFormRoundTripsAndOnlyTheManifestMakesItVisible) {
   EXPECT_THROW(io::read_checkpoint((dir / "step_00000010").string()), InputError);  // no manifest
   io::Checkpoint metadata = whole;
   metadata.tensors.clear();
-  const std::string folder =
-      io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0), io::shard_name(3)}, 3);
+  const std::vector<std::string> shards = {io::shard_name(0), io::shard_name(3)};
+  const std::string folder = io::publish_sharded_checkpoint(dir.string(), metadata, shards, 3, shards);
   EXPECT_EQ(io::resolve_resume(dir.string(), "auto"), folder);
   for (const std::string& path : {folder, folder + "/manifest.h5"}) {
     const io::Checkpoint back = io::read_checkpoint(path);
@@ -190,13 +190,14 @@ TEST(Checkpoint, AMissingShardIsNamed) {
   metadata.tensors.clear();
   // Publishing with a shard that is not there (a folder not shared by every rank): RunError naming it.
   try {
-    io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0), io::shard_name(1)}, 3);
+    io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0), io::shard_name(1)}, 3,
+                                   {io::shard_name(0), io::shard_name(1)});
     FAIL() << "published without rank 1's shard";
   } catch (const RunError& e) {
     EXPECT_NE(std::string(e.what()).find("step_00000004/rank_00001.h5: missing"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir / "latest"));
-  const std::string folder = io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0)}, 3);
+  const std::string folder = io::publish_sharded_checkpoint(dir.string(), metadata, {io::shard_name(0)}, 3, {io::shard_name(0)});
   fs::remove(fs::path(folder) / "rank_00000.h5");
   try {
     io::read_checkpoint(folder);
@@ -215,7 +216,7 @@ TEST(Checkpoint, PruningKeepsTheNewestOfBothFormsAndDropsOldIncompleteFolders) {
   io::Checkpoint c = sample_checkpoint(20);
   io::write_checkpoint_shard(dir.string(), c, 0);
   c.tensors.clear();
-  io::publish_sharded_checkpoint(dir.string(), c, {io::shard_name(0)}, 2);
+  io::publish_sharded_checkpoint(dir.string(), c, {io::shard_name(0)}, 2, {io::shard_name(0)});
   EXPECT_TRUE(fs::exists(dir / "step_00000010.h5"));
   EXPECT_FALSE(fs::exists(dir / "step_00000015"));
   EXPECT_TRUE(fs::exists(dir / "step_00000099"));
@@ -410,6 +411,60 @@ TEST(Checkpoint, HuggingFaceNameTableIsTheModelsLayout) {
     EXPECT_EQ(names[i].geotrain, layout[i].name);
     EXPECT_EQ(names[i].shape, layout[i].shape) << layout[i].name;
   }
+}
+
+
+// checkpoint.form against what the ranks share, worked by hand: every
+// premise that decides, and an error naming the field where a form cannot work.
+TEST(Checkpoint, FormFollowsWhatTheRanksShare) {
+  using runtime::CheckpointPremises;
+  using runtime::resolve_checkpoint_form;
+  const CheckpointPremises alone;  // one rank
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::automatic, alone), CheckpointForm::single);
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::parallel, alone), CheckpointForm::single);
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::per_site, alone), CheckpointForm::sharded);
+
+  CheckpointPremises shared{4, true, true, true, ""};
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::automatic, shared), CheckpointForm::parallel);
+  CheckpointPremises serial = shared;
+  serial.parallel_io = false;
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::automatic, serial), CheckpointForm::sharded);
+  for (CheckpointForm form : {CheckpointForm::parallel, CheckpointForm::per_site}) {
+    try {
+      resolve_checkpoint_form(form, serial);
+      ADD_FAILURE() << "no error without parallel I/O";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("checkpoint.form = " + to_string(form) + ": needs parallel HDF5", 0), 0u)
+          << e.what();
+    }
+  }
+
+  CheckpointPremises per_site_folders{4, false, true, true, "training ranks 2, 3 do not see every rank's files in ck"};
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::automatic, per_site_folders), CheckpointForm::per_site);
+  EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::single, per_site_folders), CheckpointForm::single);
+  for (CheckpointForm form : {CheckpointForm::parallel, CheckpointForm::sharded}) {
+    try {
+      resolve_checkpoint_form(form, per_site_folders);
+      ADD_FAILURE() << "no error without a shared folder";
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("checkpoint.form = " + to_string(form) + ": checkpoint.dir must be one folder", 0), 0u)
+          << message;
+      EXPECT_NE(message.find("training ranks 2, 3"), std::string::npos) << message;
+    }
+  }
+  CheckpointPremises per_rank_folders = per_site_folders;
+  per_rank_folders.sites_share_folder = false;
+  EXPECT_THROW(resolve_checkpoint_form(CheckpointForm::automatic, per_rank_folders), InputError);
+  EXPECT_THROW(resolve_checkpoint_form(CheckpointForm::per_site, per_rank_folders), InputError);
+  per_site_folders.parallel_io = false;
+  EXPECT_THROW(resolve_checkpoint_form(CheckpointForm::automatic, per_site_folders), InputError);
+}
+
+TEST(Checkpoint, SiteShardNamesAreFileSafe) {
+  EXPECT_EQ(io::site_shard_name(2, "london"), "site_02_london.h5");
+  EXPECT_EQ(io::site_shard_name(0, "eu/west 1"), "site_00_eu_west_1.h5");
+  EXPECT_EQ(io::site_shard_name(11, ""), "site_11_unnamed.h5");
 }
 
 }  // namespace

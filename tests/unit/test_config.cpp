@@ -131,8 +131,11 @@ TEST(Config, CheckpointFormAndAsynchronousWrites) {
   EXPECT_EQ(c.checkpoint_form, CheckpointForm::sharded);
   EXPECT_FALSE(c.checkpoint_asynchronous);
   EXPECT_NE(describe(c).find("checkpoint.form = \"sharded\""), std::string::npos);
-  const std::string message = error_of([] { default_config({"--checkpoint.form=parallel"}); });
-  EXPECT_EQ(message, "command line: checkpoint.form: must be one of auto, single, sharded, got 'parallel'");
+  EXPECT_EQ(default_config({"--checkpoint.form=parallel"}).checkpoint_form, CheckpointForm::parallel);
+  EXPECT_EQ(default_config({"--checkpoint.form=per_site"}).checkpoint_form, CheckpointForm::per_site);
+  const std::string message = error_of([] { default_config({"--checkpoint.form=everywhere"}); });
+  EXPECT_EQ(message,
+            "command line: checkpoint.form: must be one of auto, single, sharded, parallel, per_site, got 'everywhere'");
   EXPECT_NE(error_of([] { default_config({"--checkpoint.asynchronous=yes"}); })
                 .find("checkpoint.asynchronous: must be true or false"),
             std::string::npos);

@@ -22,10 +22,13 @@ enum class WireFormat { fp32, int8, int4, topk };
 // embedding (GPT-2: with 2+ stages its gradient crosses from the last stage
 // to the first every step), or the last stage's own V x H matrix.
 enum class LmHead { model_file, tied, untied };
-// checkpoint.form (io/checkpoint.hpp): one file written by rank 0 after a
-// gather, or one shard per writing rank plus a manifest; auto = single for
-// one rank, sharded for several.
-enum class CheckpointForm { automatic, single, sharded };
+// checkpoint.form (io/checkpoint.hpp, io/parallel_checkpoint.hpp): one file
+// written by rank 0 after a gather (single); one shard per writing rank plus
+// a manifest (sharded); one file written by every rank at once through
+// parallel HDF5 (parallel); one shard per site, each written by its site's
+// ranks, plus a manifest (per_site). auto: runtime/checkpointing.hpp's
+// resolve_checkpoint_form.
+enum class CheckpointForm { automatic, single, sharded, parallel, per_site };
 // optimizer.kind: the inner optimizer. SGD (with decoupled weight decay) is
 // linear in the gradient, so local steps with H = 1 equal synchronous
 // training exactly; AdamW is not (its update of an average is not the
@@ -52,7 +55,8 @@ inline constexpr EnumName<LmHead> kLmHeadNames[] = {
     {LmHead::model_file, "model-file"}, {LmHead::tied, "tied"}, {LmHead::untied, "untied"}};
 
 inline constexpr EnumName<CheckpointForm> kCheckpointFormNames[] = {
-    {CheckpointForm::automatic, "auto"}, {CheckpointForm::single, "single"}, {CheckpointForm::sharded, "sharded"}};
+    {CheckpointForm::automatic, "auto"}, {CheckpointForm::single, "single"}, {CheckpointForm::sharded, "sharded"},
+    {CheckpointForm::parallel, "parallel"}, {CheckpointForm::per_site, "per_site"}};
 
 inline constexpr EnumName<InnerOptimizer> kInnerOptimizerNames[] = {{InnerOptimizer::adamw, "adamw"},
                                                                      {InnerOptimizer::sgd, "sgd"}};

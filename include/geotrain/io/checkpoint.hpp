@@ -125,18 +125,30 @@ std::string step_name(std::int64_t completed_steps, bool sharded);
 // "rank_00003.h5": the shard written by world rank 3.
 std::string shard_name(int rank);
 
+// "site_02_london.h5": the per-site form's shard of site number 2 (`site`
+// with every character but letters, digits, '-' and '.' made '_').
+std::string site_shard_name(int site_index, const std::string& site);
+
+// The last part of a single file written elsewhere (the parallel form, by
+// io/parallel_checkpoint.hpp): fsyncs `dir`, points `latest` at `name`
+// (step_name's), prunes as save_checkpoint does.
+void publish_checkpoint(const std::string& dir, const std::string& name, int keep);
+
 // The sharded form, in two parts. First every writing rank writes its part
 // (part.tensors, part.residuals; the other fields but completed_steps are
 // not stored) to <dir>/step_<N>/rank_<R>.h5 (tmp, fsync, rename); returns
 // its path. Throws RunError naming the file.
 std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank);
-// Then, once every shard is written, one process checks each of `shards`
-// (file names in the step's folder) is there (RunError naming a missing one:
-// the folder is not on a shared file system), writes manifest.h5 from
-// `metadata` (tmp, fsync, rename), replaces `latest` and prunes as
-// save_checkpoint does. Returns the folder's path.
+// Then, once every shard is written, one process checks each of `present`
+// (file names in the step's folder: those written where this process sees
+// them; all of `shards` on a shared file system) is there (RunError naming a
+// missing one), writes manifest.h5 listing `shards` from `metadata` (tmp,
+// fsync, rename), replaces `latest` and prunes as save_checkpoint does.
+// Returns the folder's path. Without a shared file system (the per-site
+// form across sites) one process of each file system publishes its copy.
 std::string publish_sharded_checkpoint(const std::string& dir, const Checkpoint& metadata,
-                                       const std::vector<std::string>& shards, int keep);
+                                       const std::vector<std::string>& shards, int keep,
+                                       const std::vector<std::string>& present);
 
 // "auto": the checkpoint `latest` names in `dir` ("" when there is none
 // yet); anything else: that path. Throws InputError when `latest` names a

@@ -4,6 +4,7 @@
 // (one writer: the single rank, or rank 0 after a gather under MPI; or, in the
 // sharded form, one replica of each stage), in the background.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,9 +66,25 @@ void restore_parameters(model::Stage& stage, kernels::Backend& backend, const io
 // the replicas (and their sites) instead of all falling to replica 0.
 inline int writing_replica(int stage, int replicas) { return stage % replicas; }
 
-// checkpoint.form = auto: single for one rank, sharded for several.
-inline bool sharded_form(CheckpointForm form, int ranks) {
-  return form == CheckpointForm::sharded || (form == CheckpointForm::automatic && ranks > 1);
+// What decides how a job can write its checkpoints.
+struct CheckpointPremises {
+  int ranks = 1;                    // training ranks
+  bool shared_folder = true;        // every rank sees the files every other writes in checkpoint.dir
+  bool sites_share_folder = true;   // within each site, the ranks see each other's files
+  bool parallel_io = false;         // parallel HDF5 built in and MPI_THREAD_MULTIPLE given
+  std::string folder_note;          // which ranks do not share the folder, for the errors
+};
+
+// checkpoint.form as the job writes it. One rank: auto and parallel are
+// single (the same file), per_site is sharded (one shard). Several: auto is
+// parallel on a shared folder (sharded without parallel I/O), per_site
+// where only each site's ranks share it. Throws InputError naming
+// checkpoint.form when the form cannot work on these premises.
+CheckpointForm resolve_checkpoint_form(CheckpointForm configured, const CheckpointPremises& premises);
+
+// The forms that write a folder of shards and a manifest (io::step_name's `sharded`).
+inline bool writes_folder(CheckpointForm form) {
+  return form == CheckpointForm::sharded || form == CheckpointForm::per_site;
 }
 
 // Receives each rank's part of a checkpoint at a step boundary and makes it
@@ -95,6 +112,10 @@ class CheckpointSink {
   // Local: blocks until this rank's own part is written (its errors are
   // reported by advance()); what save() borrowed may change after it.
   virtual void await_local_write() = 0;
+  // What the last save() sent to another rank over the network (the single
+  // form's gather), for the timing file: bytes, and that rank (-1: none).
+  virtual std::int64_t sent_bytes() const { return 0; }
+  virtual int sent_to() const { return -1; }
   // Collective: waits for the checkpoint in flight on every rank, through
   // every phase; its path ("" when none is in flight).
   std::string finish() {

@@ -38,6 +38,10 @@ class MpiSession {
 // This process's rank in MPI_COMM_WORLD (-1 before MPI_Init).
 int world_rank();
 
+// MPI gave MPI_THREAD_MULTIPLE: a second thread may call MPI (the parallel
+// checkpoint forms' background writer).
+bool threads_multiple();
+
 // Prints "geotrain: rank R (host H): <message>; aborting" on stderr and calls
 // MPI_Abort(MPI_COMM_WORLD, 1). Never returns.
 [[noreturn]] void abort_all(const std::string& message);

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "geotrain/io/checkpoint.hpp"
+#include "geotrain/io/parallel_checkpoint.hpp"
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/scenario.hpp"
@@ -27,6 +28,7 @@
 #include "geotrain/runtime/evaluation.hpp"
 #include "geotrain/runtime/job_layout.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/runtime/mpi_checkpoints.hpp"
 #include "geotrain/runtime/mpi_probe.hpp"
 #include "geotrain/runtime/encoded_links.hpp"
 #include "geotrain/runtime/mpi_training.hpp"
@@ -161,180 +163,6 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
   }
   s.inputs = kind == JobKind::train ? prepare_run(config, model) : prepare_evaluation(config, model);
 }
-
-// Collective: returns 0 when no rank failed; otherwise the lowest failing
-// rank prints its message and every rank returns that rank's exit code.
-// `what` names the wait for the deadline's message.
-int agree_on_failure(const std::string& error, int code, double deadline_s,
-                     const std::string& what = "checking that every rank read its inputs",
-                     MPI_Comm comm = MPI_COMM_WORLD) {
-  int rank = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
-  int first_failed = error.empty() ? size : rank;
-  MPI_Request request;
-  GT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, comm, &request));
-  wait_collective_or_abort({&request, 1}, comm, -1, deadline_s, what);
-  if (first_failed == size) return 0;
-  if (rank == first_failed) {
-    std::cerr << "geotrain: error: " << error
-              << (size > 1 ? " (rank " + std::to_string(world_rank()) + ", host " + host_name() + ")" : "") << "\n";
-  }
-  GT_MPI_CHECK(MPI_Ibcast(&code, 1, MPI_INT, first_failed, comm, &request));
-  wait_collective_or_abort({&request, 1}, comm, first_failed, deadline_s, "agreeing on the exit code");
-  return code;
-}
-
-// Every rank's `flag` in `comm`, on every rank (MPI_Iallgather, with the deadline).
-std::vector<int> gather_flags(int flag, double deadline_s, const std::string& what, MPI_Comm comm) {
-  int size = 1;
-  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
-  std::vector<int> flags(static_cast<std::size_t>(size));
-  MPI_Request request;
-  GT_MPI_CHECK(MPI_Iallgather(&flag, 1, MPI_INT, flags.data(), 1, MPI_INT, comm, &request));
-  wait_collective_or_abort({&request, 1}, comm, -1, deadline_s, what);
-  return flags;
-}
-
-// Checkpoints under MPI, written by a background thread (BackgroundWorker:
-// no MPI there; every exchange is on the training thread, with deadlines).
-// "Rank 0" below is the first training rank (world rank 0 unless the layout
-// leaves it idle).
-//  - single: the ranks' tensors are gathered to rank 0 at save(), which
-//    writes the one file in the background.
-//  - sharded: each rank that holds something to write (its stage's tensors
-//    when it is the stage's writing replica, its error-feedback residuals)
-//    writes its shard in the background; once every rank agrees its shard
-//    is there, rank 0 writes the manifest and `latest`, in the background too.
-class MpiCheckpointSink : public CheckpointSink {
- public:
-  // Over the training ranks (`job_comm`; idle ranks take no part); shards
-  // are named by world rank, the job communicator's first rank leads.
-  MpiCheckpointSink(std::string dir, int keep, bool sharded, double deadline_s, MPI_Comm job_comm,
-                    std::vector<int> job_ranks)
-      : dir_(std::move(dir)), keep_(keep), sharded_(sharded), deadline_s_(deadline_s), comm_(job_comm),
-        job_ranks_(std::move(job_ranks)) {
-    GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    int position = 0;
-    GT_MPI_CHECK(MPI_Comm_rank(comm_, &position));
-    leads_ = position == 0;
-  }
-
-  void save(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) override {
-    const std::int64_t step = metadata.completed_steps;
-    pending_ = (std::filesystem::path(dir_) / io::step_name(step, sharded_)).string();
-    if (sharded_) {
-      save_shard(std::move(metadata), std::move(tensors));
-    } else {
-      save_gathered(std::move(metadata), std::move(tensors));
-    }
-  }
-
-  bool writing() const override { return worker_.busy(); }
-
-  void await_local_write() override { worker_.wait_idle(); }
-
-  bool in_flight() const override { return !pending_.empty(); }
-
-  // One phase: every rank's part written (single form: rank 0's file, then
-  // visible); sharded, a second: rank 0's manifest, also written in the
-  // background, so that no rank waits for its fsyncs and the pruning.
-  std::string advance() override {
-    if (pending_.empty()) return "";
-    std::string error;
-    try {
-      worker_.wait();
-    } catch (const std::exception& e) {
-      error = std::string("checkpoint not written: ") + e.what();
-    }
-    if (!sharded_ || manifest_queued_) {
-      settle(error, sharded_ ? "waiting for the reporting rank to write the checkpoint's manifest"
-                             : "waiting for the reporting rank to write the checkpoint");
-      manifest_queued_ = false;
-      return std::exchange(pending_, "");
-    }
-    settle(error, "waiting for every rank to write its part of the checkpoint");
-    const std::vector<int> wrote = gather_flags(wrote_ ? 1 : 0, deadline_s_, "listing the checkpoint's shards", comm_);
-    if (leads_) queue_manifest(wrote);
-    manifest_queued_ = true;
-    return "";
-  }
-
- private:
-  // Every rank learns whether one failed; the lowest failing one prints.
-  void settle(const std::string& error, const std::string& what) {
-    if (const int code = agree_on_failure(error, kExitRunError, deadline_s_, what, comm_)) {
-      pending_.clear();
-      manifest_queued_ = false;
-      throw ReportedFailure(code);
-    }
-  }
-
-  void save_gathered(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
-    const std::vector<std::vector<std::uint8_t>> parts =
-        gather_bytes(comm_, io::serialize_tensors(tensors), 0, deadline_s_, "gathering the checkpoint");
-    tensors.clear();
-    const std::vector<std::vector<std::uint8_t>> residual_parts =
-        gather_bytes(comm_, io::serialize_tensors(metadata.residuals), 0, deadline_s_,
-                     "gathering the error-feedback residuals");
-    if (parts.empty()) return;  // not the leading rank
-    try {
-      for (const std::vector<std::uint8_t>& part : parts) {
-        for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.tensors.push_back(std::move(t));
-      }
-      metadata.residuals.clear();  // rank 0's own come back with everyone's
-      for (const std::vector<std::uint8_t>& part : residual_parts) {
-        for (io::CheckpointTensor& t : io::deserialize_tensors(part)) metadata.residuals.push_back(std::move(t));
-      }
-    } catch (const std::exception& e) {
-      abort_all(std::string("checkpoint not written: ") + e.what());
-    }
-    auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
-    worker_.start([snapshot, dir = dir_, keep = keep_] { io::save_checkpoint(dir, *snapshot, keep); });
-  }
-
-  void save_shard(io::Checkpoint metadata, std::vector<io::CheckpointTensor> tensors) {
-    if (leads_) {
-      manifest_ = metadata;  // the attributes (the tensors are not in it yet: no copy of them)
-      manifest_.residuals.clear();
-      // A manifest of this step left by an earlier run (killed before
-      // `latest` named it) must not describe the shards written now.
-      std::error_code ignored;
-      std::filesystem::remove(std::filesystem::path(pending_) / "manifest.h5", ignored);
-    }
-    metadata.tensors = std::move(tensors);
-    wrote_ = !metadata.tensors.empty() || !metadata.residuals.empty();
-    if (!wrote_) return;
-    auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
-    worker_.start([snapshot, dir = dir_, rank = rank_] { io::write_checkpoint_shard(dir, *snapshot, rank); });
-  }
-
-  // Rank 0, once every shard is written: the manifest, then `latest`, in the background.
-  void queue_manifest(const std::vector<int>& wrote) {
-    std::vector<std::string> shards;
-    for (std::size_t r = 0; r < wrote.size(); ++r) {
-      if (wrote[r]) shards.push_back(io::shard_name(job_ranks_[r]));
-    }
-    auto metadata = std::make_shared<const io::Checkpoint>(std::move(manifest_));
-    worker_.start([metadata, shards = std::move(shards), dir = dir_, keep = keep_] {
-      io::publish_sharded_checkpoint(dir, *metadata, shards, keep);
-    });
-  }
-
-  std::string dir_;
-  int keep_;
-  bool sharded_;
-  double deadline_s_;
-  MPI_Comm comm_;
-  std::vector<int> job_ranks_;  // world rank of each rank of comm_
-  bool leads_ = false;          // comm_'s first rank: gathers, writes the manifest
-  int rank_ = 0;                // world rank: names this rank's shard
-  std::string pending_;     // the path of the checkpoint in flight ("" when none)
-  bool wrote_ = false;      // sharded: this rank writes a shard of it
-  bool manifest_queued_ = false;  // sharded: every shard is written; rank 0 writes the manifest
-  io::Checkpoint manifest_;  // sharded, rank 0: the manifest's attributes
-  BackgroundWorker worker_;  // last: destroyed (waiting for its jobs) first
-};
 
 // The model as the planner sees it: fp32 activations and gradients on the wire.
 plan::TrainingShape shape_of(const ModelShape& m, const io::Config& c, int replicas) {
@@ -474,10 +302,45 @@ WireCodec gradient_codec(const io::Config& config) { return wire_codec(config, c
 
 // The rank's backend, pipeline links and collectives: NCCL on GPUs where
 // built (unless network.transport = mpi), else MPI.
+// How the job writes checkpoints (checkpoint.form resolved on what the ranks
+// share), agreed by every training rank.
+struct CheckpointSetup {
+  CheckpointForm form = CheckpointForm::single;
+  CheckpointFolderView view;
+  std::vector<std::string> site_of_position;  // each training rank's site ("": not given)
+};
+
+// Collective over the training ranks; "" or the InputError's text.
+std::string setup_checkpoints(const io::Config& config, const Topology& topology, const plan::Network& network,
+                              double deadline_s, CheckpointSetup& setup) {
+  for (int rank : topology.job_ranks) {
+    const bool named = static_cast<std::size_t>(rank) < network.site_of_device.size();
+    setup.site_of_position.push_back(named ? network.site_of_device[static_cast<std::size_t>(rank)] : "");
+  }
+  setup.view = probe_checkpoint_folder(config.checkpoint_dir, topology.job_comm.get(), setup.site_of_position,
+                                       deadline_s);
+  setup.view.premises.parallel_io = io::parallel_hdf5_built() && threads_multiple();
+  try {
+    setup.form = resolve_checkpoint_form(config.checkpoint_form, setup.view.premises);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* describe_form(CheckpointForm form) {
+  switch (form) {
+    case CheckpointForm::parallel: return "parallel (one file, every rank writes its part through parallel HDF5)";
+    case CheckpointForm::per_site: return "per_site (one shard per site, written by its ranks through parallel HDF5)";
+    case CheckpointForm::sharded: return "sharded (one shard per writing rank)";
+    default: return "single (gathered to one writing rank)";
+  }
+}
+
 class JobConnections {
  public:
   JobConnections(const io::Config& config, const Topology& topology, std::unique_ptr<kernels::Backend> backend,
-                 bool talk, std::ostream& log)
+                 const CheckpointSetup* checkpoints, bool talk, std::ostream& log)
       : backend_(std::move(backend)), mpi_collectives_(topology, config.network_deadline_s, gradient_codec(config)) {
     const double deadline_s = config.network_deadline_s;
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
@@ -510,10 +373,10 @@ class JobConnections {
             << topology.site_ranks.size() << " of " << topology.dp_ranks.size() << " replicas here)\n";
       }
     }
-    if (!config.checkpoint_dir.empty()) {
-      sink_.emplace(config.checkpoint_dir, config.checkpoint_keep,
-                    sharded_form(config.checkpoint_form, static_cast<int>(topology.job_ranks.size())), deadline_s,
-                    topology.job_comm.get(), topology.job_ranks);
+    if (checkpoints != nullptr) {
+      sink_ = make_mpi_checkpoint_sink(config.checkpoint_dir, config.checkpoint_keep, checkpoints->form, deadline_s,
+                                       topology.job_comm.get(), topology.job_ranks, checkpoints->view,
+                                       checkpoints->site_of_position);
     }
     if (topology.tensor_parallel > 1) {
 #ifdef GEOTRAIN_HAVE_NCCL
@@ -527,7 +390,7 @@ class JobConnections {
 
   RankConnections get() {
     Collectives& collectives = nccl_collectives_ ? *nccl_collectives_ : static_cast<Collectives&>(mpi_collectives_);
-    return {*backend_, *links_, collectives, sink_ ? &*sink_ : nullptr, within_site_ ? &*within_site_ : nullptr,
+    return {*backend_, *links_, collectives, sink_.get(), within_site_ ? &*within_site_ : nullptr,
             tensor_group_.get()};
   }
 
@@ -536,7 +399,7 @@ class JobConnections {
   MpiCollectives mpi_collectives_;
   std::unique_ptr<PipelineLinks> links_;
   std::unique_ptr<Collectives> nccl_collectives_;
-  std::optional<MpiCheckpointSink> sink_;
+  std::unique_ptr<CheckpointSink> sink_;
   std::optional<MpiCollectives> within_site_;  // outer.sync_within_site
   std::unique_ptr<model::TensorGroup> tensor_group_;  // pipeline.tensor_parallel > 1
 };
@@ -633,7 +496,18 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
     return 0;
   }
   const bool reports = rank == topology.job_ranks.front();
-  JobConnections connections(config, topology, std::move(backend), reports && !config.quiet && kind == JobKind::train, text);
+  std::optional<CheckpointSetup> checkpoints;
+  if (kind == JobKind::train && !config.checkpoint_dir.empty()) {
+    checkpoints.emplace();
+    const std::string checkpoint_error = setup_checkpoints(config, topology, network, deadline_s, *checkpoints);
+    if (const int failed = agree_on_failure(checkpoint_error, kExitInputError, deadline_s,
+                                            "agreeing on checkpoint.form", topology.job_comm.get())) {
+      return failed;
+    }
+    if (reports && !config.quiet) text << "checkpoints: " << describe_form(checkpoints->form) << "\n";
+  }
+  JobConnections connections(config, topology, std::move(backend), checkpoints ? &*checkpoints : nullptr,
+                             reports && !config.quiet && kind == JobKind::train, text);
   RankRole role;
   role.stage = topology.stage, role.stages = the_plan.pipeline_stages;
   role.replica = topology.replica, role.replicas = the_plan.data_parallel;

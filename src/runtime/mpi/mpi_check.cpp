@@ -13,10 +13,12 @@ namespace geotrain::runtime {
 MpiSession::MpiSession(int* argc, char*** argv) : previous_handler_(set_call_failure_handler(abort_all)) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  // FUNNELED: checkpoints are written by a background thread, which never
-  // calls MPI; every MPI call stays on the thread that initialised it.
+  // MULTIPLE: a checkpoint's background writer takes part in the parallel
+  // HDF5 write (MPI-IO collectives on a communicator of its own) while the
+  // training thread goes on with its own MPI traffic. Where the library gives
+  // less, only those checkpoint forms are refused (threads_multiple()).
   int provided = MPI_THREAD_SINGLE;
-  if (!initialized) GT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  if (!initialized) GT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   GT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
@@ -27,6 +29,12 @@ MpiSession::~MpiSession() {
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
   set_call_failure_handler(previous_handler_);
+}
+
+bool threads_multiple() {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level == MPI_THREAD_MULTIPLE;
 }
 
 int world_rank() {

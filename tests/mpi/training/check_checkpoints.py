@@ -11,11 +11,25 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 identical bit for bit.
   sigint        alone: Ctrl-C (SIGINT) mid-run does the same as SIGTERM.
   cross-layout  mpirun 2 stages x 2 replicas, shuffled plan, checkpoint at step
-                10 (sharded, the default under mpirun: one shard per stage,
-                from different replicas); resumed on 4 stages x 2 replicas (8
-                ranks) and alone: losses and parameters within 1e-5 of the
-                golden run. A shard removed: exit 2, one line naming it.
+                10 (checkpoint.form = sharded: one shard per stage, from
+                different replicas); resumed on 4 stages x 2 replicas (8 ranks,
+                the default form under mpirun: parallel) and alone: losses and
+                parameters within 1e-5 of the golden run. A shard removed:
+                exit 2, one line naming it.
   cross-layout-single  the same from checkpoint.form = single (one file).
+  cross-layout-parallel  the same from checkpoint.form = parallel (one file
+                written by every rank through parallel HDF5; the timing file
+                shows no rank sent checkpoint bytes, where the single form's
+                gather does).
+  cross-layout-per-site  the same from checkpoint.form = per_site on the
+                two-site scenario (one shard per site plus the manifest); a
+                site's shard removed: exit 2 naming it.
+  per-site-separate-folders  two sites that share no folder (each pair of
+                ranks in its own working folder, checkpoint.dir relative):
+                auto chooses per_site; each site's folder holds the manifest,
+                `latest` and only its own shard; the two put together resume
+                alone within 1e-5; one alone: exit 2 naming the other's shard;
+                checkpoint.form = parallel there: exit 2 naming the field.
   cross-tensor-parallel  mpirun 2-way tensor-parallel units x 2 stages (4
                 ranks): the step-10 checkpoint holds whole tensors (one shard
                 per stage) within 1e-5 of the golden run's, and resumes alone
@@ -30,14 +44,16 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 equal to its own uninterrupted run; the same resume with the
                 file's /error_feedback removed notes that the residuals restart
                 and ends elsewhere (so the residuals are what makes it exact).
-                Sharded (every rank writes its own residuals).
+                checkpoint.form = parallel (every rank writes its own residuals
+                into the one file).
   compressed-single  the same with checkpoint.form = single.
   interop       analysis/load_checkpoint.py (h5py + PyTorch) on the step-20
                 checkpoint gives geotrain's final validation loss within 1e-5,
                 in both forms; the sharded run's tensors equal the single
                 file's bit for bit.
   write-error   a checkpoint that cannot be written (its temporary file's name
-                taken by a folder), alone and under mpirun (one rank's shard):
+                taken by a folder), alone and under mpirun (one rank's shard;
+                the parallel form's one file, which every rank opens):
                 exit 1 at the next wait, one line naming the file; `latest`
                 never names it.
 
@@ -63,6 +79,7 @@ STEPS, HALF = 20, 10
 GLOBAL_MICRO_BATCHES = 4
 TOLERANCE = 1e-5
 HERE = os.path.dirname(os.path.abspath(__file__))
+TWO_SITES = os.path.join(HERE, "scenarios", "nodes-2x2.toml")
 LOAD_CHECKPOINT = os.path.join(HERE, "..", "..", "..", "analysis", "load_checkpoint.py")
 sys.path.insert(0, os.path.dirname(LOAD_CHECKPOINT))
 from load_checkpoint import checkpoint_files, text  # noqa: E402
@@ -249,7 +266,7 @@ def check_compressed_resume(r, form):
     int8 = ["--compression.gradients=int8", f"--checkpoint.form={form}"]
     golden = r.run(r.command("int8", ranks=4, stages=2, extra=int8))
     half = checkpoint(r.dir("int8"), HALF)
-    if os.path.isdir(half) != (form == "sharded"):
+    if os.path.isdir(half) != (form in ("sharded", "per_site")):
         fail(f"{half}: not of checkpoint.form = {form}")
     parts, layouts = set(), set()
     for file in checkpoint_files(half)[1]:
@@ -268,7 +285,7 @@ def check_compressed_resume(r, form):
         fail("the residuals were not restored:\n" + done.stdout)
     compare_losses(losses_of(done.stdout), losses_of(golden.stdout), HALF + 1, 0.0)
     compare_tensors(checkpoint(r.dir("int8-resumed"), STEPS), checkpoint(r.dir("int8"), STEPS), exact=True)
-    stripped = os.path.join(r.workdir, "without-residuals" + ("" if form == "sharded" else ".h5"))
+    stripped = os.path.join(r.workdir, "without-residuals" + ("" if os.path.isdir(half) else ".h5"))
     strip_residuals(half, stripped)
     done = r.run(r.command("int8-stripped", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={stripped}"]))
     if "restart at zero" not in done.stdout + done.stderr:
@@ -278,17 +295,20 @@ def check_compressed_resume(r, form):
     print("without the residuals the resumed run differs, as it must")
 
 
-def check_form(path, form, stages):
-    """A single file, or a folder whose manifest lists one shard per stage
-    (no residuals here), written by ranks of different replicas where there
-    are several (stage s by replica s mod replicas)."""
-    if form == "single":
+def check_form(path, form, shards_expected):
+    """A single file (single, parallel), or a folder whose manifest lists
+    the expected shards (sharded: one per stage, written by ranks of
+    different replicas where there are several, stage s by replica s mod
+    replicas; per_site: one per site), which hold each tensor once."""
+    if form in ("single", "parallel"):
         if not os.path.isfile(path):
             fail(f"{path}: not a single-file checkpoint")
         return
     manifest, shards = checkpoint_files(path)
-    if len(shards) != stages:
-        fail(f"{manifest}: lists {len(shards)} shards, expected one per stage ({stages})")
+    if len(shards) != shards_expected:
+        fail(f"{manifest}: lists {len(shards)} shards, expected {shards_expected}")
+    if form == "per_site" and not all(re.fullmatch(r"site_\d\d_\w+\.h5", os.path.basename(x)) for x in shards):
+        fail(f"{manifest}: shards {shards} are not named by site")
     with h5py.File(manifest, "r") as f:
         completed = int(f.attrs["completed_steps"])
     held = set()
@@ -301,6 +321,67 @@ def check_form(path, form, stages):
                 fail(f"{shard}: holds tensors another shard holds: {sorted(held & names)[:3]}")
             held |= names
     print(f"{path}: manifest and {len(shards)} shards")
+
+
+def check_sent_bytes(timing_file, gathered):
+    """The timing file's checkpoint events: the single form's ranks but the
+    writer send their stage's bytes to it; the others send none."""
+    with h5py.File(timing_file, "r") as f:
+        kinds = h5py.check_enum_dtype(f["events/kind"].dtype)
+        kind, sent, rank = f["events/kind"][:], f["events/bytes"][:], f["events/rank"][:]
+    at_checkpoints = kind == kinds["checkpoint"]
+    senders = sorted(set(rank[at_checkpoints & (sent > 0)].tolist()))
+    if gathered != bool(senders):
+        fail(f"{timing_file}: ranks {senders} sent checkpoint bytes ({'a gather' if gathered else 'none'} expected)")
+    print(f"{timing_file}: ranks sending checkpoint bytes: {senders}")
+
+
+def check_separate_folders(r, golden_losses):
+    """per_site where the sites share no folder: each pair of ranks (a site
+    of the two-site scenario) runs in its own working folder and
+    checkpoint.dir is relative."""
+    folders = [r.dir("site-a"), r.dir("site-b")]
+    for folder in folders:
+        os.makedirs(folder)
+    args = [r.geotrain, "train", *r.common, "--checkpoint.dir=ck", "--pipeline.stages=2",
+            f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // 2}", f"--network.matrix={TWO_SITES}",
+            "--timing.file="]
+
+    def two_sites(extra=()):
+        return [*r.mpirun, "-n", "2", "-wdir", folders[0], *args, *extra, ":",
+                "-n", "2", "-wdir", folders[1], *args, *extra]
+    done = r.run(two_sites())
+    if "checkpoints: per_site" not in done.stdout + done.stderr:
+        fail("auto did not choose per_site without a shared folder:\n" + done.stderr)
+    halves = [checkpoint(os.path.join(folder, "ck"), HALF) for folder in folders]
+    own = []
+    for folder, half in zip(folders, halves):
+        with open(os.path.join(folder, "ck", "latest")) as f:
+            if f.read().strip() != f"step_{STEPS:08d}":
+                fail(f"{folder}/ck/latest does not name step {STEPS}")
+        manifest = os.path.join(half, "manifest.h5")
+        with h5py.File(manifest, "r") as f:
+            shards = [os.path.join(half, name) for name in text(f.attrs["shards"]).split("\n")]
+        present = [x for x in shards if os.path.exists(x)]
+        if len(shards) != 2 or len(present) != 1:
+            fail(f"{manifest}: lists {shards}; present {present} (expected both listed, this site's only here)")
+        own.append(present[0])
+    merged = os.path.join(r.workdir, "merged")
+    shutil.copytree(halves[0], merged)
+    shutil.copy(own[1], merged)
+    done = r.run(r.command("from-merged", extra=[f"--checkpoint.resume={merged}"]))
+    compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
+    done = r.run(r.command("from-one-site", extra=[f"--checkpoint.resume={halves[0]}"]), expect=2)
+    missing = os.path.join(halves[0], os.path.basename(own[1]))
+    lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
+    if len(lines) != 1 or missing not in lines[0]:
+        fail(f"expected one error line naming {missing}:\n{done.stderr}")
+    print(f"one site's folder alone: {lines[0]}")
+    done = r.run(two_sites(["--checkpoint.form=parallel", "--checkpoint.dir=ck-parallel"]), expect=2)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
+    if len(lines) != 1 or "checkpoint.form = parallel" not in lines[0] or "share" not in lines[0]:
+        fail(f"checkpoint.form = parallel without a shared folder: expected one line naming it:\n{done.stderr}")
+    print(f"parallel without a shared folder: {lines[0]}")
 
 
 def check_missing_shard(r, half):
@@ -320,11 +401,14 @@ def check_write_errors(r):
     """Alone (single file) and under mpirun (2 stages, one rank each: rank
     1's shard, rank 0's is fine): the step-10 write fails; the run exits 1
     with one line naming the file; `latest` never names step 10."""
-    cases = [("alone", 0, f"step_{HALF:08d}.h5.tmp"), ("mpi", 2, os.path.join(f"step_{HALF:08d}", "rank_00001.h5.tmp"))]
-    for name, ranks, obstacle in cases:
+    cases = [("alone", 0, f"step_{HALF:08d}.h5.tmp", "auto"),
+             ("mpi", 2, os.path.join(f"step_{HALF:08d}", "rank_00001.h5.tmp"), "sharded"),
+             ("mpi-parallel", 2, f"step_{HALF:08d}.h5.tmp", "parallel")]
+    for name, ranks, obstacle, form in cases:
         blocked = os.path.join(r.dir(name), obstacle)
         os.makedirs(blocked)  # a folder where the temporary file must go: H5Fcreate fails
-        done = r.run(r.command(name, ranks=ranks, stages=2 if ranks else 1), expect=1)
+        done = r.run(r.command(name, ranks=ranks, stages=2 if ranks else 1, extra=[f"--checkpoint.form={form}"]),
+                     expect=1)
         lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
         if len(lines) != 1 or blocked not in lines[0] or "checkpoint not written" not in lines[0]:
             fail(f"{name}: expected one line naming {blocked}:\n{done.stderr}")
@@ -345,7 +429,7 @@ def main():
     if case == "interop-untied":
         r.common.append("--model.lm_head=untied")
     if case in ("compressed", "compressed-single"):
-        check_compressed_resume(r, "single" if case.endswith("single") else "sharded")
+        check_compressed_resume(r, "single" if case.endswith("single") else "parallel")
         print("ok: " + case)
         return
     if case == "write-error":
@@ -369,25 +453,32 @@ def main():
         done = r.run(r.command("stopped", extra=["--checkpoint.resume=auto"]))
         compare_losses(losses_of(done.stdout), golden_losses, step + 1, 0.0)
         compare_tensors(checkpoint(r.dir("stopped"), STEPS), golden_end, exact=True)
-    elif case in ("cross-layout", "cross-layout-single"):
-        form = "single" if case.endswith("single") else "sharded"
-        extra = ["--pipeline.placement=random"] + (["--checkpoint.form=single"] if form == "single" else [])
+    elif case.startswith("cross-layout") and case != "cross-layout-tensor-parallel":
+        form = {"cross-layout": "sharded", "cross-layout-single": "single", "cross-layout-parallel": "parallel",
+                "cross-layout-per-site": "per_site"}[case]
+        extra = ["--pipeline.placement=random", f"--checkpoint.form={form}",
+                 f"--timing.file={os.path.join(r.workdir, 'pp2dp2.h5')}"]
+        if form == "per_site":
+            extra.append(f"--network.matrix={TWO_SITES}")
         r.run(r.command("pp2dp2", ranks=4, stages=2, extra=extra))
         half = checkpoint(r.dir("pp2dp2"), HALF)
-        check_form(half, form, stages=2)
+        check_form(half, form, shards_expected=2)  # 2 stages, or 2 sites
+        check_sent_bytes(os.path.join(r.workdir, "pp2dp2.h5"), gathered=form == "single")
         compare_tensors(half, checkpoint(r.dir("golden"), HALF), exact=False)
         done = r.run(r.command("pp4dp2", ranks=8, stages=4, extra=[f"--checkpoint.resume={half}"]))
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
         compare_tensors(checkpoint(r.dir("pp4dp2"), STEPS), golden_end, exact=False)
-        check_form(checkpoint(r.dir("pp4dp2"), STEPS), "sharded", stages=4)  # the default under mpirun
+        check_form(checkpoint(r.dir("pp4dp2"), STEPS), "parallel", 1)  # the default under mpirun
         done = r.run(r.command("alone", extra=[f"--checkpoint.resume={half}"]))
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
-        if form == "sharded":
+        if form in ("sharded", "per_site"):
             check_missing_shard(r, half)
+    elif case == "per-site-separate-folders":
+        check_separate_folders(r, golden_losses)
     elif case == "cross-tensor-parallel":
-        r.run(r.command("tp2pp2", ranks=4, stages=2, tensor_parallel=2))
+        r.run(r.command("tp2pp2", ranks=4, stages=2, tensor_parallel=2, extra=["--checkpoint.form=sharded"]))
         half = checkpoint(r.dir("tp2pp2"), HALF)
-        check_form(half, "sharded", stages=2)  # whole tensors: one shard per stage, not per rank
+        check_form(half, "sharded", 2)  # whole tensors: one shard per stage, not per rank
         compare_tensors(half, checkpoint(r.dir("golden"), HALF), exact=False)
         done = r.run(r.command("alone", extra=[f"--checkpoint.resume={half}"]))
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
@@ -405,7 +496,7 @@ def main():
     elif case in ("interop", "interop-untied"):
         r.run(r.command("sharded", extra=["--checkpoint.form=sharded"]))
         sharded_end = checkpoint(r.dir("sharded"), STEPS)
-        check_form(sharded_end, "sharded", stages=1)
+        check_form(sharded_end, "sharded", 1)
         compare_tensors(sharded_end, golden_end, exact=True)
         for path in (golden_end, sharded_end):
             model = subprocess.run([sys.executable, LOAD_CHECKPOINT, path,

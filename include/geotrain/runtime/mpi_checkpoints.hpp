@@ -1,0 +1,43 @@
+// Checkpoints under MPI: agreeing on failures, finding out what
+// checkpoint.dir is to the ranks (one shared folder, or one per site), and
+// the sink the trainer hands each rank's part to (checkpoint.form).
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "geotrain/runtime/checkpointing.hpp"
+
+namespace geotrain::runtime {
+
+// Collective: returns 0 when no rank failed; otherwise the lowest failing
+// rank prints its message and every rank returns that rank's exit code.
+// `what` names the wait for the deadline's message.
+int agree_on_failure(const std::string& error, int code, double deadline_s,
+                     const std::string& what = "checking that every rank read its inputs",
+                     MPI_Comm comm = MPI_COMM_WORLD);
+
+// Every rank's `flag` in `comm`, on every rank (MPI_Iallgather, with the deadline).
+std::vector<int> gather_flags(int flag, double deadline_s, const std::string& what, MPI_Comm comm);
+
+// What checkpoint.dir is to the ranks of `job_comm` (collective): each rank
+// creates the folder and a marker file in it, then looks for the others'.
+struct CheckpointFolderView {
+  std::vector<int> visible;  // positions in job_comm whose markers this rank sees (itself included)
+  CheckpointPremises premises;  // shared_folder, sites_share_folder, folder_note, ranks
+};
+// `site_of_position`: each job rank's site ("" everywhere: one site).
+CheckpointFolderView probe_checkpoint_folder(const std::string& dir, MPI_Comm job_comm,
+                                             const std::vector<std::string>& site_of_position, double deadline_s);
+
+// The sink for `form` (already resolved) over the training ranks `job_comm`
+// (world rank of each: job_ranks). Idle ranks take no part.
+std::unique_ptr<CheckpointSink> make_mpi_checkpoint_sink(const std::string& dir, int keep, CheckpointForm form,
+                                                         double deadline_s, MPI_Comm job_comm,
+                                                         const std::vector<int>& job_ranks,
+                                                         const CheckpointFolderView& view,
+                                                         const std::vector<std::string>& site_of_position);
+
+}  // namespace geotrain::runtime
