@@ -6,7 +6,12 @@ seed and layout under mpirun, once per variant:
   single-sync     checkpoint.form = single,  checkpoint.asynchronous = false (the old behaviour:
                   rank 0 gathers every stage and writes while training waits)
   single-async    checkpoint.form = single,  asynchronous = true (the gather stays on the training thread)
-  sharded-async   checkpoint.form = sharded, asynchronous = true (the default under mpirun)
+  sharded-async   checkpoint.form = sharded, asynchronous = true (one shard per writing rank, serial HDF5)
+  parallel-sync   checkpoint.form = parallel, asynchronous = false (one file written by every rank through
+                  parallel HDF5; training waits: with single-sync, the write throughput)
+  parallel-async  checkpoint.form = parallel, asynchronous = true (the default under mpirun on a shared folder)
+  per-site-async  checkpoint.form = per_site, asynchronous = true (one shard per site; give --matrix, a
+                  scenario with [sites] for the ranks)
 
 For each: the training thread's time in checkpointing (the timing file's
 `checkpoint` events, max over ranks per checkpoint, the next optimizer
@@ -35,6 +40,9 @@ VARIANTS = {
     "single-sync": ["--checkpoint.form=single", "--checkpoint.asynchronous=false"],
     "single-async": ["--checkpoint.form=single", "--checkpoint.asynchronous=true"],
     "sharded-async": ["--checkpoint.form=sharded", "--checkpoint.asynchronous=true"],
+    "parallel-sync": ["--checkpoint.form=parallel", "--checkpoint.asynchronous=false"],
+    "parallel-async": ["--checkpoint.form=parallel", "--checkpoint.asynchronous=true"],
+    "per-site-async": ["--checkpoint.form=per_site", "--checkpoint.asynchronous=true"],
 }
 CHECKPOINT_KIND = "checkpoint"
 
@@ -49,7 +57,8 @@ def run_variant(args, mpirun, name, work):
              f"--train.steps={args.steps}", "--train.eval_every_steps=0", "--train.eval_batches=1",
              "--train.micro_batch_sequences=1", "--train.gradient_accumulation=2", "--optimizer.warmup_steps=1",
              "--train.log_json=true", f"--checkpoint.dir={directory}/ckpt", f"--checkpoint.every_steps={args.every}",
-             "--checkpoint.keep=2", f"--timing.file={timing}", "--train.metrics_file=", *VARIANTS[name]]
+             "--checkpoint.keep=2", f"--timing.file={timing}", "--train.metrics_file=", *VARIANTS[name],
+             *([f"--network.matrix={args.matrix}"] if args.matrix else [])]
     # Each rank under /usr/bin/time, its peak RSS in rss.<rank>.
     wrapped = ["sh", "-c", f'exec /usr/bin/time -f %M -o {directory}/rss.$OMPI_COMM_WORLD_RANK "$@"', "sh", *train]
     start = time.monotonic()
@@ -70,6 +79,9 @@ def read_timing(path, args):
         duration = events["end"][()] - events["start"][()]
         wall = f["steps/wall_time"][()]  # [ranks, steps]
         stage, replica = f["plan/stage_of_rank"][()], f["plan/replica_of_rank"][()]
+        sent, peer = events["bytes"][()], events["peer"][()]
+        site = [x.decode() if isinstance(x, bytes) else str(x) for x in f["network/site"][()]] \
+            if "site" in f["network"] else []
     replicas = int(max(replica)) + 1
     # The ranks that hold a stage's tensors to write (sharded) or send (single): stage s, replica s mod replicas.
     writers = [int(replica[r]) == int(stage[r]) % replicas for r in range(len(stage))]
@@ -91,7 +103,13 @@ def read_timing(path, args):
     # Steps after a mid-run checkpoint and before the next one, while a write may be in flight.
     after = [s for s in range(2, args.steps + 1) if (s - 1) in checkpoints]
     others = [s for s in range(2, args.steps + 1) if s not in after]  # step 1 warms up: left out
+    # Bytes the checkpoints sent between ranks (the single form's gather), and across sites.
+    at_checkpoint = (kind == code) & (peer >= 0)
+    sent_total = int(sent[at_checkpoint].sum())
+    crossing = sum(int(b) for r, p, b in zip(rank[at_checkpoint], peer[at_checkpoint], sent[at_checkpoint])
+                   if site and site[int(r)] != site[int(p)])
     return dict(mid_stall_s=[per_step.get(s, 0.0) for s in checkpoints],
+                sent_gib=sent_total / 2**30, crossing_sites_gib=crossing / 2**30 if site else None,
                 other_steps_s=sum(quiet), final_s=per_step.get(args.steps, 0.0),
                 step_after_checkpoint_s=statistics.median([step_time[s - 1] for s in after]) if after else 0.0,
                 step_other_s=statistics.median([step_time[s - 1] for s in others]) if others else 0.0,
@@ -109,13 +127,19 @@ def checkpoint_size(directory):
 
 def table(results):
     lines = ["| variant | training thread per mid-run checkpoint (s) | final checkpoint wait (s) | "
-             "step after a checkpoint / other steps (s) | peak RSS per rank (GiB; * holds a stage to write) | run (s) |",
-             "|---|---|---|---|---|---|"]
+             "step after a checkpoint / other steps (s) | peak RSS per rank (GiB; * holds a stage to write) | "
+             "sent between ranks / across sites per run (GiB) | write throughput (GiB/s) | run (s) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         mids = ", ".join(f"{s:.2f}" for s in r["mid_stall_s"])
         rss = ", ".join(f"{x:.2f}{'*' if w else ''}" for x, w in zip(r["rss_gib"], r["writer"]))
+        crossing = "-" if r["crossing_sites_gib"] is None else f"{r['crossing_sites_gib']:.2f}"
+        # Synchronous variants: the whole checkpoint (gather, write, fsync, publish) in the training thread's time.
+        stalls = r["mid_stall_s"] + [r["final_s"]]
+        throughput = f"{r['checkpoint_gib'] / statistics.mean(stalls):.2f}" if r["name"].endswith("-sync") else "-"
         lines.append(f"| {r['name']} | {mids} | {r['final_s']:.2f} | {r['step_after_checkpoint_s']:.2f} / "
-                     f"{r['step_other_s']:.2f} | {rss} | {r['wall_s']:.0f} |")
+                     f"{r['step_other_s']:.2f} | {rss} | {r['sent_gib']:.2f} / {crossing} | {throughput} | "
+                     f"{r['wall_s']:.0f} |")
     return "\n".join(lines)
 
 
@@ -131,7 +155,8 @@ def main():
     parser.add_argument("--every", type=int, default=2)
     parser.add_argument("--model", default="inputs/models/gpt2-124m.toml")
     parser.add_argument("--sequence-length", type=int, default=128)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="single-sync,single-async,sharded-async,parallel-sync,parallel-async")
+    parser.add_argument("--matrix", help="network.matrix for every variant (a scenario with [sites]: per_site)")
     parser.add_argument("--json", help="also write the raw figures here")
     args = parser.parse_args(sys.argv[1:separator])
     mpirun = sys.argv[separator + 1:]

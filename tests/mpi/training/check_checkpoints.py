@@ -23,7 +23,8 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 gather does).
   cross-layout-per-site  the same from checkpoint.form = per_site on the
                 two-site scenario (one shard per site plus the manifest); a
-                site's shard removed: exit 2 naming it.
+                site's shard removed: exit 2 naming it; the PyTorch loader as
+                for parallel.
   per-site-separate-folders  two sites that share no folder (each pair of
                 ranks in its own working folder, checkpoint.dir relative):
                 auto chooses per_site; each site's folder holds the manifest,
@@ -384,6 +385,22 @@ def check_separate_folders(r, golden_losses):
     print(f"parallel without a shared folder: {lines[0]}")
 
 
+def check_pytorch_loader(path, config, validation):
+    """analysis/load_checkpoint.py (h5py + PyTorch) on checkpoint `path`:
+    the validation loss geotrain printed for it, within the tolerance."""
+    model = subprocess.run([sys.executable, LOAD_CHECKPOINT, path,
+                            os.path.join(os.path.dirname(config), "data", "corpus_val.bin"),
+                            "--batch-size", "2", "--batches", "4", "--json"],
+                           capture_output=True, text=True, timeout=600)
+    if model.returncode != 0:
+        fail(f"load_checkpoint.py exit {model.returncode}\n{model.stdout}\n{model.stderr}")
+    pytorch = json.loads(model.stdout)["validation_loss"]
+    difference = abs(pytorch - validation) / validation
+    print(f"{path}: PyTorch validation loss {pytorch:.6f}, geotrain {validation:.6f}: relative {difference:.1e}")
+    if difference > TOLERANCE:
+        fail("the PyTorch model's validation loss differs from geotrain's")
+
+
 def check_missing_shard(r, half):
     """A copy of the checkpoint without one shard: exit 2, one line naming it."""
     broken = os.path.join(r.workdir, "missing-shard")
@@ -460,8 +477,10 @@ def main():
                  f"--timing.file={os.path.join(r.workdir, 'pp2dp2.h5')}"]
         if form == "per_site":
             extra.append(f"--network.matrix={TWO_SITES}")
-        r.run(r.command("pp2dp2", ranks=4, stages=2, extra=extra))
+        written = r.run(r.command("pp2dp2", ranks=4, stages=2, extra=extra))
         half = checkpoint(r.dir("pp2dp2"), HALF)
+        if form in ("parallel", "per_site"):  # the PyTorch loader reads what parallel HDF5 wrote
+            check_pytorch_loader(checkpoint(r.dir("pp2dp2"), STEPS), config, final_validation(written.stdout))
         check_form(half, form, shards_expected=2)  # 2 stages, or 2 sites
         check_sent_bytes(os.path.join(r.workdir, "pp2dp2.h5"), gathered=form == "single")
         compare_tensors(half, checkpoint(r.dir("golden"), HALF), exact=False)
@@ -499,18 +518,7 @@ def main():
         check_form(sharded_end, "sharded", 1)
         compare_tensors(sharded_end, golden_end, exact=True)
         for path in (golden_end, sharded_end):
-            model = subprocess.run([sys.executable, LOAD_CHECKPOINT, path,
-                                    os.path.join(os.path.dirname(config), "data", "corpus_val.bin"),
-                                    "--batch-size", "2", "--batches", "4", "--json"],
-                                   capture_output=True, text=True, timeout=600)
-            if model.returncode != 0:
-                fail(f"load_checkpoint.py exit {model.returncode}\n{model.stdout}\n{model.stderr}")
-            pytorch = json.loads(model.stdout)["validation_loss"]
-            difference = abs(pytorch - golden_validation) / golden_validation
-            print(f"{path}: PyTorch validation loss {pytorch:.6f}, geotrain {golden_validation:.6f}: "
-                  f"relative {difference:.1e}")
-            if difference > TOLERANCE:
-                fail("the PyTorch model's validation loss differs from geotrain's")
+            check_pytorch_loader(path, config, golden_validation)
     else:
         fail("unknown case " + case)
     print("ok: " + case)
