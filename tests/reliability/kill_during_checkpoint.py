@@ -6,11 +6,15 @@ from it (--checkpoint.resume=auto), never going back. Every other kill aims
 at a write (a few milliseconds after a temporary file appears); the kills
 that landed while a checkpoint was being written (a .tmp file left behind)
 are counted. Writes are asynchronous (the default): the kills land while
-training goes on beside a write. FORM (single, the default alone, or
-sharded) chooses checkpoint.form; a sharded checkpoint's manifest and every
-shard it lists must load.
+training goes on beside a write. FORM (single, the default alone, sharded,
+parallel or per_site) chooses checkpoint.form; a folder checkpoint's
+manifest and every shard it lists must load.
 
-usage: kill_during_checkpoint.py GEOTRAIN CONFIG WORKDIR [KILLS] [SEED] [FORM]
+With `-- MPIRUN...` the run is 2 ranks (2 stages) under that mpirun and each
+kill -9 hits one rank at random (mpirun then stops the other, wherever it
+is: inside a collective parallel HDF5 write, for the parallel forms).
+
+usage: kill_during_checkpoint.py GEOTRAIN CONFIG WORKDIR [KILLS] [SEED] [FORM] [-- MPIRUN...]
 """
 import os
 import random
@@ -68,17 +72,35 @@ def temporary_files(directory):
     return [name for _, _, names in os.walk(directory) for name in names if name.endswith(".tmp")]
 
 
+def rank_processes(mpirun_pid):
+    """PIDs of mpirun's children (the ranks); [] once they are gone."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == mpirun_pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def main():
-    geotrain, config, workdir = sys.argv[1:4]
-    kills = int(sys.argv[4]) if len(sys.argv) > 4 else 15
-    rng = random.Random(int(sys.argv[5]) if len(sys.argv) > 5 else 1)
-    form = sys.argv[6] if len(sys.argv) > 6 else "single"
+    argv, mpirun = sys.argv, []
+    if "--" in argv:
+        argv, mpirun = sys.argv[:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]
+    geotrain, config, workdir = argv[1:4]
+    kills = int(argv[4]) if len(argv) > 4 else 15
+    rng = random.Random(int(argv[5]) if len(argv) > 5 else 1)
+    form = argv[6] if len(argv) > 6 else "single"
     shutil.rmtree(workdir, ignore_errors=True)
     directory = os.path.join(workdir, "checkpoints")
-    command = [geotrain, "train", config, "--pipeline.stages=1", "--train.steps=100000", "--train.log_every_steps=1",
-               "--train.eval_every_steps=0", "--train.eval_batches=1", "--optimizer.warmup_steps=1",
-               f"--checkpoint.dir={directory}", "--checkpoint.every_steps=1", "--checkpoint.keep=2",
-               "--checkpoint.resume=auto", f"--checkpoint.form={form}", "--timing.file="]
+    command = [geotrain, "train", config, f"--pipeline.stages={2 if mpirun else 1}", "--train.steps=100000",
+               "--train.log_every_steps=1", "--train.eval_every_steps=0", "--train.eval_batches=1",
+               "--optimizer.warmup_steps=1", f"--checkpoint.dir={directory}", "--checkpoint.every_steps=1",
+               "--checkpoint.keep=2", "--checkpoint.resume=auto", f"--checkpoint.form={form}", "--timing.file="]
+    if mpirun:
+        command = [*mpirun, "-n", "2", *command]
     last_step, mid_write = 0, 0
     for attempt in range(kills):
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -105,8 +127,19 @@ def main():
             while time.monotonic() < until and not temporary_files(directory):
                 time.sleep(0.0005)
             time.sleep(rng.uniform(0.0, 0.01))
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        if mpirun:
+            ranks = rank_processes(process.pid)
+            if not ranks:
+                fail(f"attempt {attempt}: no rank processes under mpirun")
+            os.kill(rng.choice(ranks), signal.SIGKILL)
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                fail(f"attempt {attempt}: mpirun did not end within 120 s after a rank was killed")
+        else:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
         if temporary_files(directory):
             mid_write += 1
         step = check_latest(directory)
@@ -114,7 +147,7 @@ def main():
             fail(f"attempt {attempt}: latest went back from step {last_step} to {step}")
         last_step = step
     # A last run resumes from what the kills left and takes a step.
-    done = subprocess.run([*command[:3], *[a for a in command[3:] if not a.startswith("--train.steps")],
+    done = subprocess.run([*[a for a in command if not a.startswith("--train.steps")],
                            f"--train.steps={last_step + 1}"], capture_output=True, text=True, timeout=300)
     if done.returncode != 0 or f"after step {last_step}" not in done.stdout:
         fail(f"the final resume from step {last_step} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")

@@ -261,6 +261,28 @@ plan::Network job_network(const Setup& setup, int ranks, bool talk, std::ostream
   return network;
 }
 
+// Every rank's site, on every rank: rank 0's network names them (the
+// scenario's [sites], or the probe's host names, which only rank 0 holds).
+// Empty when it names none.
+std::vector<std::string> sites_everywhere(const plan::Network& network_on_root, int ranks, double deadline_s) {
+  std::string joined;
+  if (static_cast<int>(network_on_root.site_of_device.size()) == ranks) {
+    for (const std::string& site : network_on_root.site_of_device) joined += site + '\n';
+  }
+  const std::vector<std::uint8_t> bytes = broadcast_bytes(
+      MPI_COMM_WORLD, std::vector<std::uint8_t>(joined.begin(), joined.end()), 0, deadline_s, "sharing the sites");
+  std::vector<std::string> sites;
+  std::string site;
+  for (std::uint8_t c : bytes) {
+    if (c != '\n') {
+      site += static_cast<char>(c);
+      continue;
+    }
+    sites.push_back(std::exchange(site, ""));
+  }
+  return sites;
+}
+
 // The plan, made on rank 0 and checked everywhere.
 // With pipeline.tensor_parallel = t, the placement places units of t
 // consecutive ranks of one host, linked as the layout search links units
@@ -464,6 +486,7 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   std::ostream& text = text_stream(config, log);
 
   plan::Network network = job_network(setup, ranks, talk, text);  // 1. measured, or given
+  network.site_of_device = sites_everywhere(network, ranks, deadline_s);
   std::unique_ptr<kernels::Backend> backend;
   try {
     backend = kernels::make_backend(config.device);
