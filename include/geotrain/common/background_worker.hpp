@@ -2,9 +2,10 @@
 // work that must not stall the caller (writing a checkpoint while training
 // goes on). The caller learns of a job's failure at its next wait().
 //
-// Jobs must not call MPI (the job's MPI is initialised for one calling
-// thread, MPI_THREAD_FUNNELED) and must not touch what the caller keeps
-// changing: they own their data (a snapshot taken before start()).
+// Jobs must not touch what the caller keeps changing: they own their data
+// (a snapshot taken before start(), or state the caller leaves alone until
+// wait_idle()). A job that calls MPI (the parallel checkpoint forms) uses a
+// communicator no other thread uses, under MPI_THREAD_MULTIPLE.
 #pragma once
 #include <condition_variable>
 #include <deque>
