@@ -25,9 +25,9 @@ layout="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_
 # shellcheck disable=SC2086  # option lists are words
 for form in none single per_site parallel; do
   if [[ $form == none ]]; then
-    run sites planned gpipe "-$form" $layout
+    run sites "$file" "$options" planned gpipe "-$form" $layout
   else
-    run sites planned gpipe "-$form" $layout --checkpoint.dir="$PWD/$out/ckpt-$form" --checkpoint.form="$form" \
+    run sites "$file" "$options" planned gpipe "-$form" $layout --checkpoint.dir="$PWD/$out/ckpt-$form" --checkpoint.form="$form" \
       --checkpoint.every_steps=2 --checkpoint.keep=1
   fi
 done
