@@ -12,6 +12,8 @@ seed and layout under mpirun, once per variant:
   parallel-async  checkpoint.form = parallel, asynchronous = true (the default under mpirun on a shared folder)
   per-site-async  checkpoint.form = per_site, asynchronous = true (one shard per site; give --matrix, a
                   scenario with [sites] for the ranks)
+  parallel-snapshot  parallel-async with checkpoint.snapshot = true (a host copy first: the optimizer
+                  waits for the copy only, not the write)
 
 For each: the training thread's time in checkpointing (the timing file's
 `checkpoint` events, max over ranks per checkpoint, the next optimizer
@@ -43,6 +45,7 @@ VARIANTS = {
     "parallel-sync": ["--checkpoint.form=parallel", "--checkpoint.asynchronous=false"],
     "parallel-async": ["--checkpoint.form=parallel", "--checkpoint.asynchronous=true"],
     "per-site-async": ["--checkpoint.form=per_site", "--checkpoint.asynchronous=true"],
+    "parallel-snapshot": ["--checkpoint.form=parallel", "--checkpoint.asynchronous=true", "--checkpoint.snapshot=true"],
 }
 CHECKPOINT_KIND = "checkpoint"
 

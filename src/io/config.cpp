@@ -102,6 +102,7 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint.resume", &c.checkpoint_resume},
       {"checkpoint.init_from", &c.checkpoint_init_from},
       {"checkpoint.asynchronous", &c.checkpoint_asynchronous},
+      {"checkpoint.snapshot", &c.checkpoint_snapshot},
       {"checkpoint.form", &c.checkpoint_form},
       {"timing.file", &c.timing_file},
       {"timing.max_event_steps", &c.timing_max_event_steps},

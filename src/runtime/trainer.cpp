@@ -547,8 +547,10 @@ class RankTrainer {
     if (outer_) add_local_state(metadata);
     std::vector<io::CheckpointTensor> tensors;
     if (role_.replica == writing_replica(role_.stage, role_.replicas)) {
-      // On the CPU the write reads the live state: no snapshot; the next optimizer step waits for it.
-      tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head, true);
+      // On the CPU the write reads the live state (the next optimizer step waits for it) unless a
+      // snapshot is asked for.
+      tensors = collect_tensors(stage_, optimizer_, with_.backend, role_.stages > 1 && role_.spec.has_head,
+                                !config_.checkpoint_snapshot);
       if (with_.tensor_group != nullptr) tensors = whole_tensors(stage_, std::move(tensors), *with_.tensor_group);
       borrowed_ = std::any_of(tensors.begin(), tensors.end(),
                               [](const io::CheckpointTensor& t) { return t.borrowed_value != nullptr; });

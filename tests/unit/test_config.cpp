@@ -130,6 +130,8 @@ TEST(Config, CheckpointFormAndAsynchronousWrites) {
   const Config c = default_config({"--checkpoint.form=sharded", "--checkpoint.asynchronous=false"});
   EXPECT_EQ(c.checkpoint_form, CheckpointForm::sharded);
   EXPECT_FALSE(c.checkpoint_asynchronous);
+  EXPECT_FALSE(defaults.checkpoint_snapshot);
+  EXPECT_TRUE(default_config({"--checkpoint.snapshot=true"}).checkpoint_snapshot);
   EXPECT_NE(describe(c).find("checkpoint.form = \"sharded\""), std::string::npos);
   EXPECT_EQ(default_config({"--checkpoint.form=parallel"}).checkpoint_form, CheckpointForm::parallel);
   EXPECT_EQ(default_config({"--checkpoint.form=per_site"}).checkpoint_form, CheckpointForm::per_site);

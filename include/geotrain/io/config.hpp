@@ -96,9 +96,13 @@ struct Config {
   // Written by a background thread while training goes on (false: training
   // waits for each write, as before).
   bool checkpoint_asynchronous = true;
-  // single: one file, rank 0 writes it after gathering every stage; sharded:
-  // a folder per step, each stage written by one of its replicas, plus a
-  // manifest; auto: single for one rank, sharded for several.
+  // On the CPU an asynchronous write reads the live parameters and moments
+  // (no copy: the next optimizer step waits for the write). true: copy them
+  // to host memory first, so that only the copy holds training up, at 12
+  // bytes per parameter of the writing rank's stage (GPUs always copy).
+  bool checkpoint_snapshot = false;
+  // README "Checkpoints": single, sharded, parallel, per_site, or auto
+  // (runtime/checkpointing.hpp's resolve_checkpoint_form).
   CheckpointForm checkpoint_form = CheckpointForm::automatic;
   Transport transport = Transport::automatic;  // auto (NCCL on GPUs where built, else MPI) | mpi | nccl
   // [timing]: the run's HDF5 timing file (io/timing_file.hpp)
