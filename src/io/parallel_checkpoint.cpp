@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
