@@ -116,9 +116,12 @@ def main():
                 "--outer.fragments=2", "--checkpoint.every_steps=3", "--checkpoint.keep=10"]
     whole, _ = run([*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, STEPS, 2), *streamed,
                     f"--checkpoint.dir={os.path.join(work, 'whole')}"], work)
+    # The default form under mpirun: one file (parallel HDF5), or a folder of shards without it.
+    step3 = os.path.join(work, "whole", "step_00000003")
+    step3 = step3 if os.path.isdir(step3) else step3 + ".h5"
     resumed, log = run([*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, STEPS, 2), *streamed,
                         f"--checkpoint.dir={os.path.join(work, 'resumed')}",
-                        f"--checkpoint.resume={os.path.join(work, 'whole', 'step_00000003')}"], work)
+                        f"--checkpoint.resume={step3}"], work)
     tail, again = losses(whole, "step", "loss")[3:], losses(resumed, "step", "loss")
     final_whole, final_resumed = losses(whole, "end", "final_validation_loss"), losses(resumed, "end", "final_validation_loss")
     print(f"resume from step 3: losses {again} vs {tail}; final {final_resumed} vs {final_whole}")
@@ -127,7 +130,7 @@ def main():
     elsewhere, log = run([*mpirun, "-np", "2", geotrain, "train", *short_run_flags(config, STEPS, 2),
                           "--pipeline.stages=1", "--train.gradient_accumulation=2", "--outer.local_steps=2",
                           "--outer.fragments=2", f"--checkpoint.dir={os.path.join(work, 'elsewhere')}",
-                          f"--checkpoint.resume={os.path.join(work, 'whole', 'step_00000003')}"], work)
+                          f"--checkpoint.resume={step3}"], work)
     noted = "no local-steps state" in log
     print(f"resume on 1x2: {len(losses(elsewhere, 'step', 'loss'))} steps, note {'printed' if noted else 'MISSING'}")
     if len(losses(elsewhere, "step", "loss")) != STEPS - 3 or not noted:
