@@ -4,6 +4,29 @@
 
 namespace geotrain {
 
+void Loan::give_back() {
+  {
+    std::lock_guard lock(mutex_);
+    returned_ = true;
+  }
+  changed_.notify_all();
+}
+
+void Loan::wait() const {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return returned_; });
+}
+
+std::function<void()> lend(std::shared_ptr<Loan> loan, std::function<void()> job) {
+  return [loan = std::move(loan), job = std::move(job)] {
+    struct GiveBackOnExit {
+      Loan& loan;
+      ~GiveBackOnExit() { loan.give_back(); }
+    } on_exit{*loan};
+    job();
+  };
+}
+
 BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
 
 BackgroundWorker::~BackgroundWorker() {

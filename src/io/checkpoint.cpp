@@ -351,9 +351,11 @@ void make_folder(const std::string& folder, const std::string& what) {
 
 // `write` fills `path`.tmp, which is then flushed to disk and renamed to
 // `path`: a reader never sees a partly written file under its final name.
-void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write) {
+void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write,
+                       const TensorsWritten& tensors_written = {}) {
   const std::string temporary = path + ".tmp";
   write(temporary);
+  if (tensors_written) tensors_written();  // the file is closed: HDF5 holds no pointer into the tensors
   fsync_path(temporary);
   std::error_code error;
   fs::rename(temporary, path, error);
@@ -556,17 +558,20 @@ std::string shard_name(int rank) {
   return name;
 }
 
-std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep) {
+std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep,
+                            const TensorsWritten& tensors_written) {
   make_folder(dir, "the checkpoint directory");
   const std::string name = step_name(checkpoint.completed_steps, false);
   const std::string final_path = (fs::path(dir) / name).string();
-  write_then_rename(final_path, [&](const std::string& temporary) { write_checkpoint_file(temporary, checkpoint); });
+  write_then_rename(
+      final_path, [&](const std::string& temporary) { write_checkpoint_file(temporary, checkpoint); }, tensors_written);
   fsync_path(dir);
   publish_latest(dir, name, keep);
   return final_path;
 }
 
-std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank) {
+std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank,
+                                   const TensorsWritten& tensors_written) {
   const fs::path folder = fs::path(dir) / step_name(part.completed_steps, true);
   make_folder(folder.string(), "the checkpoint's folder");
   const std::string path = (folder / shard_name(rank)).string();
@@ -577,7 +582,7 @@ std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& par
     detail::write_shard_attributes(file, part, temporary);
     write_tensors(file, part, temporary);
     GT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), temporary, false);
-  });
+  }, tensors_written);
   fsync_path(folder.string());
   return path;
 }
@@ -650,7 +655,8 @@ std::string resolve_resume(const std::string& dir, const std::string& resume) {
 // The serial library: the collective writer (parallel_checkpoint.cpp) is not built.
 bool parallel_hdf5_built() { return false; }
 
-void write_checkpoint_collectively(int, const std::string& path, const Checkpoint&, CollectiveFile) {
+void write_checkpoint_collectively(int, const std::string& path, const Checkpoint&, CollectiveFile,
+                                   const TensorsWritten&) {
   throw RunError(path + ": this geotrain was built with the serial HDF5 library (no MPI-IO); install "
                  "libhdf5-openmpi-dev and rebuild, or use checkpoint.form = sharded");
 }
@@ -668,8 +674,9 @@ void write_shard_attributes(hid_t file, const Checkpoint& c, const std::string& 
   write_int_attribute(file, "shard", 1, context);
 }
 
-void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write) {
-  io::write_then_rename(path, write);
+void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write,
+                       const TensorsWritten& tensors_written) {
+  io::write_then_rename(path, write, tensors_written);
 }
 
 void make_folder(const std::string& folder, const std::string& what) { io::make_folder(folder, what); }

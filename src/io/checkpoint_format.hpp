@@ -14,8 +14,10 @@ namespace geotrain::io::detail {
 void write_checkpoint_attributes(hid_t file, const Checkpoint& c, const std::string& context);
 // A shard's root attributes: format_version, completed_steps, shard = 1.
 void write_shard_attributes(hid_t file, const Checkpoint& c, const std::string& context);
-// `write` fills `path`.tmp, which is flushed to disk and renamed to `path`.
-void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write);
+// `write` fills `path`.tmp, which is flushed to disk and renamed to `path`;
+// `tensors_written` is called between the two.
+void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write,
+                       const TensorsWritten& tensors_written = {});
 // create_directories, RunError naming `folder` and `what` on failure.
 void make_folder(const std::string& folder, const std::string& what);
 

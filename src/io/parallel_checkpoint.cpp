@@ -122,7 +122,7 @@ Handle create_dataset(hid_t group, const Entry& e, const std::string& context) {
 // writes is returned, not thrown, so that it still takes part in the
 // collective closes that follow.
 std::string write_datasets(MPI_Comm comm, const std::string& temporary, const Checkpoint& part,
-                           const std::vector<Entry>& entries, int me) {
+                           const std::vector<Entry>& entries, int me, const TensorsWritten& tensors_written) {
   Handle access(GT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), temporary, false), H5Pclose);
   GT_H5_CHECK(H5Pset_fapl_mpio(access, comm, MPI_INFO_NULL), temporary, false);
   Handle file(GT_H5_CHECK(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access), temporary, false),
@@ -167,6 +167,9 @@ std::string write_datasets(MPI_Comm comm, const std::string& temporary, const Ch
       error = temporary + ": writing a dataset failed (" + std::to_string(target.data.size()) + " floats)";
     }
   }
+  // H5Dwrite over MPI-IO returns once its buffer may be reused: the
+  // tensors can change while the members close the file together.
+  if (tensors_written) tensors_written();
   return error;  // the datasets, groups and file close collectively here, in one order on every member
 }
 
@@ -191,7 +194,7 @@ void write_attributes(const std::string& temporary, const Checkpoint& part, Coll
 bool parallel_hdf5_built() { return true; }
 
 void write_checkpoint_collectively(int fortran_comm, const std::string& path, const Checkpoint& part,
-                                   CollectiveFile kind) {
+                                   CollectiveFile kind, const TensorsWritten& tensors_written) {
   const MPI_Comm comm = MPI_Comm_f2c(fortran_comm);
   int me = 0;
   check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank", path);
@@ -221,7 +224,7 @@ void write_checkpoint_collectively(int fortran_comm, const std::string& path, co
   for (const Entry& e : entries) any_residual = any_residual || e.residual;
   {
     const auto hdf5_in_use = use_library();
-    error = write_datasets(comm, temporary, part, entries, me);
+    error = write_datasets(comm, temporary, part, entries, me, tensors_written);
     failed = error.empty() ? 0 : 1;
     check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm), "agreeing on the checkpoint", path);
     if (!any_failed && me == 0) {

@@ -192,14 +192,16 @@ void LocalCheckpointSink::save(io::Checkpoint metadata, std::vector<io::Checkpoi
   pending_ = (std::filesystem::path(dir_) / io::step_name(metadata.completed_steps, sharded_)).string();
   // Shared: std::function must be copyable; the job is its only other owner.
   auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
-  worker_.start([snapshot, dir = dir_, keep = keep_, sharded = sharded_] {
+  loan_ = std::make_shared<Loan>();
+  worker_.start(lend(loan_, [snapshot, dir = dir_, keep = keep_, sharded = sharded_, loan = loan_] {
+    auto give_back = [&] { loan->give_back(); };
     if (!sharded) {
-      io::save_checkpoint(dir, *snapshot, keep);
+      io::save_checkpoint(dir, *snapshot, keep, give_back);
       return;
     }
-    io::write_checkpoint_shard(dir, *snapshot, 0);
+    io::write_checkpoint_shard(dir, *snapshot, 0, give_back);
     io::publish_sharded_checkpoint(dir, *snapshot, {io::shard_name(0)}, keep, {io::shard_name(0)});
-  });
+  }));
 }
 
 std::string LocalCheckpointSink::advance() {

@@ -141,5 +141,30 @@ TEST(BackgroundWorker, JobsOwnTheirDataAndFreeItBeforeWaitReturns) {
   EXPECT_TRUE(watch.expired());
 }
 
+// A loan comes back when the job gives it back, while the job goes on
+// (the fsync after a checkpoint's last tensor), and at the latest when the
+// job ends, also by a failure that never gave it back.
+TEST(BackgroundWorker, ALoanComesBackBeforeTheJobEndsOrWhenItFails) {
+  std::atomic<bool> finish{false}, finished{false};
+  BackgroundWorker worker;
+  auto loan = std::make_shared<Loan>();
+  worker.start(lend(loan, [&, loan] {
+    loan->give_back();
+    while (!finish) std::this_thread::sleep_for(100us);
+    finished = true;
+  }));
+  loan->wait();  // returns although the job cannot end yet
+  EXPECT_FALSE(finished.load());
+  EXPECT_TRUE(worker.busy());
+  finish = true;
+  worker.wait();
+  EXPECT_TRUE(finished.load());
+
+  auto failed = std::make_shared<Loan>();
+  worker.start(lend(failed, [] { throw std::runtime_error("rank_00001.h5.tmp: cannot create"); }));
+  failed->wait();
+  EXPECT_THROW(worker.wait(), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace geotrain

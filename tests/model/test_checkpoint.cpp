@@ -357,6 +357,55 @@ TEST(Checkpoint, BorrowedTensorsPointAtTheLiveStateAndWriteTheSame) {
   EXPECT_EQ(io::serialize_tensors(borrowed), io::serialize_tensors(copies));
 }
 
+// Asynchronous checkpoints that read the live state let the optimizer go on
+// as soon as the writer has read every tensor, before the fsync: the
+// callback comes once, after the bytes are in the temporary file (changing
+// the tensors then changes nothing written) and before the file is renamed.
+TEST(Checkpoint, TensorsAreGivenBackOnceTheirBytesAreInTheFileBeforeItIsDurable) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-given-back");
+  for (const bool sharded : {false, true}) {
+    const io::Checkpoint owned = sample_checkpoint(sharded ? 8 : 9);
+    std::vector<std::vector<float>> live;  // what the optimizer would change
+    io::Checkpoint lent = owned;
+    for (io::CheckpointTensor& t : lent.tensors) {
+      for (std::vector<float>* part : {&t.value, &t.first_moment, &t.second_moment}) live.push_back(std::move(*part));
+      t.value.clear(), t.first_moment.clear(), t.second_moment.clear();
+    }
+    for (std::size_t i = 0; i < lent.tensors.size(); ++i) {
+      lent.tensors[i].borrowed_value = live[3 * i].data();
+      lent.tensors[i].borrowed_first_moment = live[3 * i + 1].data();
+      lent.tensors[i].borrowed_second_moment = live[3 * i + 2].data();
+    }
+    const fs::path final_path = sharded ? dir / "step_00000008" / "rank_00002.h5" : dir / "step_00000009.h5";
+    int calls = 0;
+    auto given_back = [&] {
+      ++calls;
+      EXPECT_TRUE(fs::exists(final_path.string() + ".tmp")) << final_path;
+      EXPECT_FALSE(fs::exists(final_path)) << final_path;
+      for (std::vector<float>& values : live) std::fill(values.begin(), values.end(), -7.0f);
+    };
+    const std::string path = sharded ? io::write_checkpoint_shard(dir.string(), lent, 2, given_back)
+                                     : io::save_checkpoint(dir.string(), lent, 2, given_back);
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(path, final_path.string());
+    // Read as HDF5 datasets, also the shard (no manifest yet).
+    for (const io::CheckpointTensor& t : owned.tensors) {
+      for (const auto& [group, expected] : {std::pair{std::string("params/"), &t.value},
+                                            std::pair{std::string("optimizer/m/"), &t.first_moment},
+                                            std::pair{std::string("optimizer/v/"), &t.second_moment}}) {
+        with_hdf5_file(path, H5F_ACC_RDONLY, [&](hid_t file) {
+          const hid_t dataset = H5Dopen2(file, (group + t.name).c_str(), H5P_DEFAULT);
+          ASSERT_GE(dataset, 0) << group << t.name;
+          std::vector<float> read(expected->size());
+          EXPECT_GE(H5Dread(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, read.data()), 0);
+          H5Dclose(dataset);
+          EXPECT_EQ(read, *expected) << group << t.name;
+        });
+      }
+    }
+  }
+}
+
 // A converted model: /params only, marked weights_only; it starts a run
 // (restore_weights) but is refused where moments are needed.
 TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {

@@ -11,10 +11,34 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 namespace geotrain {
+
+// What a caller lends a background job (a checkpoint that reads the live
+// parameters instead of a copy) and gets back before the job ends: the job
+// calls give_back() once it has read the last byte, and may go on (an
+// fsync, a rename) while the caller changes the data again. lend() gives it
+// back when the job ends in any way, so that a failed job never leaves the
+// caller waiting.
+class Loan {
+ public:
+  // Idempotent; from any thread.
+  void give_back();
+  // Blocks until give_back().
+  void wait() const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  bool returned_ = false;
+};
+
+// `job` as a BackgroundWorker job that gives `loan` back when it ends
+// (normally or by an exception) at the latest.
+std::function<void()> lend(std::shared_ptr<Loan> loan, std::function<void()> job);
 
 class BackgroundWorker {
  public:

@@ -40,6 +40,7 @@
 // read_checkpoint reads both.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -118,7 +119,14 @@ std::vector<CheckpointTensor> deserialize_tensors(const std::vector<std::uint8_t
 // finally deletes all but the newest `keep` checkpoints (and incomplete
 // folders older than this one). A crash at any moment leaves `latest`
 // naming a complete checkpoint. Returns the file's path.
-std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep);
+//
+// `tensors_written` (the writers below take one too) is called once every
+// tensor's bytes are in the file, before the flush to disk: from then on
+// the caller may change what the tensors borrow (CheckpointTensor's
+// borrowed_* pointers: the live parameters) while the write goes on.
+using TensorsWritten = std::function<void()>;
+std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep,
+                            const TensorsWritten& tensors_written = {});
 
 // "step_00000100.h5" (single) or "step_00000100" (the sharded form's folder).
 std::string step_name(std::int64_t completed_steps, bool sharded);
@@ -138,7 +146,8 @@ void publish_checkpoint(const std::string& dir, const std::string& name, int kee
 // (part.tensors, part.residuals; the other fields but completed_steps are
 // not stored) to <dir>/step_<N>/rank_<R>.h5 (tmp, fsync, rename); returns
 // its path. Throws RunError naming the file.
-std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank);
+std::string write_checkpoint_shard(const std::string& dir, const Checkpoint& part, int rank,
+                                   const TensorsWritten& tensors_written = {});
 // Then, once every shard is written, one process checks each of `present`
 // (file names in the step's folder: those written where this process sees
 // them; all of `shards` on a shared file system) is there (RunError naming a

@@ -30,6 +30,9 @@ enum class CollectiveFile { whole, shard };
 //     rank 0 then adds the root attributes from its `part` (as `kind` says),
 //     flushes the file to disk and renames it to `path`.
 // Throws RunError naming the file on every member when any member failed.
-void write_checkpoint_collectively(int comm, const std::string& path, const Checkpoint& part, CollectiveFile kind);
+// `tensors_written` (checkpoint.hpp) is called on each member once its own
+// tensors are written, before the collective close.
+void write_checkpoint_collectively(int comm, const std::string& path, const Checkpoint& part, CollectiveFile kind,
+                                   const TensorsWritten& tensors_written = {});
 
 }  // namespace geotrain::io

@@ -109,8 +109,9 @@ class CheckpointSink {
   // RunError naming the file (one rank), or under MPI one rank prints it and
   // every rank throws ReportedFailure.
   virtual std::string advance() = 0;
-  // Local: blocks until this rank's own part is written (its errors are
-  // reported by advance()); what save() borrowed may change after it.
+  // Local: blocks until the writer has read every tensor of this rank's
+  // own part (its errors are reported by advance()); what save() borrowed
+  // may change after it. The part may not be on disk yet.
   virtual void await_local_write() = 0;
   // What the last save() sent to another rank over the network (the single
   // form's gather), for the timing file: bytes, and that rank (-1: none).
@@ -133,13 +134,16 @@ class LocalCheckpointSink : public CheckpointSink {
   bool writing() const override { return worker_.busy(); }
   bool in_flight() const override { return !pending_.empty(); }
   std::string advance() override;  // one phase: the file, or the shard and the manifest
-  void await_local_write() override { worker_.wait_idle(); }
+  void await_local_write() override {
+    if (loan_) loan_->wait();
+  }
 
  private:
   std::string dir_;
   int keep_;
   bool sharded_;
   std::string pending_;  // the path of the checkpoint in flight
+  std::shared_ptr<Loan> loan_;  // the write in flight reads the tensors save() was given until it gives them back
   BackgroundWorker worker_;
 };
 

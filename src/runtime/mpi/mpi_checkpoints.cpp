@@ -162,6 +162,7 @@ class MpiCheckpointSink : public CheckpointSink {
     const std::int64_t step = metadata.completed_steps;
     pending_ = (std::filesystem::path(dir_) / io::step_name(step, writes_folder(form_))).string();
     sent_bytes_ = 0;
+    loan_ = nullptr;  // the gathered form copies what it sends; the others lend their tensors to the writer
     switch (form_) {
       case CheckpointForm::sharded: save_shard(std::move(metadata), std::move(tensors)); break;
       case CheckpointForm::parallel:
@@ -172,7 +173,12 @@ class MpiCheckpointSink : public CheckpointSink {
 
   bool writing() const override { return worker_.busy(); }
 
-  void await_local_write() override { worker_.wait_idle(); }
+  // Until the writer has handed every tensor to the file, not until the
+  // file is on disk: the fsync, the collective close and `latest` go on
+  // while the optimizer steps.
+  void await_local_write() override {
+    if (loan_) loan_->wait();
+  }
 
   bool in_flight() const override { return !pending_.empty(); }
 
@@ -266,7 +272,10 @@ class MpiCheckpointSink : public CheckpointSink {
     wrote_ = !metadata.tensors.empty() || !metadata.residuals.empty();
     if (!wrote_) return;
     auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
-    worker_.start([snapshot, dir = dir_, rank = rank_] { io::write_checkpoint_shard(dir, *snapshot, rank); });
+    loan_ = std::make_shared<Loan>();
+    worker_.start(lend(loan_, [snapshot, dir = dir_, rank = rank_, loan = loan_] {
+      io::write_checkpoint_shard(dir, *snapshot, rank, [&] { loan->give_back(); });
+    }));
   }
 
   // Every rank's writer thread joins the collective write (also with
@@ -278,11 +287,14 @@ class MpiCheckpointSink : public CheckpointSink {
     const std::string path = whole ? pending_ : (std::filesystem::path(pending_) / my_shard_).string();
     auto snapshot = std::make_shared<const io::Checkpoint>(std::move(metadata));
     const int comm = MPI_Comm_c2f(io_comm_.get());
-    worker_.start([snapshot, path, comm, whole, publish = whole && leads_, dir = dir_, keep = keep_] {
+    loan_ = std::make_shared<Loan>();
+    worker_.start(lend(loan_, [snapshot, path, comm, whole, publish = whole && leads_, dir = dir_, keep = keep_,
+                               loan = loan_] {
       io::write_checkpoint_collectively(comm, path, *snapshot,
-                                        whole ? io::CollectiveFile::whole : io::CollectiveFile::shard);
+                                        whole ? io::CollectiveFile::whole : io::CollectiveFile::shard,
+                                        [&] { loan->give_back(); });
       if (publish) io::publish_checkpoint(dir, std::filesystem::path(path).filename().string(), keep);
-    });
+    }));
   }
 
   // Once every shard is written: the manifest, then `latest`, in the background.
@@ -309,6 +321,7 @@ class MpiCheckpointSink : public CheckpointSink {
   std::int64_t sent_bytes_ = 0;  // to rank 0 at the last save (the single form's gather)
   std::vector<std::string> site_shards_, present_shards_;  // per_site: every site's shard; those in this view
   std::string my_shard_;     // per_site: this rank's site's
+  std::shared_ptr<Loan> loan_;  // the tensors the write in flight reads, until it has read them
   Communicator io_comm_;     // parallel forms: the writer thread's own
   BackgroundWorker worker_;  // last: destroyed (waiting for its jobs) first, before io_comm_ is freed
 };
