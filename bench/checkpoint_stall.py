@@ -79,7 +79,9 @@ def read_timing(path, args):
         kinds = h5py.check_enum_dtype(events["kind"].dtype)
         code = kinds[CHECKPOINT_KIND]
         kind, step, rank = events["kind"][()], events["step"][()], events["rank"][()]
-        duration = events["end"][()] - events["start"][()]
+        begin = events["start"][()]
+        duration = events["end"][()] - begin
+        optimizer_code = kinds["optimizer"]
         wall = f["steps/wall_time"][()]  # [ranks, steps]
         stage, replica = f["plan/stage_of_rank"][()], f["plan/replica_of_rank"][()]
         sent, peer = events["bytes"][()], events["peer"][()]
@@ -88,20 +90,27 @@ def read_timing(path, args):
     replicas = int(max(replica)) + 1
     # The ranks that hold a stage's tensors to write (sharded) or send (single): stage s, replica s mod replicas.
     writers = [int(replica[r]) == int(stage[r]) % replicas for r in range(len(stage))]
-    # A rank's checkpoint time per step: the checkpoint itself and, where
-    # the write reads the live state (CPU), the next optimizer step's wait
-    # for it, recorded in the next step: both count for that checkpoint.
-    own = {}
-    for k, s, r, d in zip(kind, step, rank, duration):
-        if k == code:
-            own[(int(r), int(s))] = own.get((int(r), int(s)), 0.0) + float(d)
-    ranks = {r for r, _ in own}
+    # A rank's time on the training thread per checkpoint: at the step it is
+    # saved (after that step's optimizer: its save, and the wait for an
+    # earlier write still in flight), then every checkpoint event until the
+    # next one's save: the next optimizer step's wait for the write that
+    # reads the live state (CPU), and the later steps' agreeing on it and
+    # publishing it. The last step's events after its optimizer are the
+    # final checkpoint's.
     checkpoints = [s for s in range(args.every, args.steps, args.every)]
-    per_step = {c: max((own.get((r, c), 0.0) + own.get((r, c + 1), 0.0) for r in ranks), default=0.0)
-                for c in checkpoints}
-    per_step[args.steps] = max((own.get((r, args.steps), 0.0) for r in ranks), default=0.0)
-    counted = set(checkpoints) | {c + 1 for c in checkpoints} | {args.steps}
-    quiet = [max(own.get((r, s), 0.0) for r in ranks) for s in {s for _, s in own} - counted]
+    saved_at = set(checkpoints) | {args.steps}
+    optimizer_start = {(int(r), int(s)): float(b) for k, s, r, b in zip(kind, step, rank, begin) if k == optimizer_code}
+    owned = {}  # (rank, checkpoint step, or 0 before the first) -> seconds
+    for k, s, r, b, d in zip(kind, step, rank, begin, duration):
+        if k != code:
+            continue
+        s, r = int(s), int(r)
+        saving = s in saved_at and b >= optimizer_start.get((r, s), float("-inf"))
+        owner = s if saving else max((c for c in checkpoints if c < s), default=0)
+        owned[(r, owner)] = owned.get((r, owner), 0.0) + float(d)
+    ranks = {r for r, _ in owned}
+    per_step = {c: max((owned.get((r, c), 0.0) for r in ranks), default=0.0) for c in sorted(saved_at)}
+    quiet = [max((owned.get((r, 0), 0.0) for r in ranks), default=0.0)]
     step_time = wall.max(axis=0)  # the slowest rank's time per step
     # Steps after a mid-run checkpoint and before the next one, while a write may be in flight.
     after = [s for s in range(2, args.steps + 1) if (s - 1) in checkpoints]
@@ -146,6 +155,18 @@ def table(results):
     return "\n".join(lines)
 
 
+def stall_ratios(results):
+    """The issue's stall goal: each variant's mean time per mid-run
+    checkpoint against the gathered synchronous write's, in the same run."""
+    before = next((r for r in results if r["name"] == "single-sync"), None)
+    if before is None or not before["mid_stall_s"]:
+        return ""
+    reference = statistics.mean(before["mid_stall_s"])
+    return "\n".join(f"- {r['name']}: mean {statistics.mean(r['mid_stall_s']):.2f} s per mid-run checkpoint = "
+                     f"{100 * statistics.mean(r['mid_stall_s']) / reference:.1f}% of single-sync's {reference:.2f} s"
+                     for r in results if r is not before and r["mid_stall_s"])
+
+
 def main():
     separator = sys.argv.index("--")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,6 +189,7 @@ def main():
         results.append(run_variant(args, mpirun, name, args.workdir))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(table(results))
+    print(stall_ratios(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

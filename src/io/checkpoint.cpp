@@ -428,22 +428,33 @@ void read_shard(const std::string& path, const std::string& manifest, Checkpoint
   read_residuals(file, path, c);
 }
 
-// A step folder: the manifest's attributes, then every shard it lists.
-Checkpoint read_sharded(const fs::path& folder) {
-  const auto hdf5_in_use = use_library();
+std::string manifest_of(const fs::path& folder) {
   const std::string manifest = (folder / kManifestName).string();
   if (!fs::exists(manifest)) {
     throw InputError(manifest + ": missing (an incomplete sharded checkpoint: its manifest is written last)");
   }
-  const Handle file = open_checkpoint_file(manifest);
-  Checkpoint c = read_metadata(file, manifest);
+  return manifest;
+}
+
+std::vector<std::string> shards_listed(hid_t file, const std::string& manifest) {
+  std::vector<std::string> listed;
   std::istringstream shards(read_string_attribute(file, "shards", manifest));
   for (std::string shard; std::getline(shards, shard);) {
     if (shard.empty() || shard.find('/') != std::string::npos) {
       throw InputError(manifest + ": attribute shards: '" + shard + "' is not a file name");
     }
-    read_shard((folder / shard).string(), manifest, c);
+    listed.push_back(shard);
   }
+  return listed;
+}
+
+// A step folder: the manifest's attributes, then every shard it lists.
+Checkpoint read_sharded(const fs::path& folder) {
+  const auto hdf5_in_use = use_library();
+  const std::string manifest = manifest_of(folder);
+  const Handle file = open_checkpoint_file(manifest);
+  Checkpoint c = read_metadata(file, manifest);
+  for (const std::string& shard : shards_listed(file, manifest)) read_shard((folder / shard).string(), manifest, c);
   std::vector<std::string> names;
   for (const CheckpointTensor& t : c.tensors) names.push_back(t.name);
   std::sort(names.begin(), names.end());
@@ -455,6 +466,12 @@ Checkpoint read_sharded(const fs::path& folder) {
 }
 
 }  // namespace
+
+std::vector<std::string> listed_shards(const std::string& folder) {
+  const auto hdf5_in_use = use_library();
+  const std::string manifest = manifest_of(folder);
+  return shards_listed(open_checkpoint_file(manifest), manifest);
+}
 
 const CheckpointTensor* Checkpoint::find(const std::string& name) const {
   for (const CheckpointTensor& t : tensors) {

@@ -159,6 +159,10 @@ std::string publish_sharded_checkpoint(const std::string& dir, const Checkpoint&
                                        const std::vector<std::string>& shards, int keep,
                                        const std::vector<std::string>& present);
 
+// The shards that <folder>/manifest.h5 lists (file names in `folder`),
+// without reading them. Throws InputError naming the manifest.
+std::vector<std::string> listed_shards(const std::string& folder);
+
 // "auto": the checkpoint `latest` names in `dir` ("" when there is none
 // yet); anything else: that path. Throws InputError when `latest` names a
 // missing file or a folder without its manifest.

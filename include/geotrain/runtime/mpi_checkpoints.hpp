@@ -32,6 +32,16 @@ struct CheckpointFolderView {
 CheckpointFolderView probe_checkpoint_folder(const std::string& dir, MPI_Comm job_comm,
                                              const std::vector<std::string>& site_of_position, double deadline_s);
 
+// Collective over MPI_COMM_WORLD, at start-up before any rank reads the
+// checkpoint that checkpoint.resume (`resume`, in `dir`) names: where that
+// is a folder of shards (sharded, per_site) and some ranks' folders lack
+// shards that others' hold (sites that share no file system), one rank of
+// each folder receives each shard it lacks from a rank that holds it and
+// writes it there. Returns 0, or the exit code every rank agreed on after
+// one rank printed why: 2 when the ranks would resume from different steps
+// or a shard is missing everywhere (named), 1 when a copy failed.
+int fetch_missing_shards(const std::string& dir, const std::string& resume, double deadline_s);
+
 // The sink for `form` (already resolved) over the training ranks `job_comm`
 // (world rank of each: job_ranks). Idle ranks take no part.
 std::unique_ptr<CheckpointSink> make_mpi_checkpoint_sink(const std::string& dir, int keep, CheckpointForm form,

@@ -51,6 +51,8 @@ enum class JobKind { train, evaluate };
 // What every rank prepares before talking to the others; failures here are
 // bad input (exit 2) unless said otherwise.
 struct Setup {
+  io::Config config;  // as read; inputs.config once the inputs are read
+  ModelShape model;
   RunInputs inputs;
   std::vector<model::StageSpec> stages;
   std::optional<plan::Network> matrix;  // network.matrix, when given
@@ -109,10 +111,9 @@ bool write_job_timing(const std::string& path, const io::Config& config, const M
   return verdict.size() == 1 && verdict[0] == 1;
 }
 
-void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks,
-             JobKind kind) {
-  const io::Config config = io::read_config(config_file, overrides);
-  const ModelShape model = io::load_model(config).model;
+void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
+  const io::Config& config = s.config = io::read_config(config_file, overrides);
+  const ModelShape& model = s.model = io::load_model(config).model;
   const int pp = config.plan_file.empty() ? config.pipeline_stages : 1;  // a plan file: its own stages, later
   if (!config.plan_file.empty() && config.tensor_parallel != 1) {
     throw InputError(config.origin_of("pipeline.tensor_parallel") + ": pipeline.tensor_parallel: " +
@@ -161,7 +162,6 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
     }
     s.matrix = std::move(scenario.network);
   }
-  s.inputs = kind == JobKind::train ? prepare_run(config, model) : prepare_evaluation(config, model);
 }
 
 // The model as the planner sees it: fp32 activations and gradients on the wire.
@@ -470,16 +470,29 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   Setup setup;
   std::string error;
   int code = 0;
-  try {
-    prepare(setup, config_file, overrides, ranks, kind);
-  } catch (const InputError& e) {
-    error = e.what(), code = kExitInputError;
-  } catch (const std::exception& e) {
-    error = e.what(), code = kExitRunError;
-  }
+  auto attempt = [&](const auto& step) {
+    try {
+      step();
+    } catch (const InputError& e) {
+      error = e.what(), code = kExitInputError;
+    } catch (const std::exception& e) {
+      error = e.what(), code = kExitRunError;
+    }
+  };
+  attempt([&] { prepare(setup, config_file, overrides, ranks); });
   // Inputs are not read yet when the config itself failed: fall back to a
   // short deadline that still outlasts slow file systems.
-  const double deadline_s = code == 0 ? setup.inputs.config.network_deadline_s : 120.0;
+  const double deadline_s = code == 0 ? setup.config.network_deadline_s : 120.0;
+  if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
+  if (kind == JobKind::train) {  // sites that share no folder: each completes its copy of the checkpoint
+    if (const int failed = fetch_missing_shards(setup.config.checkpoint_dir, setup.config.checkpoint_resume, deadline_s)) {
+      return failed;
+    }
+  }
+  attempt([&] {
+    setup.inputs = kind == JobKind::train ? prepare_run(setup.config, setup.model)
+                                          : prepare_evaluation(setup.config, setup.model);
+  });
   if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
   const io::Config& config = setup.inputs.config;
   const bool talk = root && !config.quiet && kind == JobKind::train;

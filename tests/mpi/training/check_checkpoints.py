@@ -30,6 +30,9 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 auto chooses per_site; each site's folder holds the manifest,
                 `latest` and only its own shard; the two put together resume
                 alone within 1e-5; one alone: exit 2 naming the other's shard;
+                both sites from their own folders (each receives the shard
+                it lacks from the other's ranks) within 1e-5; sites whose
+                `latest` differ: exit 2 naming both steps;
                 checkpoint.form = parallel there: exit 2 naming the field.
   cross-tensor-parallel  mpirun 2-way tensor-parallel units x 2 stages (4
                 ranks): the step-10 checkpoint holds whole tensors (one shard
@@ -380,6 +383,24 @@ def check_separate_folders(r, golden_losses):
     if len(lines) != 1 or missing not in lines[0]:
         fail(f"expected one error line naming {missing}:\n{done.stderr}")
     print(f"one site's folder alone: {lines[0]}")
+    # Both sites, each from its own folder: the shard a site lacks is sent
+    # to it by the other site's ranks before anyone reads the checkpoint.
+    step = os.path.join("ck", f"step_{HALF:08d}")
+    done = r.run(two_sites([f"--checkpoint.resume={step}", "--checkpoint.dir=ck-resumed"]))
+    compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
+    for half in halves:
+        missing = [x for x in checkpoint_files(half)[1] if not os.path.exists(x)]
+        if missing:
+            fail(f"{half}: still lacks {missing} after the two sites resumed from their own folders")
+    print("each site resumed from its own folder; both folders now hold every shard")
+    # Sites whose `latest` name different steps: exit 2, one line naming both.
+    with open(os.path.join(folders[1], "ck", "latest"), "w") as f:
+        f.write(f"step_{HALF:08d}\n")
+    done = r.run(two_sites(["--checkpoint.resume=auto"]), expect=2)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
+    if len(lines) != 1 or f"step_{STEPS:08d}" not in lines[0] or f"step_{HALF:08d}" not in lines[0]:
+        fail(f"sites resuming from different steps: expected one line naming both:\n{done.stderr}")
+    print(f"sites whose latest differ: {lines[0]}")
     done = r.run(two_sites(["--checkpoint.form=parallel", "--checkpoint.dir=ck-parallel"]), expect=2)
     lines = [line for line in done.stderr.splitlines() if line.startswith("geotrain: ")]
     if len(lines) != 1 or "checkpoint.form = parallel" not in lines[0] or "share" not in lines[0]:
