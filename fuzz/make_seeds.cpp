@@ -111,12 +111,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path corpus = argv[1];
-  for (const char* name : {"token_shard", "plan_codec", "checkpoint_tensors", "checkpoint"}) {
+  for (const char* name : {"token_shard", "plan_codec", "checkpoint_tensors", "checkpoint", "checkpoint_folder"}) {
     fs::create_directories(corpus / name);
   }
   token_shards(corpus / "token_shard");
   plan_messages(corpus / "plan_codec");
   tensor_messages(corpus / "checkpoint_tensors");
   checkpoint_edit_lists(corpus / "checkpoint");
+  checkpoint_edit_lists(corpus / "checkpoint_folder");  // the same bytes choose the folder's edits
   return 0;
 }

@@ -20,7 +20,8 @@ out=${2:-$root/build/fuzz/results}
 mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
 cd "$root" || exit 2
 
-harnesses=(config scenario model_file token_shard plan_codec checkpoint checkpoint_tensors tokenizer safetensors)
+harnesses=(config scenario model_file token_shard plan_codec checkpoint checkpoint_folder checkpoint_tensors tokenizer
+  safetensors)
 jobs=${FUZZ_BUILD_JOBS:-2}
 
 started=$SECONDS

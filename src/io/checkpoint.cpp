@@ -25,12 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace hdf5;
 
-std::size_t element_count(const std::vector<int>& shape) {
-  std::size_t n = 1;
-  for (int d : shape) n *= static_cast<std::size_t>(d);
-  return n;
-}
-
 // Far above any tensor of the models geotrain trains (GPT3-XL's largest
 // holds 1e8 floats); an 8 GiB tensor is a damaged or foreign file.
 constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
@@ -240,22 +234,14 @@ void write_metadata(hid_t file, const Checkpoint& c, const std::string& context)
   write_string_attribute(file, "writer", "geotrain 0.1.0", context);
 }
 
-Handle create_group(hid_t parent, const char* name, const std::string& context) {
-  return Handle(GT_H5_CHECK(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
-}
-
 // /params (and /optimizer/m, /optimizer/v unless weights only), then /error_feedback.
 void write_tensors(hid_t file, const Checkpoint& c, const std::string& context) {
-  Handle params = create_group(file, "params", context);
-  Handle optimizer = c.weights_only ? Handle() : create_group(file, "optimizer", context);
-  Handle m = c.weights_only ? Handle() : create_group(optimizer, "m", context);
-  Handle v = c.weights_only ? Handle() : create_group(optimizer, "v", context);
+  Handle params = detail::create_group(file, "params", context);
+  Handle optimizer = c.weights_only ? Handle() : detail::create_group(file, "optimizer", context);
+  Handle m = c.weights_only ? Handle() : detail::create_group(optimizer, "m", context);
+  Handle v = c.weights_only ? Handle() : detail::create_group(optimizer, "v", context);
   for (const CheckpointTensor& t : c.tensors) {
-    const std::size_t n = element_count(t.shape);
-    if (t.values().size() != n ||
-        (!c.weights_only && (t.first_moments().size() != n || t.second_moments().size() != n))) {
-      throw std::invalid_argument("write_checkpoint_file: tensor " + t.name + " has the wrong size");
-    }
+    detail::check_tensor_size(t, !c.weights_only, "write_checkpoint_file");
     write_dataset(params, t.name, t.shape, t.values(), context + ": /params/" + t.name);
     if (c.weights_only) continue;
     write_dataset(m, t.name, t.shape, t.first_moments(), context + ": /optimizer/m/" + t.name);
@@ -454,6 +440,10 @@ Checkpoint read_sharded(const fs::path& folder) {
   const std::string manifest = manifest_of(folder);
   const Handle file = open_checkpoint_file(manifest);
   Checkpoint c = read_metadata(file, manifest);
+  if (c.weights_only) {  // its shards hold the moments: geotrain writes weights-only checkpoints as one file
+    throw InputError(manifest + ": attribute weights_only: 1 in a sharded checkpoint (its shards hold the optimizer's "
+                     "moments; weights-only checkpoints are single files)");
+  }
   for (const std::string& shard : shards_listed(file, manifest)) read_shard((folder / shard).string(), manifest, c);
   std::vector<std::string> names;
   for (const CheckpointTensor& t : c.tensors) names.push_back(t.name);
@@ -697,6 +687,17 @@ void write_then_rename(const std::string& path, const std::function<void(const s
 }
 
 void make_folder(const std::string& folder, const std::string& what) { io::make_folder(folder, what); }
+
+Handle create_group(hid_t parent, const char* name, const std::string& context) {
+  return Handle(GT_H5_CHECK(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
+}
+
+void check_tensor_size(const CheckpointTensor& t, bool with_moments, const char* writer) {
+  const std::size_t n = element_count(t.shape);
+  if (t.values().size() != n || (with_moments && (t.first_moments().size() != n || t.second_moments().size() != n))) {
+    throw std::invalid_argument(std::string(writer) + ": tensor " + t.name + " has the wrong size");
+  }
+}
 
 }  // namespace detail
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "geotrain/io/checkpoint.hpp"
+#include "hdf5_support.hpp"
 
 namespace geotrain::io::detail {
 
@@ -20,5 +21,10 @@ void write_then_rename(const std::string& path, const std::function<void(const s
                        const TensorsWritten& tensors_written = {});
 // create_directories, RunError naming `folder` and `what` on failure.
 void make_folder(const std::string& folder, const std::string& what);
+// An HDF5 group, closed with its handle; errors name `context`.
+hdf5::Handle create_group(hid_t parent, const char* name, const std::string& context);
+// std::invalid_argument naming `writer` and the tensor unless it holds
+// element_count(shape) floats, and as many of each moment `with_moments`.
+void check_tensor_size(const CheckpointTensor& t, bool with_moments, const char* writer);
 
 }  // namespace geotrain::io::detail

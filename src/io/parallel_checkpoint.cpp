@@ -104,10 +104,6 @@ std::vector<Entry> gather_entries(MPI_Comm comm, const Checkpoint& part, const s
   return entries;
 }
 
-Handle create_group(hid_t parent, const char* name, const std::string& context) {
-  return Handle(GT_H5_CHECK(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false), H5Gclose);
-}
-
 Handle create_dataset(hid_t group, const Entry& e, const std::string& context) {
   Handle space(GT_H5_CHECK(H5Screate_simple(static_cast<int>(e.dims.size()), e.dims.data(), nullptr), context, false),
                H5Sclose);
@@ -131,11 +127,11 @@ std::string write_datasets(MPI_Comm comm, const std::string& temporary, const Ch
   for (const Entry& e : entries) any_residual = any_residual || e.residual;
   // Training checkpoints always carry the moments' groups, also in a shard
   // that holds no tensor (a site whose ranks write none).
-  Handle params = create_group(file, "params", temporary);
-  Handle optimizer = create_group(file, "optimizer", temporary);
-  Handle m = create_group(optimizer, "m", temporary);
-  Handle v = create_group(optimizer, "v", temporary);
-  Handle residuals = any_residual ? create_group(file, "error_feedback", temporary) : Handle();
+  Handle params = detail::create_group(file, "params", temporary);
+  Handle optimizer = detail::create_group(file, "optimizer", temporary);
+  Handle m = detail::create_group(optimizer, "m", temporary);
+  Handle v = detail::create_group(optimizer, "v", temporary);
+  Handle residuals = any_residual ? detail::create_group(file, "error_feedback", temporary) : Handle();
 
   // Datasets in one order on every member; this member's data beside its own.
   struct Target {
@@ -200,12 +196,7 @@ void write_checkpoint_collectively(int fortran_comm, const std::string& path, co
   check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank", path);
   const std::string temporary = path + ".tmp";
   for (const CheckpointTensor& t : part.tensors) {
-    std::size_t n = 1;
-    for (int d : t.shape) n *= static_cast<std::size_t>(d);
-    if (t.values().size() != n || t.first_moments().size() != t.second_moments().size() ||
-        (!t.first_moments().empty() && t.first_moments().size() != n)) {
-      throw std::invalid_argument("write_checkpoint_collectively: tensor " + t.name + " has the wrong size");
-    }
+    detail::check_tensor_size(t, !t.first_moments().empty() || !t.second_moments().empty(), "write_checkpoint_collectively");
   }
   std::string error;
   try {

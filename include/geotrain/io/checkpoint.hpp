@@ -52,6 +52,13 @@ namespace geotrain::io {
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
+// The floats a tensor of `shape` holds (1 for a scalar's empty shape).
+inline std::size_t element_count(const std::vector<int>& shape) {
+  std::size_t n = 1;
+  for (int d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
 struct CheckpointTensor {
   std::string name;
   std::vector<int> shape;
@@ -69,10 +76,7 @@ struct CheckpointTensor {
 
  private:
   std::span<const float> view(const float* borrowed, const std::vector<float>& owned) const {
-    if (borrowed == nullptr) return owned;
-    std::size_t n = 1;
-    for (int d : shape) n *= static_cast<std::size_t>(d);
-    return {borrowed, n};
+    return borrowed == nullptr ? std::span<const float>(owned) : std::span<const float>(borrowed, element_count(shape));
   }
 };
 
