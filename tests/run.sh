@@ -35,7 +35,7 @@ fi
 # runs and the 10-layout trajectory test are left to the release build: the
 # same code, several times slower under ASan).
 cmake --preset asan >/dev/null
-replays=(fuzz_{config,scenario,model_file,token_shard,plan_codec,checkpoint,checkpoint_tensors,tokenizer,safetensors}_replay)
+replays=(fuzz_{config,scenario,model_file,token_shard,plan_codec,checkpoint,checkpoint_folder,checkpoint_tensors,tokenizer,safetensors}_replay)
 cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests \
   geotrain geotrain_mpi_tests geotrain_mpi_silent_rank "${replays[@]}"
 ctest --preset asan -j "$jobs" -R '^(unit|kernels|model|fuzz)\.' -E 'Training'
@@ -48,7 +48,7 @@ cmake --build --preset tsan -j "$jobs"
 ctest --preset tsan -j "$jobs"
 
 # libFuzzer (clang): every harness a bounded time on a copy of its corpus.
-bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-12}" build/fuzz/results
+bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-10}" build/fuzz/results
 
 # The CUDA kernels executed without a GPU (tests/cuda_emu): the .cu files
 # built by the host compiler, the golden and parity suites on them, again

@@ -1,5 +1,6 @@
 #include "geotrain/common/background_worker.hpp"
 
+#include <chrono>
 #include <utility>
 
 namespace geotrain {
@@ -15,6 +16,11 @@ void Loan::give_back() {
 void Loan::wait() const {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return returned_; });
+}
+
+bool Loan::wait_for(double seconds) const {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return returned_; });
 }
 
 std::function<void()> lend(std::shared_ptr<Loan> loan, std::function<void()> job) {
@@ -56,6 +62,15 @@ void BackgroundWorker::wait() {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return queue_.empty() && !running_; });
   if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
+}
+
+bool BackgroundWorker::wait_for(double seconds) {
+  std::unique_lock lock(mutex_);
+  if (!changed_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return queue_.empty() && !running_; })) {
+    return false;
+  }
+  if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
+  return true;
 }
 
 void BackgroundWorker::wait_idle() {

@@ -102,6 +102,7 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint.resume", &c.checkpoint_resume},
       {"checkpoint.init_from", &c.checkpoint_init_from},
       {"checkpoint.asynchronous", &c.checkpoint_asynchronous},
+      {"checkpoint.deadline_s", &c.checkpoint_deadline_s},
       {"checkpoint.snapshot", &c.checkpoint_snapshot},
       {"checkpoint.form", &c.checkpoint_form},
       {"timing.file", &c.timing_file},
@@ -331,6 +332,7 @@ void check(const Config& c) {
   finite_range("optimizer.gradient_clip", c.gradient_clip, 0, 1e9);
   finite_range("device.peak_tflops", c.device_peak_tflops, 0, 1e6);
   finite_range("network.deadline_s", c.network_deadline_s, 0.01, 1e7);
+  finite_range("checkpoint.deadline_s", c.checkpoint_deadline_s, 0.01, 1e7);
   finite_range("network.gradient_bucket_mb", c.gradient_bucket_mb, 0, 1e6);
   finite_range("train.sample_temperature", c.sample_temperature, 0, 1e6);
   finite_range("outer.learning_rate", c.outer_learning_rate, 1e-6, 10);

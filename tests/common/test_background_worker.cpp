@@ -166,5 +166,25 @@ TEST(BackgroundWorker, ALoanComesBackBeforeTheJobEndsOrWhenItFails) {
   EXPECT_THROW(worker.wait(), std::runtime_error);
 }
 
+// The deadlines on the training thread's waits (checkpoint.deadline_s): a
+// job that does not end, or a loan not given back, in time is reported as
+// such (false), and waiting again once it ends succeeds.
+TEST(BackgroundWorker, WaitsWithADeadlineSayWhenTheJobOutlastsIt) {
+  std::atomic<bool> release{false};
+  BackgroundWorker worker;
+  auto loan = std::make_shared<Loan>();
+  worker.start(lend(loan, [&] {
+    while (!release) std::this_thread::sleep_for(100us);
+  }));
+  EXPECT_FALSE(loan->wait_for(0.02));
+  EXPECT_FALSE(worker.wait_for(0.02));
+  EXPECT_TRUE(worker.busy());
+  release = true;
+  EXPECT_TRUE(worker.wait_for(60));
+  EXPECT_TRUE(loan->wait_for(0));
+  worker.start([] { throw std::runtime_error("manifest.h5.tmp: cannot create"); });
+  EXPECT_THROW(worker.wait_for(60), std::runtime_error);  // a failure is reported as by wait()
+}
+
 }  // namespace
 }  // namespace geotrain

@@ -132,6 +132,10 @@ TEST(Config, CheckpointFormAndAsynchronousWrites) {
   EXPECT_FALSE(c.checkpoint_asynchronous);
   EXPECT_FALSE(defaults.checkpoint_snapshot);
   EXPECT_TRUE(default_config({"--checkpoint.snapshot=true"}).checkpoint_snapshot);
+  EXPECT_EQ(defaults.checkpoint_deadline_s, 3600.0);
+  EXPECT_EQ(default_config({"--checkpoint.deadline_s=90"}).checkpoint_deadline_s, 90.0);
+  EXPECT_NE(error_of([] { default_config({"--checkpoint.deadline_s=0"}); }).find("checkpoint.deadline_s"),
+            std::string::npos);
   EXPECT_NE(describe(c).find("checkpoint.form = \"sharded\""), std::string::npos);
   EXPECT_EQ(default_config({"--checkpoint.form=parallel"}).checkpoint_form, CheckpointForm::parallel);
   EXPECT_EQ(default_config({"--checkpoint.form=per_site"}).checkpoint_form, CheckpointForm::per_site);

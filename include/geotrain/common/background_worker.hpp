@@ -29,6 +29,8 @@ class Loan {
   void give_back();
   // Blocks until give_back().
   void wait() const;
+  // The same for at most `seconds`: false if not given back by then.
+  bool wait_for(double seconds) const;
 
  private:
   mutable std::mutex mutex_;
@@ -59,6 +61,9 @@ class BackgroundWorker {
   void wait();
   // Blocks until every queued job has run; errors stay for wait().
   void wait_idle();
+  // wait() for at most `seconds`: false (nothing reported, the jobs go on)
+  // if they have not all run by then.
+  bool wait_for(double seconds);
 
  private:
   void loop();

@@ -101,6 +101,11 @@ struct Config {
   // to host memory first, so that only the copy holds training up, at 12
   // bytes per parameter of the writing rank's stage (GPUs always copy).
   bool checkpoint_snapshot = false;
+  // Under mpirun, the longest the training thread waits for a write in
+  // flight (the writers' reads, then the whole write) before every rank
+  // stops (exit 1) naming the file: a stuck file system or a writer thread
+  // left inside a collective write. Far above a healthy write's time.
+  double checkpoint_deadline_s = 3600;
   // README "Checkpoints": single, sharded, parallel, per_site, or auto
   // (runtime/checkpointing.hpp's resolve_checkpoint_form).
   CheckpointForm checkpoint_form = CheckpointForm::automatic;

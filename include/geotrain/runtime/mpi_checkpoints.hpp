@@ -42,10 +42,18 @@ CheckpointFolderView probe_checkpoint_folder(const std::string& dir, MPI_Comm jo
 // or a shard is missing everywhere (named), 1 when a copy failed.
 int fetch_missing_shards(const std::string& dir, const std::string& resume, double deadline_s);
 
+// network.deadline_s for the exchanges between ranks; checkpoint.deadline_s
+// for the training thread's waits for its writer thread (past it every rank
+// stops naming the checkpoint: a stuck file system or collective write).
+struct CheckpointDeadlines {
+  double network_s = 0;
+  double write_s = 0;
+};
+
 // The sink for `form` (already resolved) over the training ranks `job_comm`
 // (world rank of each: job_ranks). Idle ranks take no part.
 std::unique_ptr<CheckpointSink> make_mpi_checkpoint_sink(const std::string& dir, int keep, CheckpointForm form,
-                                                         double deadline_s, MPI_Comm job_comm,
+                                                         CheckpointDeadlines deadlines, MPI_Comm job_comm,
                                                          const std::vector<int>& job_ranks,
                                                          const CheckpointFolderView& view,
                                                          const std::vector<std::string>& site_of_position);

@@ -396,8 +396,8 @@ class JobConnections {
       }
     }
     if (checkpoints != nullptr) {
-      sink_ = make_mpi_checkpoint_sink(config.checkpoint_dir, config.checkpoint_keep, checkpoints->form, deadline_s,
-                                       topology.job_comm.get(), topology.job_ranks, checkpoints->view,
+      sink_ = make_mpi_checkpoint_sink(config.checkpoint_dir, config.checkpoint_keep, checkpoints->form,
+                                       {deadline_s, config.checkpoint_deadline_s}, topology.job_comm.get(), topology.job_ranks, checkpoints->view,
                                        checkpoints->site_of_position);
     }
     if (topology.tensor_parallel > 1) {
@@ -484,10 +484,9 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   // short deadline that still outlasts slow file systems.
   const double deadline_s = code == 0 ? setup.config.network_deadline_s : 120.0;
   if (const int failed = agree_on_failure(error, code, deadline_s)) return failed;
-  if (kind == JobKind::train) {  // sites that share no folder: each completes its copy of the checkpoint
-    if (const int failed = fetch_missing_shards(setup.config.checkpoint_dir, setup.config.checkpoint_resume, deadline_s)) {
-      return failed;
-    }
+  // Sites that share no folder: each completes its copy of the checkpoint to resume or evaluate.
+  if (const int failed = fetch_missing_shards(setup.config.checkpoint_dir, setup.config.checkpoint_resume, deadline_s)) {
+    return failed;
   }
   attempt([&] {
     setup.inputs = kind == JobKind::train ? prepare_run(setup.config, setup.model)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -116,10 +117,11 @@ namespace {
 // exchange on the training thread has the deadline.
 class MpiCheckpointSink : public CheckpointSink {
  public:
-  MpiCheckpointSink(std::string dir, int keep, CheckpointForm form, double deadline_s, MPI_Comm job_comm,
+  MpiCheckpointSink(std::string dir, int keep, CheckpointForm form, CheckpointDeadlines deadlines, MPI_Comm job_comm,
                     std::vector<int> job_ranks, const CheckpointFolderView& view,
                     const std::vector<std::string>& site_of_position)
-      : dir_(std::move(dir)), keep_(keep), form_(form), deadline_s_(deadline_s), comm_(job_comm),
+      : dir_(std::move(dir)), keep_(keep), form_(form), deadline_s_(deadlines.network_s),
+        write_deadline_s_(deadlines.write_s), comm_(job_comm),
         job_ranks_(std::move(job_ranks)) {
     GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     int position = 0;
@@ -177,7 +179,7 @@ class MpiCheckpointSink : public CheckpointSink {
   // file is on disk: the fsync, the collective close and `latest` go on
   // while the optimizer steps.
   void await_local_write() override {
-    if (loan_) loan_->wait();
+    if (loan_ && !loan_->wait_for(write_deadline_s_)) stuck();
   }
 
   bool in_flight() const override { return !pending_.empty(); }
@@ -193,7 +195,7 @@ class MpiCheckpointSink : public CheckpointSink {
     if (pending_.empty()) return "";
     std::string error;
     try {
-      worker_.wait();
+      if (!worker_.wait_for(write_deadline_s_)) stuck();
     } catch (const std::exception& e) {
       error = std::string("checkpoint not written: ") + e.what();
     }
@@ -220,6 +222,15 @@ class MpiCheckpointSink : public CheckpointSink {
   }
 
  private:
+  // The writer thread cannot be stopped where it hangs: the job ends here.
+  [[noreturn]] void stuck() const {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", write_deadline_s_);
+    abort_all("checkpoint " + pending_ + " not written within checkpoint.deadline_s = " + seconds +
+              " s (a stuck file system, or this rank's writer waiting in a collective write for another rank's); "
+              "resume from the last complete one, `latest`");
+  }
+
   // Every rank learns whether one failed; the lowest failing one prints.
   void settle(const std::string& error, const std::string& what) {
     if (const int code = agree_on_failure(error, kExitRunError, deadline_s_, what, comm_)) {
@@ -308,7 +319,8 @@ class MpiCheckpointSink : public CheckpointSink {
   std::string dir_;
   int keep_;
   CheckpointForm form_;
-  double deadline_s_;
+  double deadline_s_;        // network.deadline_s
+  double write_deadline_s_;  // checkpoint.deadline_s
   MPI_Comm comm_;
   std::vector<int> job_ranks_;  // world rank of each rank of comm_
   bool leads_ = false;          // comm_'s first rank: gathers; in the parallel form, publishes
@@ -329,11 +341,11 @@ class MpiCheckpointSink : public CheckpointSink {
 }  // namespace
 
 std::unique_ptr<CheckpointSink> make_mpi_checkpoint_sink(const std::string& dir, int keep, CheckpointForm form,
-                                                         double deadline_s, MPI_Comm job_comm,
+                                                         CheckpointDeadlines deadlines, MPI_Comm job_comm,
                                                          const std::vector<int>& job_ranks,
                                                          const CheckpointFolderView& view,
                                                          const std::vector<std::string>& site_of_position) {
-  return std::make_unique<MpiCheckpointSink>(dir, keep, form, deadline_s, job_comm, job_ranks, view,
+  return std::make_unique<MpiCheckpointSink>(dir, keep, form, deadlines, job_comm, job_ranks, view,
                                              site_of_position);
 }
 
