@@ -12,13 +12,14 @@ analysis/results/low_communication.md.
 - Convergence (bench/local_steps.sh): validation loss at equal tokens per
   case against synchronous training, and the curves against tokens and
   against wall time on the emulated network (each case's steps times the
-  emulated step time of its setting, where one was measured).
+  emulated step time of its setting, where one was measured); one section
+  per summary (LAYOUT=whole8: the whole-model replicas of the pp1 runs).
 
 The sections named in KEPT, if the report already has them, are kept as
 they are (the outer-step sweep, the reading, and the simulated section from
 bench/local_steps_simulated.sh).
 
-usage: low_communication_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
+usage: low_communication_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json [MORE_SUMMARIES.json ...] REPORT.md
 """
 import json
 import os
@@ -50,7 +51,13 @@ EMULATED = (  # (file stem, what it is, its convergence case for the wall-time c
     ("rank-order-pp1-H10-int8", "every rank a whole model (8 replicas), H = 10, int8", None),
     ("rank-order-pp1-H10-int8-sites", "the same, a site's 2 replicas summing every step", None),
     ("rank-order-pp1-H20-F5-int4", "every rank a whole model, H = 20, 5 fragments streamed, int4", None),
+    ("rank-order-pp1-H20-int8", "every rank a whole model, H = 20, int8", None),
+    ("rank-order-pp1-H40-int8", "every rank a whole model, H = 40, int8", None),
+    ("rank-order-pp1-mb2-H20-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 20, int8", None),
+    ("rank-order-pp1-mb2-H40-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 40, int8", None),
 )
+# The whole-model replicas' convergence cases (bench/local_steps.sh LAYOUT=whole8) and their emulated runs.
+EMULATED_WHOLE = {"rank-order-pp1-mb2-H20-int8": "H20-int8", "rank-order-pp1-mb2-H40-int8": "H40-int8"}
 
 
 def config_value(run, key):
@@ -173,16 +180,16 @@ def read_metrics(path):
     return steps, validation
 
 
-def convergence(summary_path, emulated, plot_dir):
+def convergence(summary_path, emulated, plot_path):
     with open(summary_path) as f:
         summary = json.load(f)
     folder = os.path.dirname(summary_path)
     runs = {c["case"]: read_metrics(os.path.join(folder, c["metrics"])) for c in summary["cases"]}
-    tokens_per_step = 16 * 128  # 2 replicas x 4 micro-batches x 2 sequences x 128 tokens
+    tokens_per_step = 16 * 128  # 16 sequences of 128 tokens per step in every layout
     reference = runs.get("sync")
     lines = [f"Regenerate: `{summary['command']}` ({summary['date']}; {summary['machine']}), then this script. "
              f"Model `{summary['model']}`, {summary['steps']} steps, {summary['ranks']} ranks = "
-             f"{summary['stages']} stages x {summary['replicas']} replicas, each replica 4 micro-batches of 2 "
+             f"{summary['stages']} stages x {summary['replicas']} replicas, each replica {16 // summary['replicas']} "
              "sequences per step, the same tokens in the same order in every case; the validation loss every 50 "
              "steps (right after an outer step for H = 10 and 50 unstreamed). Outer step: learning rate 0.7, Nesterov momentum 0.5 (the defaults) unless the case says otherwise. Peer: synchronous training (`sync`), "
              "same binary, same script.\n",
@@ -212,7 +219,7 @@ def convergence(summary_path, emulated, plot_dir):
         axis.set_ylim(top=min(4.0, axis.get_ylim()[1]))
         axis.legend()
         axis.grid(alpha=0.3)
-    png = os.path.join(plot_dir, "low_communication.png")
+    png = plot_path
     save_figure(figure, png)
     lines += ["", f"![validation loss vs tokens and vs emulated wall time]({os.path.basename(png)})", ""]
     return lines
@@ -239,16 +246,22 @@ def kept_sections(report):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) < 4:
         sys.exit(__doc__.strip().splitlines()[-1])
-    run_dir, summary_path, report = sys.argv[1:4]
+    run_dir, summary_path, *more_summaries, report = sys.argv[1:]
     rows = emulation_rows(run_dir)
     emulated = {r["case"]: r["summary"]["measured_iteration_s"] for r in rows if r["case"]}
+    emulated_whole = {EMULATED_WHOLE[r["stem"]]: r["summary"]["measured_iteration_s"] for r in rows
+                      if r["stem"] in EMULATED_WHOLE}
+    if "sync" in emulated:
+        emulated_whole["sync"] = emulated["sync"]  # the fastest synchronous run, as above
     lines = ["# Local steps: data parallelism across sites without an exchange every step\n",
              "## Emulated world-wide network\n",
-             "Regenerate (root, about 10 minutes on 2 cores, nothing else running): `bash jobs/emulate/local_steps.sh`, "
-             "then `analysis/low_communication_report.py runs/emulate-local-steps runs/bench-local-steps/summary.json "
-             "analysis/results/low_communication.md`.\n",
+             "Regenerate (root, about 20 minutes on 2 cores, nothing else running): `bash jobs/emulate/local_steps.sh`, "
+             "`bash bench/local_steps.sh`, `LAYOUT=whole8 CASES=\"sync H10-int8 H20-int8 H40-int8 H20-int8-averaged\" "
+             "bash bench/local_steps.sh runs/bench-local-steps-whole8/summary.json`, then "
+             "`analysis/low_communication_report.py runs/emulate-local-steps runs/bench-local-steps/summary.json "
+             "runs/bench-local-steps-whole8/summary.json analysis/results/low_communication.md`.\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md): 8 ranks "
              "in Oregon, Virginia, Tokyo and London (2 each), bandwidth x0.05, `inputs/models/emulation.toml`, 16 "
              "sequences of 128 tokens per step in every run, all runs in one session. Compute utilisation: forward + "
@@ -256,7 +269,14 @@ def main():
              "in the same session.\n"]
     lines += emulation_table(rows) + [""]
     lines += ["## Convergence at equal tokens\n"]
-    lines += convergence(summary_path, emulated, os.path.dirname(report))
+    lines += convergence(summary_path, emulated, os.path.join(os.path.dirname(report), "low_communication.png"))
+    for more in more_summaries:
+        with open(more) as f:
+            layout = json.load(f)
+        name = f"{layout['stages']}x{layout['replicas']}"
+        lines += [f"## Convergence at equal tokens, {layout['stages']} stage x {layout['replicas']} replicas\n"]
+        lines += convergence(more, emulated_whole,
+                             os.path.join(os.path.dirname(report), f"low_communication-{name}.png"))
     lines += kept_sections(report)
     with open(report, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")

@@ -10,13 +10,16 @@
 #
 #   bash bench/local_steps.sh [OUT.json]   (build/release, mpirun, /usr/bin/python3)
 #
-# Environment: MODEL (inputs/models/NAME.toml, tiny), STEPS (300), CASES (names below).
+# Environment: MODEL (inputs/models/NAME.toml, tiny), STEPS (300), CASES (names below);
+# LAYOUT=whole8: 8 ranks, each a whole model (8 replicas of one micro-batch
+# of 2 sequences: the same 16 sequences per step), the emulation's fastest
+# layout (jobs/emulate/local_steps.sh's pp1 runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/bench-local-steps/summary.json}
 model=${MODEL:-tiny}
 steps=${STEPS:-300}
-cases=${CASES:-"sync H10 H10-momentum0.9 H10-int8 H10-F5-int4 H20-int8 H50 H50-int8"}
+cases=${CASES:-"sync H10 H10-momentum0.9 H10-int8 H10-F5-int4 H20-int8 H40-int8 H50 H50-int8"}
 # Outer step: learning rate 0.7, Nesterov momentum 0.5 (the defaults) unless
 # the case says otherwise (0.9: DiLoCo's, tuned for H in the hundreds).
 declare -A options=([sync]="" [H10]="--outer.local_steps=10"
@@ -24,12 +27,19 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10"
   [H10-int8]="--outer.local_steps=10 --compression.gradients=int8"
   [H10-F5-int4]="--outer.local_steps=10 --outer.fragments=5 --compression.gradients=int4"
   [H20-int8]="--outer.local_steps=20 --compression.gradients=int8"
+  [H40-int8]="--outer.local_steps=40 --compression.gradients=int8"
+  [H20-int8-averaged]="--outer.local_steps=20 --compression.gradients=int8 --outer.learning_rate=1 --outer.momentum=0"
+  [H20-int8-momentum0.3]="--outer.local_steps=20 --compression.gradients=int8 --outer.momentum=0.3"
   [H50]="--outer.local_steps=50" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8")
 geotrain=build/release/geotrain
 work=$(dirname "$out")
 mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n 4)
+ranks=4 stages=2 layout=()
+if [[ ${LAYOUT:-} == whole8 ]]; then
+  ranks=8 stages=1 layout=(--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2)
+fi
+mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n "$ranks")
 entries=()
 for name in $cases; do
   metrics=$work/$model-$name.jsonl
@@ -37,15 +47,15 @@ for name in $cases; do
   # shellcheck disable=SC2086  # option lists are words
   "${mpirun[@]}" "$geotrain" train inputs/quickstart.toml --model.file="inputs/models/$model.toml" \
     --train.steps="$steps" --train.eval_every_steps=50 --train.log_json=true --train.metrics_file="$metrics" \
-    --checkpoint.dir= --timing.file= ${options[$name]} > "$work/$model-$name.log" 2> "$work/$model-$name.err"
+    --checkpoint.dir= --timing.file= "${layout[@]}" ${options[$name]} > "$work/$model-$name.log" 2> "$work/$model-$name.err"
   entries+=("{\"case\": \"$name\", \"options\": \"${options[$name]}\", \"metrics\": \"$(basename "$metrics")\"}")
   echo "$model $name: $(grep -o '"final_validation_loss": [0-9.]*' "$metrics")"
 done
 # Cases run before (CASES chose fewer this time) keep their entries.
-/usr/bin/python3 - "$out" "$model" "$steps" "bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
+/usr/bin/python3 - "$out" "$model" "$steps" "$ranks" "$stages" "${LAYOUT:+LAYOUT=$LAYOUT }bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
     "$(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p')" "${entries[@]}" <<'PY'
 import json, os, sys
-out, model, steps, command, date, machine, *entries = sys.argv[1:]
+out, model, steps, ranks, stages, command, date, machine, *entries = sys.argv[1:]
 fresh = {e["case"]: e for e in map(json.loads, entries)}
 cases = []
 if os.path.exists(out):
@@ -54,7 +64,8 @@ if os.path.exists(out):
     if old.get("model") == model and old.get("steps") == int(steps):
         cases = [fresh.pop(e["case"], e) for e in old["cases"]]  # in their order, rerun ones replaced
 with open(out, "w") as f:
-    json.dump({"model": model, "steps": int(steps), "ranks": 4, "stages": 2, "replicas": 2, "date": date,
+    json.dump({"model": model, "steps": int(steps), "ranks": int(ranks), "stages": int(stages),
+               "replicas": int(ranks) // int(stages), "date": date,
                "machine": machine, "command": command, "cases": cases + list(fresh.values())}, f, indent=1)
 PY
 echo "written: $out"

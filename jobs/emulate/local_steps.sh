@@ -21,9 +21,13 @@
 #   pp1-H10-int8-sites  the same, the 2 replicas of a site summing every step
 #                 (outer.sync_within_site)
 #   pp1-H20-F5-int4  whole models, streamed
+#   pp1-H20-int8  whole models, H = 20
+#   pp1-H40-int8  whole models, H = 40 (one synchronisation per 40 steps)
+#   pp1-mb2-H20-int8, pp1-mb2-H40-int8  the same with each replica's 2
+#                 sequences in one micro-batch (larger matrix products)
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
-# Root; ~15 minutes on 2 cores, nothing else running. PEERS=0 skips the
+# Root; ~20 minutes on 2 cores, nothing else running. PEERS=0 skips the
 # synchronous runs (keeping earlier ones in the folder).
 #
 #   bash jobs/emulate/local_steps.sh [STEPS]
@@ -38,6 +42,7 @@ file=inputs/scenarios/world-wide.toml
 options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
+whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
 # shellcheck disable=SC2086  # option lists are words
 {
   if [[ ${PEERS:-1} != 0 ]]; then
@@ -53,5 +58,9 @@ whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_s
   run world-wide "$file" "$options" rank-order gpipe -pp1-H10-int8 $whole --outer.local_steps=10 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -pp1-H10-int8-sites $whole --outer.local_steps=10 --compression.gradients=int8 --outer.sync_within_site=true
   run world-wide "$file" "$options" rank-order gpipe -pp1-H20-F5-int4 $whole --outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4
+  run world-wide "$file" "$options" rank-order gpipe -pp1-H20-int8 $whole --outer.local_steps=20 --compression.gradients=int8
+  run world-wide "$file" "$options" rank-order gpipe -pp1-H40-int8 $whole --outer.local_steps=40 --compression.gradients=int8
+  run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H20-int8 $whole2 --outer.local_steps=20 --compression.gradients=int8
+  run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H40-int8 $whole2 --outer.local_steps=40 --compression.gradients=int8
 }
 echo "written: $out (analysis/low_communication_report.py reads it)"

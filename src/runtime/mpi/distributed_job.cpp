@@ -397,8 +397,8 @@ class JobConnections {
     }
     if (checkpoints != nullptr) {
       sink_ = make_mpi_checkpoint_sink(config.checkpoint_dir, config.checkpoint_keep, checkpoints->form,
-                                       {deadline_s, config.checkpoint_deadline_s}, topology.job_comm.get(), topology.job_ranks, checkpoints->view,
-                                       checkpoints->site_of_position);
+                                       {deadline_s, config.checkpoint_deadline_s}, topology.job_comm.get(),
+                                       topology.job_ranks, checkpoints->view, checkpoints->site_of_position);
     }
     if (topology.tensor_parallel > 1) {
 #ifdef GEOTRAIN_HAVE_NCCL
