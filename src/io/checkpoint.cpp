@@ -701,4 +701,13 @@ void check_tensor_size(const CheckpointTensor& t, bool with_moments, const char*
 
 }  // namespace detail
 
+void write_file_durably(const std::string& path, std::span<const std::uint8_t> bytes) {
+  io::write_then_rename(path, [&](const std::string& temporary) {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) throw RunError(temporary + ": cannot write");
+  });
+}
+
 }  // namespace geotrain::io

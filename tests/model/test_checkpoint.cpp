@@ -207,6 +207,26 @@ TEST(Checkpoint, AMissingShardIsNamed) {
   }
 }
 
+TEST(Checkpoint, AFileWrittenDurablyReplacesTheOldOneWholeAndLeavesNoTemporary) {
+  const fs::path dir = geotrain::testing::scratch_dir("checkpoint-durable-file");
+  const std::string path = (dir / "shard.h5").string();
+  const std::vector<std::uint8_t> first{1, 2, 3}, second{9, 8, 7, 6, 5};
+  io::write_file_durably(path, first);
+  io::write_file_durably(path, second);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<std::uint8_t> read((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(read, second);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  // A folder that does not exist: RunError naming the file, nothing left behind.
+  const std::string unreachable = (dir / "absent" / "shard.h5").string();
+  try {
+    io::write_file_durably(unreachable, first);
+    FAIL() << "wrote into a missing folder";
+  } catch (const RunError& e) {
+    EXPECT_NE(std::string(e.what()).find(unreachable + ".tmp"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Checkpoint, PruningKeepsTheNewestOfBothFormsAndDropsOldIncompleteFolders) {
   const fs::path dir = geotrain::testing::scratch_dir("checkpoint-prune");
   io::save_checkpoint(dir.string(), sample_checkpoint(10), 2);

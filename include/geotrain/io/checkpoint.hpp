@@ -167,6 +167,11 @@ std::string publish_sharded_checkpoint(const std::string& dir, const Checkpoint&
 // without reading them. Throws InputError naming the manifest.
 std::vector<std::string> listed_shards(const std::string& folder);
 
+// Writes `bytes` to `path` the way every checkpoint file is written:
+// `path`.tmp, flushed to disk, then renamed, so that a reader never sees a
+// partly written file under its final name. Throws RunError naming the file.
+void write_file_durably(const std::string& path, std::span<const std::uint8_t> bytes);
+
 // "auto": the checkpoint `latest` names in `dir` ("" when there is none
 // yet); anything else: that path. Throws InputError when `latest` names a
 // missing file or a folder without its manifest.

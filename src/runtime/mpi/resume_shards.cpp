@@ -5,9 +5,6 @@
 // rename): after that every rank reads the whole checkpoint as on a shared
 // file system, on any layout. Only the missing shards cross between sites,
 // once per resume.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -64,8 +61,10 @@ constexpr const char* kUnknown = "?";  // this rank could not resolve checkpoint
 
 View look(const std::string& path, bool resolved) {
   View v;
-  if (!resolved) v.name = kUnknown;
-  if (path.empty()) return v;
+  if (path.empty()) {
+    if (!resolved) v.name = std::string(kUnknown);
+    return v;
+  }
   v.name = fs::path(path).filename().string();
   if (!fs::is_directory(path)) return v;
   try {
@@ -86,21 +85,6 @@ std::vector<std::uint8_t> read_file(const std::string& path) {
   std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof()) throw RunError(path + ": cannot read the shard to send it");
   return bytes;
-}
-
-void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) throw RunError(temporary + ": cannot write the shard received from another site");
-  }
-  const int fd = ::open(temporary.c_str(), O_RDONLY);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  std::error_code error;
-  if (synced) fs::rename(temporary, path, error);
-  if (!synced || error) throw RunError(temporary + ": cannot flush or rename the shard received from another site");
 }
 
 void send_bytes(const std::vector<std::uint8_t>& bytes, int to, double deadline_s, const std::string& what) {
@@ -250,7 +234,7 @@ int fetch_missing_shards(const std::string& dir, const std::string& resume, doub
     } else if (t.to == rank) {
       const std::vector<std::uint8_t> bytes = receive_bytes(t.from, deadline_s, what);
       try {
-        if (!bytes.empty()) write_file(target, bytes);
+        if (!bytes.empty()) io::write_file_durably(target, bytes);
       } catch (const std::exception& e) {
         if (error.empty()) error = e.what();
       }
