@@ -25,6 +25,27 @@ void scale(float* x, float factor, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
+namespace {
+
+// Eight running sums in a fixed order: independent additions that the
+// compiler puts in SIMD lanes (one running sum is a chain of dependent adds,
+// 3x slower), with the same result on every run. Outside the OpenMP region,
+// where GCC can see that `x` is a plain array and vectorises the loop.
+double chunk_sum_of_squares(const float* x, std::size_t n) {
+  constexpr std::size_t kLanes = 8;
+  double lanes[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::size_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  double sum = 0.0;
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+}  // namespace
+
 // Summed in double over fixed-size chunks, the chunk sums then added in
 // order: an OpenMP reduction clause would combine per-thread partials in
 // arrival order, so the gradient norm (and with it clipping, and a resumed
@@ -36,10 +57,7 @@ double sum_of_squares(const float* x, std::size_t n) {
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
     const std::size_t first = chunk * kChunk;
-    const std::size_t last = std::min(n, first + kChunk);
-    double sum = 0.0;
-    for (std::size_t i = first; i < last; ++i) sum += static_cast<double>(x[i]) * x[i];
-    partial[chunk] = sum;
+    partial[chunk] = chunk_sum_of_squares(x + first, std::min(n, first + kChunk) - first);
   }
   double total = 0.0;
   for (double p : partial) total += p;
