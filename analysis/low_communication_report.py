@@ -56,8 +56,18 @@ EMULATED = (  # (file stem, what it is, its convergence case for the wall-time c
     ("rank-order-pp1-mb2-H20-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 20, int8", None),
     ("rank-order-pp1-mb2-H40-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 40, int8", None),
 )
-# The whole-model replicas' convergence cases (bench/local_steps.sh LAYOUT=whole8) and their emulated runs.
-EMULATED_WHOLE = {"rank-order-pp1-mb2-H20-int8": "H20-int8", "rank-order-pp1-mb2-H40-int8": "H40-int8"}
+# The whole-model replicas' convergence cases (bench/local_steps.sh LAYOUT=whole8, by sequences per
+# step) and their emulated runs.
+EMULATED_WHOLE = {
+    16: {"rank-order-pp1-mb2-H20-int8": "H20-int8", "rank-order-pp1-mb2-H40-int8": "H40-int8"},
+    32: {"rank-order-pp1-mb4-H40-int4-long": "H40-int4"},
+}
+# Issue 17's utilisation: longer runs (jobs/emulate/local_steps.sh, LONG_STEPS), whole models.
+LONG = (
+    ("rank-order-pp1-mb2-H40-int8-long", 16, "every rank a whole model, 2 sequences in one micro-batch, H = 40, int8"),
+    ("rank-order-pp1-mb4-H40-int4-long", 32, "every rank a whole model, 4 sequences in one micro-batch, H = 40, int4"),
+    ("rank-order-pp1-mb8-H40-int4-long", 64, "every rank a whole model, 8 sequences in one micro-batch, H = 40, int4"),
+)
 
 
 def config_value(run, key):
@@ -166,6 +176,32 @@ def emulation_table(rows):
     return lines
 
 
+def long_rows(run_dir):
+    rows = []
+    for stem, sequences, what in LONG:
+        path = os.path.join(run_dir, f"world-wide-{stem}.h5")
+        if os.path.exists(path):
+            run = gt.load(path)
+            wall = run.steps["wall_time"]  # [ranks, steps]
+            synchronising = [int(s) for s in run.steps["step"] if int(s) % int(config_value(run, "outer.local_steps")) == 0]
+            rows.append({"stem": stem, "sequences": sequences, "what": what, "summary": gt.summarize(run),
+                         "steps": int(wall.shape[1]), "syncs": len(synchronising),
+                         "inner_s": float(np.median(wall[:, 1:])), "timing_bytes": cross_site_bytes_per_step(run)})
+    return rows
+
+
+def long_table(rows):
+    lines = ["| run | sequences per step | steps (outer synchronisations) | s/step | compute utilisation mean (min) | "
+             "median step s (an inner step) | bytes crossing sites / step (timing files) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        s = r["summary"]
+        lines.append(f"| {r['what']} | {r['sequences']} | {r['steps']} ({r['syncs']}) | {s['measured_iteration_s']:.3f} | "
+                     f"{100 * s['compute_utilisation_mean']:.1f}% ({100 * s['compute_utilisation_min']:.1f}%) | "
+                     f"{r['inner_s']:.3f} | {r['timing_bytes'] / 1e6:.2f} MB |")
+    return lines
+
+
 def read_metrics(path):
     steps, validation = {}, {}
     with open(path) as f:
@@ -185,11 +221,12 @@ def convergence(summary_path, emulated, plot_path):
         summary = json.load(f)
     folder = os.path.dirname(summary_path)
     runs = {c["case"]: read_metrics(os.path.join(folder, c["metrics"])) for c in summary["cases"]}
-    tokens_per_step = 16 * 128  # 16 sequences of 128 tokens per step in every layout
+    sequences_per_step = summary.get("sequences_per_step", 16)
+    tokens_per_step = sequences_per_step * 128  # the models here have 128-token sequences
     reference = runs.get("sync")
     lines = [f"Regenerate: `{summary['command']}` ({summary['date']}; {summary['machine']}), then this script. "
              f"Model `{summary['model']}`, {summary['steps']} steps, {summary['ranks']} ranks = "
-             f"{summary['stages']} stages x {summary['replicas']} replicas, each replica {16 // summary['replicas']} "
+             f"{summary['stages']} stages x {summary['replicas']} replicas, each replica {sequences_per_step // summary['replicas']} "
              "sequences per step, the same tokens in the same order in every case; the validation loss every 50 "
              "steps (right after an outer step for H = 10 and 50 unstreamed). Outer step: learning rate 0.7, Nesterov momentum 0.5 (the defaults) unless the case says otherwise. Peer: synchronous training (`sync`), "
              "same binary, same script.\n",
@@ -251,10 +288,12 @@ def main():
     run_dir, summary_path, *more_summaries, report = sys.argv[1:]
     rows = emulation_rows(run_dir)
     emulated = {r["case"]: r["summary"]["measured_iteration_s"] for r in rows if r["case"]}
-    emulated_whole = {EMULATED_WHOLE[r["stem"]]: r["summary"]["measured_iteration_s"] for r in rows
-                      if r["stem"] in EMULATED_WHOLE}
+    longer = long_rows(run_dir)
+    measured = {r["stem"]: r["summary"]["measured_iteration_s"] for r in rows + longer}
+    emulated_whole = {sequences: {case: measured[stem] for stem, case in cases.items() if stem in measured}
+                      for sequences, cases in EMULATED_WHOLE.items()}
     if "sync" in emulated:
-        emulated_whole["sync"] = emulated["sync"]  # the fastest synchronous run, as above
+        emulated_whole[16]["sync"] = emulated["sync"]  # the fastest synchronous run, as above
     lines = ["# Local steps: data parallelism across sites without an exchange every step\n",
              "## Emulated world-wide network\n",
              "Regenerate (root, about 20 minutes on 2 cores, nothing else running): `bash jobs/emulate/local_steps.sh`, "
@@ -268,14 +307,24 @@ def main():
              "backward time over the step time per rank, the warm-up step left out. Peers: the synchronous runs "
              "in the same session.\n"]
     lines += emulation_table(rows) + [""]
+    if longer:
+        lines += ["## Compute utilisation over longer runs\n",
+                  "The same emulation, whole-model replicas, `LONG_STEPS` steps (the `-long` runs of "
+                  "`jobs/emulate/local_steps.sh`): every outer synchronisation of the whole model (a few seconds "
+                  "on these links) is inside the measured steps, the last one at the run's end. Columns as above; "
+                  "the median step is an inner step without a synchronisation.\n"]
+        lines += long_table(longer) + [""]
     lines += ["## Convergence at equal tokens\n"]
     lines += convergence(summary_path, emulated, os.path.join(os.path.dirname(report), "low_communication.png"))
     for more in more_summaries:
         with open(more) as f:
             layout = json.load(f)
-        name = f"{layout['stages']}x{layout['replicas']}"
-        lines += [f"## Convergence at equal tokens, {layout['stages']} stage x {layout['replicas']} replicas\n"]
-        lines += convergence(more, emulated_whole,
+        sequences = layout.get("sequences_per_step", 16)
+        name = f"{layout['stages']}x{layout['replicas']}" + ("" if sequences == 16 else f"-{sequences}")
+        title = f"{layout['stages']} stage x {layout['replicas']} replicas" + (
+            "" if sequences == 16 else f", {sequences} sequences per step")
+        lines += [f"## Convergence at equal tokens, {title}\n"]
+        lines += convergence(more, emulated_whole.get(sequences, {}),
                              os.path.join(os.path.dirname(report), f"low_communication-{name}.png"))
     lines += kept_sections(report)
     with open(report, "w") as f:

@@ -13,7 +13,9 @@
 # Environment: MODEL (inputs/models/NAME.toml, tiny), STEPS (300), CASES (names below);
 # LAYOUT=whole8: 8 ranks, each a whole model (8 replicas of one micro-batch
 # of 2 sequences: the same 16 sequences per step), the emulation's fastest
-# layout (jobs/emulate/local_steps.sh's pp1 runs).
+# layout (jobs/emulate/local_steps.sh's pp1 runs); SEQUENCES (2) sets each
+# whole-model replica's sequences per step (4: 32 per step, the layout of the
+# longer utilisation runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/bench-local-steps/summary.json}
@@ -28,16 +30,20 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10"
   [H10-F5-int4]="--outer.local_steps=10 --outer.fragments=5 --compression.gradients=int4"
   [H20-int8]="--outer.local_steps=20 --compression.gradients=int8"
   [H40-int8]="--outer.local_steps=40 --compression.gradients=int8"
+  [H40-int4]="--outer.local_steps=40 --compression.gradients=int4"
   [H20-int8-averaged]="--outer.local_steps=20 --compression.gradients=int8 --outer.learning_rate=1 --outer.momentum=0"
   [H20-int8-momentum0.3]="--outer.local_steps=20 --compression.gradients=int8 --outer.momentum=0.3"
+  [H20-int8-inner-lr3.5e-4]="--outer.local_steps=20 --compression.gradients=int8 --optimizer.learning_rate=3.5e-4"
+  [H20-int8-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --outer.momentum=0.9"
   [H50]="--outer.local_steps=50" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8")
 geotrain=build/release/geotrain
 work=$(dirname "$out")
 mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-ranks=4 stages=2 layout=()
+ranks=4 stages=2 layout=() sequences_per_step=16
 if [[ ${LAYOUT:-} == whole8 ]]; then
-  ranks=8 stages=1 layout=(--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2)
+  ranks=8 stages=1 layout=(--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences="${SEQUENCES:-2}")
+  sequences_per_step=$((8 * ${SEQUENCES:-2}))
 fi
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n "$ranks")
 entries=()
@@ -52,20 +58,21 @@ for name in $cases; do
   echo "$model $name: $(grep -o '"final_validation_loss": [0-9.]*' "$metrics")"
 done
 # Cases run before (CASES chose fewer this time) keep their entries.
-/usr/bin/python3 - "$out" "$model" "$steps" "$ranks" "$stages" "${LAYOUT:+LAYOUT=$LAYOUT }bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
+/usr/bin/python3 - "$out" "$model" "$steps" "$ranks" "$stages" "$sequences_per_step" \
+    "${LAYOUT:+LAYOUT=$LAYOUT }${SEQUENCES:+SEQUENCES=$SEQUENCES }bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
     "$(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p')" "${entries[@]}" <<'PY'
 import json, os, sys
-out, model, steps, ranks, stages, command, date, machine, *entries = sys.argv[1:]
+out, model, steps, ranks, stages, sequences_per_step, command, date, machine, *entries = sys.argv[1:]
 fresh = {e["case"]: e for e in map(json.loads, entries)}
 cases = []
 if os.path.exists(out):
     with open(out) as f:
         old = json.load(f)
-    if old.get("model") == model and old.get("steps") == int(steps):
+    if (old.get("model"), old.get("steps"), old.get("sequences_per_step", 16)) == (model, int(steps), int(sequences_per_step)):
         cases = [fresh.pop(e["case"], e) for e in old["cases"]]  # in their order, rerun ones replaced
 with open(out, "w") as f:
     json.dump({"model": model, "steps": int(steps), "ranks": int(ranks), "stages": int(stages),
-               "replicas": int(ranks) // int(stages), "date": date,
+               "replicas": int(ranks) // int(stages), "sequences_per_step": int(sequences_per_step), "date": date,
                "machine": machine, "command": command, "cases": cases + list(fresh.values())}, f, indent=1)
 PY
 echo "written: $out"

@@ -25,9 +25,13 @@
 #   pp1-H40-int8  whole models, H = 40 (one synchronisation per 40 steps)
 #   pp1-mb2-H20-int8, pp1-mb2-H40-int8  the same with each replica's 2
 #                 sequences in one micro-batch (larger matrix products)
+# Then issue 17's utilisation over longer runs (LONG_STEPS, 120: the outer
+# synchronisations at steps 40, 80 and 120), whole models, one micro-batch
+# of 2, 4 or 8 sequences per replica (16, 32 or 64 per step):
+#   pp1-mb2-H40-int8-long, pp1-mb4-H40-int4-long, pp1-mb8-H40-int4-long
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
-# Root; ~20 minutes on 2 cores, nothing else running. PEERS=0 skips the
+# Root; ~30 minutes on 2 cores, nothing else running. PEERS=0 skips the
 # synchronous runs (keeping earlier ones in the folder).
 #
 #   bash jobs/emulate/local_steps.sh [STEPS]
@@ -62,5 +66,12 @@ whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_
   run world-wide "$file" "$options" rank-order gpipe -pp1-H40-int8 $whole --outer.local_steps=40 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H20-int8 $whole2 --outer.local_steps=20 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H40-int8 $whole2 --outer.local_steps=40 --compression.gradients=int8
+  steps=${LONG_STEPS:-120}
+  for sequences in 2 4 8; do
+    wire=$([[ $sequences == 2 ]] && echo int8 || echo int4)
+    run world-wide "$file" "$options" rank-order gpipe "-pp1-mb$sequences-H40-$wire-long" --pipeline.stages=1 \
+      --train.gradient_accumulation=1 --train.micro_batch_sequences="$sequences" --outer.local_steps=40 \
+      --compression.gradients="$wire"
+  done
 }
 echo "written: $out (analysis/low_communication_report.py reads it)"
