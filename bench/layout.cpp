@@ -13,6 +13,7 @@
 
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/layout_search.hpp"
+#include "eight_cities.hpp"
 
 using namespace geotrain;
 
@@ -69,7 +70,10 @@ std::string seconds(const std::optional<plan::Layout>& l) {
 
 std::string layers(const std::optional<plan::Layout>& l) {
   std::string text;
-  for (int x : l ? l->layers_per_stage : std::vector<int>{}) text += (text.empty() ? "" : " ") + std::to_string(x);
+  for (int x : l ? l->layers_per_stage : std::vector<int>{}) {
+    if (!text.empty()) text += ' ';
+    text += std::to_string(x);
+  }
   return text;
 }
 
@@ -107,21 +111,9 @@ void mixed_row(const char* file, Setting s, int candidates, unsigned long long s
 // The 8 cities of world-wide.toml with n/8 devices each; A100-40 in
 // every other city, V100-16 in the rest.
 plan::Network mixed_world(const io::Scenario& world, int n) {
-  const int cities = 8, per_city = n / cities;
-  std::vector<int> site_of(n);
-  for (int i = 0; i < n; ++i) site_of[i] = i / per_city;
-  std::vector<std::string> names;
-  std::vector<double> latency(cities * cities), bandwidth(cities * cities);
-  for (int a = 0; a < cities; ++a) {
-    names.push_back(world.network.site(a * 8));
-    for (int b = 0; b < cities; ++b) {
-      latency[a * cities + b] = world.network.latency(a * 8, b * 8 + (a == b));
-      bandwidth[a * cities + b] = world.network.bandwidth(a * 8, b * 8 + (a == b));
-    }
-  }
-  plan::Network net = plan::network_from_sites(site_of, names, latency, bandwidth);
+  plan::Network net = bench::eight_city_world(world, n);
   net.device_types = {{"A100-40", 312.0, 40.0 * plan::kBytesPerGib}, {"V100-16", 125.0, 16.0 * plan::kBytesPerGib}};
-  for (int i = 0; i < n; ++i) net.type_of_device.push_back(site_of[i] % 2);
+  for (int i = 0; i < n; ++i) net.type_of_device.push_back(i / (n / 8) % 2);  // the device's city, odd or even
   return net;
 }
 

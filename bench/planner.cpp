@@ -12,6 +12,7 @@
 
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/search.hpp"
+#include "eight_cities.hpp"
 
 using namespace geotrain;
 
@@ -64,20 +65,7 @@ void paper_table(int candidates, unsigned long long seed) {
 // World-wide-like network of n devices: the 8 cities of reference §5.5,
 // n/8 devices per city, workload with the original's constants.
 plan::CostModel world_wide_like(const io::Scenario& world, int pp, int dp) {
-  const int n = pp * dp, cities = 8, per_city = n / cities;
-  std::vector<int> site_of(n);
-  for (int i = 0; i < n; ++i) site_of[i] = i / per_city;
-  std::vector<std::string> names;
-  std::vector<double> latency(cities * cities), bandwidth(cities * cities);
-  for (int a = 0; a < cities; ++a) {
-    names.push_back(world.network.site(a * 8));
-    for (int b = 0; b < cities; ++b) {
-      latency[a * cities + b] = world.network.latency(a * 8, b * 8 + (a == b));
-      bandwidth[a * cities + b] = world.network.bandwidth(a * 8, b * 8 + (a == b));
-    }
-  }
-  return plan::CostModel(plan::network_from_sites(site_of, names, latency, bandwidth),
-                         plan::dtfm_original_workload(pp, dp));
+  return plan::CostModel(bench::eight_city_world(world, pp * dp), plan::dtfm_original_workload(pp, dp));
 }
 
 void scaling_table(int candidates, unsigned long long seed, int min_devices, int max_devices) {
