@@ -15,6 +15,14 @@ from requires import require  # noqa: E402
 
 h5py, np = require("h5py", "numpy")
 
+def wire_bytes_per_value(wire_format, group_size=64, topk_fraction=0.01):
+    """Bytes on the wire per value in a long run of values, for a
+    compression.* format (common/wire_bytes.hpp): int8 / int4 codes with one
+    fp32 scale per group, top-k (uint32 index, fp32 value) pairs."""
+    scale = 4 / group_size
+    return {"fp32": 4.0, "int8": 1 + scale, "int4": 0.5 + scale, "topk": 8 * topk_fraction}[wire_format]
+
+
 # Groups of event kinds in the report's columns.
 COMPUTE = ("forward", "backward")
 COMMUNICATION = ("send", "recv", "allreduce")

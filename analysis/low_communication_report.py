@@ -34,8 +34,6 @@ import emulation_report  # noqa: E402
 import geotrain_timing as gt  # noqa: E402
 from requires import pyplot, save_figure  # noqa: E402
 
-# Bytes on the wire per fp32 value (common/wire_bytes.hpp, groups of 64 values with an fp32 scale).
-WIRE_RATIO = {"fp32": 1.0, "int8": (1 + 4 / 64) / 4, "int4": (0.5 + 4 / 64) / 4}
 SCALAR_BYTES = 64  # the pipeline's norm/loss sums: a few doubles
 
 EMULATED = (  # (file stem, what it is, its convergence case for the wall-time curves)
@@ -91,7 +89,7 @@ def cross_site_bytes_per_step(run):
     e = run.events
     sites = run.sites
     devices = run.plan["devices"]  # [stages, replicas]
-    ratio = WIRE_RATIO.get(config_value(run, "compression.gradients") or "fp32", 1.0)
+    ratio = gt.wire_bytes_per_value(config_value(run, "compression.gradients") or "fp32") / 4
     steps = max(len(set(e["step"].tolist())), 1)
     total = 0.0
     send = e["kind"] == run.kinds["send"]

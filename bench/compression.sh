@@ -24,10 +24,11 @@ mkdir -p "$work" "$(dirname "$out")"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n 4)
 
-# Bytes on the wire per gradient value, from the encodings' definitions
-# (common/wire_bytes.hpp): fp32 4; int8 1 + 4/64 (a scale per 64 values);
-# int4 0.5 + 4/64; top-k 1% of the values as (uint32, fp32) pairs = 0.08.
-declare -A bytes_per_value=([fp32]=4 [int8]=1.0625 [int4]=0.5625 [topk]=0.08 [all-int8]=1.0625 [all-int4]=0.5625)
+# Bytes on the wire per gradient value of each case's format (the default
+# group of 64 values and top-k fraction of 1%).
+bytes_per_value() {
+  /usr/bin/python3 -c 'import sys; sys.path.insert(0, "analysis"); import geotrain_timing as gt; print(gt.wire_bytes_per_value(sys.argv[1]))' "${1#all-}"
+}
 
 {
   echo "# Compressed traffic: convergence against the exact run"
@@ -76,7 +77,7 @@ print(end["final_validation_loss"], sum(steps[-10:]) / 10, end["tokens_per_s"], 
 PY
 )
     [[ -z $reference ]] && reference=$validation
-    awk -v f="$format" -v b="${bytes_per_value[$format]}" -v v="$validation" -v r="$reference" -v t="$train" \
+    awk -v f="$format" -v b="$(bytes_per_value "$format")" -v v="$validation" -v r="$reference" -v t="$train" \
         -v k="$tokens" -v u="$utilisation" 'BEGIN { printf "| %s | %.4g | %.3fx | %.4f | %+.2f%% | %.4f | %.0f | %.1f%% |\n", f, b, b / 4, v, 100 * (v - r) / r, t, k, 100 * u }' >> "$out"
     echo "$model $format: validation $validation"
   done
