@@ -16,6 +16,7 @@
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
 #include "geotrain/runtime/checkpointing.hpp"
+#include "geotrain/runtime/site_groups.hpp"
 
 namespace geotrain {
 namespace {
@@ -528,6 +529,15 @@ TEST(Checkpoint, FormFollowsWhatTheRanksShare) {
   EXPECT_THROW(resolve_checkpoint_form(CheckpointForm::per_site, per_rank_folders), InputError);
   per_site_folders.parallel_io = false;
   EXPECT_THROW(resolve_checkpoint_form(CheckpointForm::automatic, per_site_folders), InputError);
+}
+
+TEST(Checkpoint, SitesAreNumberedByTheirFirstMember) {
+  const runtime::SiteGroups g = runtime::group_by_site({"Tokyo", "Oregon", "Tokyo", "London", "Oregon"});
+  EXPECT_EQ(g.names, (std::vector<std::string>{"Tokyo", "Oregon", "London"}));
+  EXPECT_EQ(g.first_member, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(g.site_of_member, (std::vector<int>{0, 1, 0, 2, 1}));
+  EXPECT_EQ(g.members_with(4), (std::vector<int>{1, 4}));
+  EXPECT_EQ(g.members_with(3), (std::vector<int>{3}));
 }
 
 TEST(Checkpoint, SiteShardNamesAreFileSafe) {

@@ -16,6 +16,7 @@
 #include "geotrain/io/parallel_checkpoint.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/runtime/site_groups.hpp"
 
 namespace geotrain::runtime {
 
@@ -133,22 +134,12 @@ class MpiCheckpointSink : public CheckpointSink {
     if (form_ == CheckpointForm::per_site) {
       // Sites numbered by their first rank; each writes its shard over a
       // communicator of its ranks, led by that first rank.
-      std::vector<std::string> sites;
-      std::vector<int> site_leader;
-      int my_site = 0;
-      for (std::size_t p = 0; p < site_of_position.size(); ++p) {
-        const auto found = std::find(sites.begin(), sites.end(), site_of_position[p]);
-        const int index = static_cast<int>(found - sites.begin());
-        if (found == sites.end()) {
-          sites.push_back(site_of_position[p]);
-          site_leader.push_back(static_cast<int>(p));
-        }
-        if (static_cast<int>(p) == position) my_site = index;
-      }
-      for (std::size_t k = 0; k < sites.size(); ++k) {
-        site_shards_.push_back(io::site_shard_name(static_cast<int>(k), sites[k]));
+      const SiteGroups sites = group_by_site(site_of_position);
+      const int my_site = sites.site_of_member[static_cast<std::size_t>(position)];
+      for (std::size_t k = 0; k < sites.names.size(); ++k) {
+        site_shards_.push_back(io::site_shard_name(static_cast<int>(k), sites.names[k]));
         // The shards this rank's view of the folder holds (all of them on a shared file system).
-        if (std::find(view.visible.begin(), view.visible.end(), site_leader[k]) != view.visible.end()) {
+        if (std::find(view.visible.begin(), view.visible.end(), sites.first_member[k]) != view.visible.end()) {
           present_shards_.push_back(site_shards_.back());
         }
       }

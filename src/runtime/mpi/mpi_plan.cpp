@@ -8,6 +8,7 @@
 
 #include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/runtime/site_groups.hpp"
 
 namespace geotrain::runtime {
 
@@ -192,14 +193,12 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   t.tensor_comm = Communicator(tensor);
   MPI_Comm site = MPI_COMM_NULL;
   if (static_cast<int>(site_of_rank.size()) == size) {
+    std::vector<std::string> site_of_replica;
+    for (int member : t.dp_ranks) site_of_replica.push_back(site_of_rank[member]);
+    const SiteGroups sites = group_by_site(site_of_replica);
+    for (int replica : sites.members_with(t.replica)) t.site_ranks.push_back(t.dp_ranks[replica]);
     // Colour: the group's first member in this rank's site (the same for all of them).
-    int colour = -1;
-    for (int member : t.dp_ranks) {
-      if (site_of_rank[member] != site_of_rank[t.rank]) continue;
-      if (colour < 0) colour = member;
-      t.site_ranks.push_back(member);
-    }
-    GT_MPI_CHECK(MPI_Comm_split(dp, colour, t.replica, &site));
+    GT_MPI_CHECK(MPI_Comm_split(dp, t.site_ranks.front(), t.replica, &site));
     t.site_comm = Communicator(site);
   }
   for (MPI_Comm c : {job, dp, pipe, tied, links, site, tensor}) {
