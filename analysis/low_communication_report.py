@@ -294,11 +294,9 @@ def main():
         emulated_whole[16]["sync"] = emulated["sync"]  # the fastest synchronous run, as above
     lines = ["# Local steps: data parallelism across sites without an exchange every step\n",
              "## Emulated world-wide network\n",
-             "Regenerate (root, about 20 minutes on 2 cores, nothing else running): `bash jobs/emulate/local_steps.sh`, "
-             "`bash bench/local_steps.sh`, `LAYOUT=whole8 CASES=\"sync H10-int8 H20-int8 H40-int8 H20-int8-averaged\" "
-             "bash bench/local_steps.sh runs/bench-local-steps-whole8/summary.json`, then "
-             "`analysis/low_communication_report.py runs/emulate-local-steps runs/bench-local-steps/summary.json "
-             "runs/bench-local-steps-whole8/summary.json analysis/results/low_communication.md`.\n",
+             "Regenerate (root, nothing else running): `bash jobs/emulate/local_steps.sh` (about 30 minutes on 2 "
+             "cores), then `bash bench/local_steps_convergence.sh` (about 35 minutes: every convergence summary "
+             "below, then this report).\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md): 8 ranks "
              "in Oregon, Virginia, Tokyo and London (2 each), bandwidth x0.05, `inputs/models/emulation.toml`, 16 "
              "sequences of 128 tokens per step in every run, all runs in one session. Compute utilisation: forward + "
@@ -318,11 +316,12 @@ def main():
         with open(more) as f:
             layout = json.load(f)
         sequences = layout.get("sequences_per_step", 16)
-        name = f"{layout['stages']}x{layout['replicas']}" + ("" if sequences == 16 else f"-{sequences}")
-        title = f"{layout['stages']} stage x {layout['replicas']} replicas" + (
-            "" if sequences == 16 else f", {sequences} sequences per step")
+        name = f"{layout['stages']}x{layout['replicas']}-{sequences}-{layout['steps']}"
+        title = (f"{layout['stages']} stage{'s' if layout['stages'] > 1 else ''} x {layout['replicas']} replicas, "
+                 f"{sequences} sequences per step, {layout['steps']} steps")
         lines += [f"## Convergence at equal tokens, {title}\n"]
-        lines += convergence(more, emulated_whole.get(sequences, {}),
+        # Wall-time curves: whole models take their own emulated runs; pipelines, those inside sites.
+        lines += convergence(more, emulated_whole.get(sequences, {}) if layout["stages"] == 1 else emulated,
                              os.path.join(os.path.dirname(report), f"low_communication-{name}.png"))
     lines += kept_sections(report)
     with open(report, "w") as f:

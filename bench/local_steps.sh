@@ -15,7 +15,9 @@
 # of 2 sequences: the same 16 sequences per step), the emulation's fastest
 # layout (jobs/emulate/local_steps.sh's pp1 runs); SEQUENCES (2) sets each
 # whole-model replica's sequences per step (4: 32 per step, the layout of the
-# longer utilisation runs).
+# longer utilisation runs). LAYOUT=inside8: 8 ranks, 2 stages x 4 replicas
+# of 4 micro-batches of 1 sequence (16 per step), the pipelines-inside-sites
+# layout of the emulation (its -inside runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/bench-local-steps/summary.json}
@@ -35,6 +37,8 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10"
   [H20-int8-momentum0.3]="--outer.local_steps=20 --compression.gradients=int8 --outer.momentum=0.3"
   [H20-int8-inner-lr3.5e-4]="--outer.local_steps=20 --compression.gradients=int8 --optimizer.learning_rate=3.5e-4"
   [H20-int8-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --outer.momentum=0.9"
+  [H20-int8-lr1-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --outer.learning_rate=1 --outer.momentum=0.9"
+  [H40-int8-momentum0.9]="--outer.local_steps=40 --compression.gradients=int8 --outer.momentum=0.9"
   [H50]="--outer.local_steps=50" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8")
 geotrain=build/release/geotrain
 work=$(dirname "$out")
@@ -44,6 +48,8 @@ ranks=4 stages=2 layout=() sequences_per_step=16
 if [[ ${LAYOUT:-} == whole8 ]]; then
   ranks=8 stages=1 layout=(--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences="${SEQUENCES:-2}")
   sequences_per_step=$((8 * ${SEQUENCES:-2}))
+elif [[ ${LAYOUT:-} == inside8 ]]; then
+  ranks=8 stages=2 layout=(--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1)
 fi
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n "$ranks")
 entries=()
