@@ -53,6 +53,7 @@ EMULATED = (  # (file stem, what it is, its convergence case for the wall-time c
     ("rank-order-pp1-H40-int8", "every rank a whole model, H = 40, int8", None),
     ("rank-order-pp1-mb2-H20-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 20, int8", None),
     ("rank-order-pp1-mb2-H40-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 40, int8", None),
+    ("planned-H20-int8", "4 stages x 2 replicas, planned, H = 20, int8, outer momentum 0.9", None),
 )
 # The whole-model replicas' convergence cases (bench/local_steps.sh LAYOUT=whole8, by sequences per
 # step) and their emulated runs.
@@ -226,7 +227,7 @@ def convergence(summary_path, emulated, plot_path):
              f"Model `{summary['model']}`, {summary['steps']} steps, {summary['ranks']} ranks = "
              f"{summary['stages']} stages x {summary['replicas']} replicas, each replica {sequences_per_step // summary['replicas']} "
              "sequences per step, the same tokens in the same order in every case; the validation loss every 50 "
-             "steps (right after an outer step for H = 10 and 50 unstreamed). Outer step: learning rate 0.7, Nesterov momentum 0.5 (the defaults) unless the case says otherwise. Peer: synchronous training (`sync`), "
+             "steps (right after an outer step for H = 10 and 50 unstreamed). Outer step: learning rate 0.7, Nesterov momentum 0.5 unless the case's name says otherwise (0.5 was the default until the 1000-step runs; the options now name it). Peer: synchronous training (`sync`), "
              "same binary, same script.\n",
              "| case | options | data-parallel exchanges per step | validation loss at each 50 steps | final | vs sync |",
              "|---|---|---:|---|---:|---:|"]

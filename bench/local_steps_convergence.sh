@@ -12,8 +12,8 @@ runs=runs
 bash "$bench" "$runs/bench-local-steps/summary.json"
 LAYOUT=whole8 CASES="sync H10-int8 H20-int8 H40-int8 H20-int8-averaged" bash "$bench" "$runs/bench-local-steps-whole8/summary.json"
 LAYOUT=whole8 SEQUENCES=4 CASES="sync H20-int8 H40-int8 H40-int4" bash "$bench" "$runs/bench-local-steps-whole8-s4/summary.json"
-STEPS=1000 CASES="sync H20-int8 H40-int8 H20-int8-momentum0.9" bash "$bench" "$runs/bench-local-steps-1000/summary.json"
-STEPS=1000 LAYOUT=inside8 CASES="sync H20-int8 H40-int8" bash "$bench" "$runs/bench-local-steps-inside8-1000/summary.json"
+STEPS=1000 CASES="sync H20-int8 H40-int8 H20-int8-momentum0.9 H40-int8-momentum0.9" bash "$bench" "$runs/bench-local-steps-1000/summary.json"
+STEPS=1000 LAYOUT=inside8 CASES="sync H20-int8 H40-int8 H20-int8-momentum0.9" bash "$bench" "$runs/bench-local-steps-inside8-1000/summary.json"
 STEPS=1000 LAYOUT=whole8 CASES="sync H20-int8 H40-int8 H20-int8-inner-lr3.5e-4 H20-int8-momentum0.9 H20-int8-lr1-momentum0.9 H40-int8-momentum0.9" \
   bash "$bench" "$runs/bench-local-steps-whole8-1000/summary.json"
 /usr/bin/python3 analysis/low_communication_report.py runs/emulate-local-steps "$runs/bench-local-steps/summary.json" \

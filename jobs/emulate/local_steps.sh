@@ -25,6 +25,9 @@
 #   pp1-H40-int8  whole models, H = 40 (one synchronisation per 40 steps)
 #   pp1-mb2-H20-int8, pp1-mb2-H40-int8  the same with each replica's 2
 #                 sequences in one micro-batch (larger matrix products)
+#   planned-H20-int8  the planner's placement (4 stages x 2 replicas: few,
+#                 large replicas, the layout whose loss stays near
+#                 synchronous training), H = 20, int8, DiLoCo's momentum 0.9
 # Then issue 17's utilisation over longer runs (LONG_STEPS, 120: the outer
 # synchronisations at steps 40, 80 and 120), whole models, one micro-batch
 # of 2, 4 or 8 sequences per replica (16, 32 or 64 per step):
@@ -66,6 +69,8 @@ whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_
   run world-wide "$file" "$options" rank-order gpipe -pp1-H40-int8 $whole --outer.local_steps=40 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H20-int8 $whole2 --outer.local_steps=20 --compression.gradients=int8
   run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H40-int8 $whole2 --outer.local_steps=40 --compression.gradients=int8
+  run world-wide "$file" "$options" planned gpipe -H20-int8 --network.gradient_bucket_mb=0 --outer.local_steps=20 \
+    --compression.gradients=int8 --outer.momentum=0.9
   steps=${LONG_STEPS:-120}
   for sequences in 2 4 8; do
     wire=$([[ $sequences == 2 ]] && echo int8 || echo int4)
