@@ -225,7 +225,7 @@ def convergence(summary_path, emulated, plot_path):
     reference = runs.get("sync")
     lines = [f"Regenerate: `{summary['command']}` ({summary['date']}; {summary['machine']}), then this script. "
              f"Model `{summary['model']}`, {summary['steps']} steps, {summary['ranks']} ranks = "
-             f"{summary['stages']} stages x {summary['replicas']} replicas, each replica {sequences_per_step // summary['replicas']} "
+             f"{summary['stages']} stage{'s' if summary['stages'] > 1 else ''} x {summary['replicas']} replicas, each replica {sequences_per_step // summary['replicas']} "
              "sequences per step, the same tokens in the same order in every case; the validation loss every 50 "
              "steps (right after an outer step for H = 10 and 50 unstreamed). Outer step: learning rate 0.7, Nesterov momentum 0.5 unless the case's name says otherwise (0.5 was the default until the 1000-step runs; the options now name it). Peer: synchronous training (`sync`), "
              "same binary, same script.\n",

@@ -66,7 +66,7 @@ for name in $cases; do
 done
 # Cases run before (CASES chose fewer this time) keep their entries.
 /usr/bin/python3 - "$out" "$model" "$steps" "$ranks" "$stages" "$sequences_per_step" \
-    "${LAYOUT:+LAYOUT=$LAYOUT }${SEQUENCES:+SEQUENCES=$SEQUENCES }bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
+    "${STEPS:+STEPS=$STEPS }${LAYOUT:+LAYOUT=$LAYOUT }${SEQUENCES:+SEQUENCES=$SEQUENCES }bash bench/local_steps.sh" "$(date -u +%Y-%m-%d)" \
     "$(nproc --all) cores, $(lscpu | sed -n 's/^Model name: *//p')" "${entries[@]}" <<'PY'
 import json, os, sys
 out, model, steps, ranks, stages, sequences_per_step, command, date, machine, *entries = sys.argv[1:]
