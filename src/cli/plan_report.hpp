@@ -30,7 +30,7 @@ struct PlanReport {
   // null where its shapes do not fit the model (layout_note says why).
   const plan::Layout* layout = nullptr;
   const LayoutSettings* layout_settings = nullptr;
-  std::string layout_note;
+  std::string layout_note = {};
 };
 
 // One number through a printf pattern ("%.4f", "%8.1f%%"): the reports' formatter.

@@ -118,6 +118,36 @@ void column_sums_accumulate(const Context& ctx, float* out, const float* in, int
 // the partials of column c in chunk order.
 constexpr int kColumnSumRows = 128;
 void column_partials_accumulate(const Context& ctx, float* out, const float* partial, int chunks, int cols);
+// The first half, in a kernel of blocks (kColumnTile, kColumnRowLanes) on a
+// grid (ceil(cols / kColumnTile), min(chunks, kMaxGridY)): partial[chunk, c]
+// = the sum of value(r * cols + c) over the chunk's rows r, in a fixed order
+// (each lane its rows, then lane 0 adds the lanes in order), whatever the
+// grid; blocks stride over the chunks, so rows > 65535 * 128 launch too.
+// value(i) may also write element i (dgelu writes dpre as it sums it).
+constexpr int kColumnTile = 32;     // columns per block
+constexpr int kColumnRowLanes = 8;  // threads per column
+template <class Value>
+__device__ void column_chunk_partials(float* partial, int rows, int cols, int chunks, Value value) {
+  __shared__ float shared[kColumnRowLanes][kColumnTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kColumnTile + tx;
+  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int row_end = min(rows, (chunk + 1) * kColumnSumRows);
+    float sum = 0.0f;
+    if (c < cols) {
+      for (int r = chunk * kColumnSumRows + ty; r < row_end; r += kColumnRowLanes) {
+        sum += value(static_cast<std::size_t>(r) * cols + c);
+      }
+    }
+    __syncthreads();  // the previous chunk's reads of `shared` are done
+    shared[ty][tx] = sum;
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+      for (int k = 1; k < kColumnRowLanes; ++k) sum += shared[k][tx];
+      partial[static_cast<std::size_t>(chunk) * cols + c] = sum;
+    }
+  }
+}
 
 // ---- attention.cu
 void attention_forward(const Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH);

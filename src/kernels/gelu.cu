@@ -23,8 +23,6 @@
 namespace geotrain::kernels::cuda {
 namespace {
 
-constexpr int kGeluColumnTile = 32;  // dgelu_bias_partials_kernel: columns per block
-constexpr int kGeluRowLanes = 8;     // threads per column in that block
 
 __device__ __forceinline__ float gelu_u(float x) { return kGeluScale * (x + kGeluCubic * x * x * x); }
 
@@ -64,34 +62,16 @@ __global__ void bias_gelu_kernel(float* out, float* pre, const float* bias, int 
   }
 }
 
-// column_partials_kernel (matmul.cu) that sums dpre = dout * gelu'(pre) as it
-// writes it: the bias gradient's partials in the same fixed order, without
-// the zero fill, the gelu_backward pass and the separate column-sum read.
-// Block (32, 8), grid (ceil(OC/32), min(chunks, 65535)), blocks stride over chunks.
+// The bias gradient's partials of dpre = dout * gelu'(pre), written as they
+// are summed (column_chunk_partials): no zero fill, no gelu_backward pass and
+// no separate column-sum read of dpre.
 __global__ void dgelu_bias_partials_kernel(float* partial, float* dpre, const float* dout, const float* pre, int rows,
                                            int cols, int chunks) {
-  __shared__ float shared[kGeluRowLanes][kGeluColumnTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kGeluColumnTile + tx;
-  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
-    const int row_end = min(rows, (chunk + 1) * kColumnSumRows);
-    float sum = 0.0f;
-    if (c < cols) {
-      for (int r = chunk * kColumnSumRows + ty; r < row_end; r += kGeluRowLanes) {
-        const std::size_t i = static_cast<std::size_t>(r) * cols + c;
-        const float d = dout[i] * gelu_derivative(pre[i]);
-        dpre[i] = d;
-        sum += d;
-      }
-    }
-    __syncthreads();  // the previous chunk's reads of `shared` are done
-    shared[ty][tx] = sum;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      for (int k = 1; k < kGeluRowLanes; ++k) sum += shared[k][tx];
-      partial[static_cast<std::size_t>(chunk) * cols + c] = sum;
-    }
-  }
+  column_chunk_partials(partial, rows, cols, chunks, [=](std::size_t i) {
+    const float d = dout[i] * gelu_derivative(pre[i]);
+    dpre[i] = d;
+    return d;
+  });
 }
 
 }  // namespace
@@ -124,8 +104,8 @@ void matmul_gelu_backward(const Context& ctx, float* dinp, float* dweight, float
   if (N == 0 || OC == 0) return;
   const int chunks = static_cast<int>(ceil_div(N, kColumnSumRows));
   float* partial = ctx.work->partials.get<float>(static_cast<std::size_t>(chunks) * OC, ctx.stream);
-  const dim3 block(kGeluColumnTile, kGeluRowLanes);
-  const dim3 grid(ceil_div(OC, kGeluColumnTile), std::min(chunks, kMaxGridY));
+  const dim3 block(kColumnTile, kColumnRowLanes);
+  const dim3 grid(ceil_div(OC, kColumnTile), std::min(chunks, kMaxGridY));
   dgelu_bias_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial, dpre, dout, pre, N, OC, chunks);
   GT_CUDA_CHECK_LAUNCH();
   if (dbias != nullptr) column_partials_accumulate(ctx, dbias, partial, chunks, OC);

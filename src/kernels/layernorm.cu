@@ -18,9 +18,10 @@ namespace {
 
 constexpr int kRowThreads = 256;  // 8 warps, one row each
 constexpr int kRowsPerBlock = kRowThreads / kWarpSize;
-constexpr int kColumnTile = 32;    // columns per block of the column reduction
-constexpr int kRowLanes = 8;       // threads per column in that block
-constexpr int kRowsPerChunk = 128;  // rows per partial sum
+// The column reduction's block and chunk: those of column_chunk_partials
+// (cuda_ops.cuh), with two sums (weight and bias) per column.
+constexpr int kRowLanes = kColumnRowLanes;
+constexpr int kRowsPerChunk = kColumnSumRows;
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, int N, int C) {

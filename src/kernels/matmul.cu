@@ -20,9 +20,6 @@
 namespace geotrain::kernels::cuda {
 namespace {
 
-constexpr int kColumnTile = 32;
-constexpr int kRowLanes = 8;
-constexpr int kRowsPerChunk = kColumnSumRows;
 
 __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += global_stride()) out[i] = __float2bfloat16_rn(in[i]);
@@ -32,30 +29,9 @@ __global__ void add_bias_kernel(float* out, const float* bias, int OC, std::size
   for (std::size_t i = global_index(); i < total; i += global_stride()) out[i] += bias[i % OC];
 }
 
-// Block (32, 8), grid (ceil(cols/32), min(chunks, 65535)): partial[chunk, c]
-// = sum of in[r, c] over the chunk's rows, in a fixed order. gridDim.y is at
-// most 65535, so blocks stride over the chunks (rows > 65535 * 128 = 8.4M
-// would otherwise be a launch error); the result does not depend on the grid.
+// partial[chunk, c]: the column sums of `in`, chunk by chunk (column_chunk_partials).
 __global__ void column_partials_kernel(float* partial, const float* in, int rows, int cols, int chunks) {
-  __shared__ float shared[kRowLanes][kColumnTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kColumnTile + tx;
-  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
-    const int row_end = min(rows, (chunk + 1) * kRowsPerChunk);
-    float sum = 0.0f;
-    if (c < cols) {
-      for (int r = chunk * kRowsPerChunk + ty; r < row_end; r += kRowLanes) {
-        sum += in[static_cast<std::size_t>(r) * cols + c];
-      }
-    }
-    __syncthreads();  // the previous chunk's reads of `shared` are done
-    shared[ty][tx] = sum;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      for (int k = 1; k < kRowLanes; ++k) sum += shared[k][tx];
-      partial[static_cast<std::size_t>(chunk) * cols + c] = sum;
-    }
-  }
+  column_chunk_partials(partial, rows, cols, chunks, [in](std::size_t i) { return in[i]; });
 }
 
 __global__ void column_finish_kernel(float* out, const float* partial, int chunks, int cols) {
@@ -95,9 +71,9 @@ void gemm(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, in
 
 void column_sums_accumulate(const Context& ctx, float* out, const float* in, int rows, int cols) {
   if (rows == 0 || cols == 0) return;
-  const int chunks = static_cast<int>(ceil_div(rows, kRowsPerChunk));
+  const int chunks = static_cast<int>(ceil_div(rows, kColumnSumRows));
   float* partial = ctx.work->partials.get<float>(static_cast<std::size_t>(chunks) * cols, ctx.stream);
-  const dim3 block(kColumnTile, kRowLanes);
+  const dim3 block(kColumnTile, kColumnRowLanes);
   const dim3 grid(ceil_div(cols, kColumnTile), std::min(chunks, kMaxGridY));
   column_partials_kernel<<<grid, block, 0, ctx.stream>>>(partial, in, rows, cols, chunks);
   GT_CUDA_CHECK_LAUNCH();
