@@ -12,17 +12,21 @@
 
 namespace geotrain::bench {
 
+constexpr int kCities = 8;
+
+// The city (0-7) of device `device` of `devices`: consecutive devices share one.
+inline int city_of_device(int device, int devices) { return device / (devices / kCities); }
+
 inline plan::Network eight_city_world(const io::Scenario& world, int devices) {
-  const int cities = 8, per_city = devices / cities;
   std::vector<int> site_of(devices);
-  for (int i = 0; i < devices; ++i) site_of[i] = i / per_city;
+  for (int i = 0; i < devices; ++i) site_of[i] = city_of_device(i, devices);
   std::vector<std::string> names;
-  std::vector<double> latency(cities * cities), bandwidth(cities * cities);
-  for (int a = 0; a < cities; ++a) {
+  std::vector<double> latency(kCities * kCities), bandwidth(kCities * kCities);
+  for (int a = 0; a < kCities; ++a) {
     names.push_back(world.network.site(a * 8));
-    for (int b = 0; b < cities; ++b) {
-      latency[a * cities + b] = world.network.latency(a * 8, b * 8 + (a == b));
-      bandwidth[a * cities + b] = world.network.bandwidth(a * 8, b * 8 + (a == b));
+    for (int b = 0; b < kCities; ++b) {
+      latency[a * kCities + b] = world.network.latency(a * 8, b * 8 + (a == b));
+      bandwidth[a * kCities + b] = world.network.bandwidth(a * 8, b * 8 + (a == b));
     }
   }
   return plan::network_from_sites(site_of, names, latency, bandwidth);

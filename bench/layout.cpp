@@ -113,7 +113,7 @@ void mixed_row(const char* file, Setting s, int candidates, unsigned long long s
 plan::Network mixed_world(const io::Scenario& world, int n) {
   plan::Network net = bench::eight_city_world(world, n);
   net.device_types = {{"A100-40", 312.0, 40.0 * plan::kBytesPerGib}, {"V100-16", 125.0, 16.0 * plan::kBytesPerGib}};
-  for (int i = 0; i < n; ++i) net.type_of_device.push_back(i / (n / 8) % 2);  // the device's city, odd or even
+  for (int i = 0; i < n; ++i) net.type_of_device.push_back(bench::city_of_device(i, n) % 2);
   return net;
 }
 

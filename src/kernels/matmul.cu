@@ -20,7 +20,6 @@
 namespace geotrain::kernels::cuda {
 namespace {
 
-
 __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += global_stride()) out[i] = __float2bfloat16_rn(in[i]);
 }

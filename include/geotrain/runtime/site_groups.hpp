@@ -27,12 +27,12 @@ struct SiteGroups {
 inline SiteGroups group_by_site(const std::vector<std::string>& site_of_member) {
   SiteGroups g;
   for (std::size_t m = 0; m < site_of_member.size(); ++m) {
-    const auto found = std::find(g.names.begin(), g.names.end(), site_of_member[m]);
-    if (found == g.names.end()) {
+    const auto site = static_cast<std::size_t>(std::find(g.names.begin(), g.names.end(), site_of_member[m]) - g.names.begin());
+    if (site == g.names.size()) {
       g.names.push_back(site_of_member[m]);
       g.first_member.push_back(static_cast<int>(m));
     }
-    g.site_of_member.push_back(static_cast<int>(std::find(g.names.begin(), g.names.end(), site_of_member[m]) - g.names.begin()));
+    g.site_of_member.push_back(static_cast<int>(site));
   }
   return g;
 }

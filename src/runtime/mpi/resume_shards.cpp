@@ -236,7 +236,7 @@ int fetch_missing_shards(const std::string& dir, const std::string& resume, doub
       try {
         if (!bytes.empty()) io::write_file_durably(target, bytes);
       } catch (const std::exception& e) {
-        if (error.empty()) error = e.what();
+        if (error.empty()) error = std::string(e.what()) + " (the shard received from another site)";
       }
     }
   }
