@@ -47,7 +47,7 @@ Setting dtfm_setting() {
   s.config.dp_scheme = plan::DataParallelScheme::paper;
   s.config.recompute = true;
   s.options.memory.recompute = true;
-  s.options.memory.activation_bytes = 2;
+  s.options.memory.activation_storage = ActivationStorage::bf16;  // 16-bit values, as fp16
   return s;
 }
 

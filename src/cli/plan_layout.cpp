@@ -115,7 +115,7 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
       << (c.recompute ? "on" : "off") << ", LM head " << (c.lm_head ? "on" : "off") << "\n"
       << (c.model.outer.enabled() ? "  outer: " + describe_outer(c.model.outer) + "\n" : "")
       << "  memory per device: parameters, gradients, AdamW (" << format_number("%g", s.options.memory.state_bytes_per_parameter)
-      << " B/parameter), activations (" << s.options.memory.activation_bytes << " B/value), workspace, reserve "
+      << " B/parameter), activations (" << to_string(s.options.memory.activation_storage) << "), workspace, reserve "
       << gib(s.options.memory.reserved_bytes) << " GiB\n\n"
       << "  stage  layers  memory GiB (need / have)  device types           devices by replica\n";
   for (int st = 0; st < l.plan.pipeline_stages; ++st) {

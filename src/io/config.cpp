@@ -16,7 +16,7 @@ namespace geotrain::io {
 namespace {
 
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, std::vector<double>*,
-                            DeviceRequest*, MatmulPrecision*, LayoutChoice*, Transport*, WireFormat*, LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*,
+                            DeviceRequest*, MatmulPrecision*, ActivationStorage*, LayoutChoice*, Transport*, WireFormat*, LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*,
                             plan::Placement*>;
 
 // Every value of a closed choice, in declaration order: the choices are
@@ -60,6 +60,7 @@ std::vector<Field> fields(Config& c) {
       {"model.lm_head", &c.model_lm_head},
       {"device.kind", &c.device},
       {"device.matmul_precision", &c.matmul_precision},
+      {"device.activation_storage", &c.activation_storage},
       {"device.peak_tflops", &c.device_peak_tflops},
       {"data.train", &c.data_train, true},
       {"data.validation", &c.data_validation, true},

@@ -173,6 +173,11 @@ class CpuBackend final : public Backend {
     cpu::residual_forward(out, a, b, n);
   }
   void accumulate(float* y, const float* x, std::size_t n) override { cpu::accumulate(y, x, n); }
+  std::uint16_t* alloc_bf16(std::size_t count) override {
+    return static_cast<std::uint16_t*>(allocate_zeroed(count * sizeof(std::uint16_t)));
+  }
+  void to_bf16(std::uint16_t* out, const float* in, std::size_t n) override { cpu::to_bf16(out, in, n); }
+  void from_bf16(float* out, const std::uint16_t* in, std::size_t n) override { cpu::from_bf16(out, in, n); }
   void scale(float* x, float factor, std::size_t n) override { cpu::scale(x, factor, n); }
   double sum_of_squares(const float* x, std::size_t n) override { return cpu::sum_of_squares(x, n); }
   void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V) override {

@@ -69,6 +69,10 @@ void accumulate(float* y, const float* x, std::size_t n);
 void scale(float* x, float factor, std::size_t n);
 double sum_of_squares(const float* x, std::size_t n);
 
+// bf16_storage.cpu.cpp
+void to_bf16(std::uint16_t* out, const float* in, std::size_t n);
+void from_bf16(float* out, const std::uint16_t* in, std::size_t n);
+
 // embedding.cpu.cpp: one rank's rows of a vocabulary-parallel wte (backend.hpp).
 void embedding_shard_forward(float* out, const int* tokens, const float* wte_rows, const float* wpe, int B, int T,
                              int C, int vocab_begin, int vocab_rows);

@@ -191,6 +191,13 @@ class CudaBackend final : public Backend {
     cuda::residual_forward(context_, out, a, b, n);
   }
   void accumulate(float* y, const float* x, std::size_t n) override { cuda::accumulate(context_, y, x, n); }
+  std::uint16_t* alloc_bf16(std::size_t count) override {
+    return static_cast<std::uint16_t*>(allocate_zeroed(count * sizeof(std::uint16_t)));
+  }
+  void to_bf16(std::uint16_t* out, const float* in, std::size_t n) override { cuda::to_bf16(context_, out, in, n); }
+  void from_bf16(float* out, const std::uint16_t* in, std::size_t n) override {
+    cuda::from_bf16(context_, out, in, n);
+  }
   void scale(float* x, float factor, std::size_t n) override { cuda::scale(context_, x, factor, n); }
   double sum_of_squares(const float* x, std::size_t n) override { return cuda::sum_of_squares(context_, x, n); }
   void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V) override {

@@ -169,6 +169,10 @@ void accumulate(const Context& ctx, float* y, const float* x, std::size_t n);
 void scale(const Context& ctx, float* x, float factor, std::size_t n);
 double sum_of_squares(const Context& ctx, const float* x, std::size_t n);
 
+// ---- bf16_storage.cu
+void to_bf16(const Context& ctx, std::uint16_t* out, const float* in, std::size_t n);
+void from_bf16(const Context& ctx, float* out, const std::uint16_t* in, std::size_t n);
+
 // ---- crossentropy.cu
 void crossentropy_forward(const Context& ctx, float* losses, const float* logits, const int* targets, int N, int V);
 void crossentropy_backward(const Context& ctx, float* dlogits, const float* logits, const int* targets, float dloss,

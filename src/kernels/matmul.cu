@@ -20,10 +20,6 @@
 namespace geotrain::kernels::cuda {
 namespace {
 
-__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += global_stride()) out[i] = __float2bfloat16_rn(in[i]);
-}
-
 __global__ void add_bias_kernel(float* out, const float* bias, int OC, std::size_t total) {
   for (std::size_t i = global_index(); i < total; i += global_stride()) out[i] += bias[i % OC];
 }
@@ -47,9 +43,8 @@ bool is_bf16(const Context& ctx) { return ctx.precision == MatmulPrecision::bf16
 
 const void* gemm_operand(const Context& ctx, const float* x, std::size_t count, Scratch& scratch) {
   if (!is_bf16(ctx) || count == 0) return x;
-  auto* copy = scratch.get<__nv_bfloat16>(count, ctx.stream);
-  to_bf16_kernel<<<elementwise_blocks(count), kElementwiseThreads, 0, ctx.stream>>>(copy, x, count);
-  GT_CUDA_CHECK_LAUNCH();
+  auto* copy = scratch.get<std::uint16_t>(count, ctx.stream);
+  to_bf16(ctx, copy, x, count);  // bf16_storage.cu
   return copy;
 }
 

@@ -8,6 +8,11 @@
 // updated in place: the layernorm backward calls accumulate into it (the
 // residual's backward, already fused), and dgelu is computed with fc's bias
 // gradient in one pass.
+// bf16 activation storage: each layer runs in shared fp32 working buffers and
+// its activations are then stored in bf16 per slot; the backward widens them
+// back into the working buffers, one layer at a time. The backward reads
+// every layer's input rounded too - the stage's input included - so that
+// where the stages are cut does not change the result.
 #include <cmath>
 #include <stdexcept>
 
@@ -24,7 +29,12 @@ struct Stage::LayerActivations {
 struct Stage::SlotActivations {
   float* embedded = nullptr;  // first stage: embedding output (input of layer 0)
   float* input = nullptr;     // other stages: copy of the received activations
+  // fp32 storage: every tensor. bf16: the layernorm and attention statistics
+  // only; the rest is in `stored`, and the last layer's output in `output`.
   std::vector<LayerActivations> layers;
+  std::vector<std::uint16_t*> stored;    // bf16: per layer, stored_tensors_ in order
+  std::uint16_t* stored_input = nullptr;  // bf16: the stage's input (embedded or received)
+  float* output = nullptr;                // bf16: the last layer's output in fp32 (sent on; the head's input)
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr;
   float *row_max = nullptr, *statistics = nullptr;  // tensor parallelism: the vocabulary-parallel loss
   int* tokens = nullptr;
@@ -94,10 +104,10 @@ std::vector<ParameterView> parameter_layout(const ModelShape& config, const Stag
 }
 
 Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
-             int slots, TensorGroup* tensor_group)
+             int slots, TensorGroup* tensor_group, ActivationStorage storage)
     : config_(config), spec_(spec), backend_(backend), B_(micro_batch), T_(config.sequence_length),
       C_(config.hidden), V_(config.vocabulary), NH_(config.heads), Ct_(config.hidden), NHt_(config.heads),
-      vocabulary_{0, config.vocabulary} {
+      vocabulary_{0, config.vocabulary}, storage_(storage) {
   if (config.hidden % config.heads != 0) throw std::invalid_argument("Stage: hidden must be divisible by heads");
   const int t = spec.tensor_parallel;
   if (t > 1) {
@@ -135,6 +145,18 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
 
   const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_, Vt = vocabulary_.rows;
   auto A = [&](std::size_t count) { return backend_.alloc(count); };
+  const int layers = spec_.last_layer - spec_.first_layer;
+  stored_tensors_ = {{&LayerActivations::ln1, N * C},       {&LayerActivations::qkv, N * 3 * Ct},
+                     {&LayerActivations::attention_out, N * Ct}, {&LayerActivations::residual2, N * C},
+                     {&LayerActivations::ln2, N * C},       {&LayerActivations::fc, N * 4 * Ct},
+                     {&LayerActivations::gelu, N * 4 * Ct}, {&LayerActivations::out, N * C}};
+  std::size_t stored_per_layer = 0;
+  for (const auto& tensor : stored_tensors_) stored_per_layer += tensor.second;
+  if (stores_bf16()) {
+    work_qkv_ = A(N * 3 * Ct), work_attention_out_ = A(N * Ct), work_residual2_ = A(N * C), work_ln2_ = A(N * C);
+    work_fc_ = A(N * 4 * Ct), work_gelu_ = A(N * 4 * Ct);
+    for (int k = 0; k < 2; ++k) work_ln1_[k] = A(N * C), work_out_[k] = A(N * C);
+  }
   for (int s = 0; s < slots; ++s) {
     auto* slot = new SlotActivations;
     if (spec_.has_embedding) {
@@ -143,13 +165,20 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
     } else {
       slot->input = A(N * C);
     }
-    for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
-      LayerActivations a;
-      a.ln1 = A(N * C), a.ln1_mean = A(N), a.ln1_rstd = A(N), a.qkv = A(N * 3 * Ct);
-      a.attention_lse = A(static_cast<std::size_t>(B_) * NHt_ * T_), a.attention_out = A(N * Ct);
-      a.residual2 = A(N * C), a.ln2 = A(N * C), a.ln2_mean = A(N), a.ln2_rstd = A(N);
-      a.fc = A(N * 4 * Ct), a.gelu = A(N * 4 * Ct), a.out = A(N * C);
+    for (int i = 0; i < layers; ++i) {
+      LayerActivations a{};
+      a.ln1_mean = A(N), a.ln1_rstd = A(N), a.ln2_mean = A(N), a.ln2_rstd = A(N);
+      a.attention_lse = A(static_cast<std::size_t>(B_) * NHt_ * T_);
+      if (stores_bf16()) {
+        slot->stored.push_back(backend_.alloc_bf16(stored_per_layer));
+      } else {
+        for (const auto& [tensor, values] : stored_tensors_) a.*tensor = A(values);
+      }
       slot->layers.push_back(a);
+    }
+    if (stores_bf16()) {
+      slot->stored_input = backend_.alloc_bf16(N * C);
+      if (layers > 0) slot->output = A(N * C);
     }
     if (spec_.has_head) {
       slot->lnf = A(N * C), slot->lnf_mean = A(N), slot->lnf_rstd = A(N);
@@ -174,7 +203,9 @@ Stage::~Stage() {
     if (p) backend_.release(p);
   };
   for (SlotActivations* slot : slots_) {
-    R(slot->embedded), R(slot->input), R(slot->tokens), R(slot->targets);
+    R(slot->embedded), R(slot->input), R(slot->tokens), R(slot->targets), R(slot->output);
+    for (std::uint16_t* p : slot->stored) R(p);
+    R(slot->stored_input);
     for (auto& a : slot->layers) {
       for (float* p : {a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.attention_lse, a.attention_out, a.residual2, a.ln2,
                        a.ln2_mean, a.ln2_rstd, a.fc, a.gelu, a.out}) {
@@ -188,18 +219,10 @@ Stage::~Stage() {
     delete slot;
   }
   for (float* p : {params_, grads_, dresidual_, dln_, dqkv_, attention_scratch_, dattention_out_, dfc_, dgelu_, dlogits_}) R(p);
-}
-
-std::size_t Stage::activation_floats_per_slot() const {
-  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_;
-  // ln1, residual2, ln2, out = 4 NC; this rank's share of qkv(3), attention_out,
-  // fc(4), gelu(4) = 12 N C/t; four N-vectors of layernorm statistics; the
-  // attention's log-sum-exp per (sequence, head, query), B*NH*T / t (the fused
-  // attention keeps no T x T matrix).
-  const std::size_t per_layer = 4 * N * C + 12 * N * Ct + 4 * N + static_cast<std::size_t>(B_) * NHt_ * T_;
-  std::size_t total = N * C + per_layer * (spec_.last_layer - spec_.first_layer);
-  if (spec_.has_head) total += N * C + 3 * N + N * static_cast<std::size_t>(vocabulary_.rows) + (split() ? 3 * N : 0);
-  return total;
+  for (float* p : {work_qkv_, work_attention_out_, work_residual2_, work_ln2_, work_fc_, work_gelu_, work_ln1_[0],
+                   work_ln1_[1], work_out_[0], work_out_[1]}) {
+    R(p);
+  }
 }
 
 const ParameterView* Stage::find(const std::string& name) const {
@@ -253,7 +276,7 @@ void Stage::initialize(std::uint64_t seed) {
 
 void Stage::zero_grads() { backend_.fill_zero(grads_, parameter_count_); }
 
-void Stage::layer_forward(const LayerWeights& w, const float* x, LayerActivations& a, bool ln1_done,
+void Stage::layer_forward(const LayerWeights& w, const float* x, const LayerActivations& a, bool ln1_done,
                           const FollowingNorm* following) {
   const int N = B_ * T_, C = C_, Ct = Ct_;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
@@ -309,6 +332,60 @@ void Stage::layer_backward(const LayerWeights& w, const LayerWeights& g, const f
   k.layernorm_backward(dresidual_, g.ln1_weight, g.ln1_bias, dln_, x, w.ln1_weight, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
+Stage::LayerActivations Stage::working_layer(const SlotActivations& slot, int i) const {
+  LayerActivations a = slot.layers[static_cast<std::size_t>(i)];
+  if (!stores_bf16()) return a;
+  a.ln1 = work_ln1_[i % 2];
+  a.qkv = work_qkv_, a.attention_out = work_attention_out_, a.residual2 = work_residual2_, a.ln2 = work_ln2_;
+  a.fc = work_fc_, a.gelu = work_gelu_;
+  a.out = i + 1 == static_cast<int>(slot.layers.size()) ? slot.output : work_out_[i % 2];
+  return a;
+}
+
+void Stage::store_layer(SlotActivations& slot, int i, const LayerActivations& a) {
+  std::uint16_t* to = slot.stored[static_cast<std::size_t>(i)];
+  for (const auto& [tensor, values] : stored_tensors_) {
+    backend_.to_bf16(to, a.*tensor, values);
+    to += values;
+  }
+}
+
+// Everything but the layer's output, which its own backward does not read.
+void Stage::load_layer(const SlotActivations& slot, int i, const LayerActivations& a) {
+  const std::uint16_t* from = slot.stored[static_cast<std::size_t>(i)];
+  for (const auto& [tensor, values] : stored_tensors_) {
+    if (tensor != &LayerActivations::out) backend_.from_bf16(a.*tensor, from, values);
+    from += values;
+  }
+}
+
+// Layer i's input as its backward reads it (i = layers: the head's input).
+// bf16: the stored output of layer i-1 (or the stored stage input), widened
+// into the output buffer layer i-1's forward used.
+const float* Stage::layer_input(const SlotActivations& slot, int i) {
+  if (!stores_bf16()) {
+    if (i == 0) return spec_.has_embedding ? slot.embedded : slot.input;
+    return slot.layers[static_cast<std::size_t>(i - 1)].out;
+  }
+  const std::size_t NC = static_cast<std::size_t>(B_) * T_ * C_;
+  const std::uint16_t* stored = slot.stored_input;
+  if (i > 0) stored = slot.stored[static_cast<std::size_t>(i - 1)] + (stored_values_per_layer() - NC);  // out: last
+  float* x = work_out_[(i + 1) % 2];
+  backend_.from_bf16(x, stored, NC);
+  return x;
+}
+
+std::size_t Stage::stored_values_per_layer() const {
+  std::size_t values = 0;
+  for (const auto& tensor : stored_tensors_) values += tensor.second;
+  return values;
+}
+
+const float* Stage::last_output(const SlotActivations& slot) const {
+  if (slot.layers.empty()) return spec_.has_embedding ? slot.embedded : slot.input;
+  return stores_bf16() ? slot.output : slot.layers.back().out;
+}
+
 double Stage::forward(int slot_index, const int* tokens, const float* input, const int* targets) {
   SlotActivations& slot = *slots_.at(slot_index);
   const int N = B_ * T_, C = C_;
@@ -330,21 +407,25 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
     backend_.accumulate(slot.input, input, static_cast<std::size_t>(N) * C);
     x = slot.input;
   }
+  if (stores_bf16()) backend_.to_bf16(slot.stored_input, x, static_cast<std::size_t>(N) * C);
   const bool runs_head = spec_.has_head && targets != nullptr;
   const EmbeddingHeadWeights& w = embedding_head_params_;
   for (std::size_t i = 0; i < slot.layers.size(); ++i) {
     // Each layer's last residual add also normalises its sum for whoever reads
     // it next in this stage: the next layer's ln1, or the head's lnf.
+    const int layer = static_cast<int>(i);
     FollowingNorm following;
     if (i + 1 < slot.layers.size()) {
-      LayerActivations& next = slot.layers[i + 1];
+      const LayerActivations next = working_layer(slot, layer + 1);
       following = {layer_params_[i + 1].ln1_weight, layer_params_[i + 1].ln1_bias, next.ln1, next.ln1_mean,
                    next.ln1_rstd};
     } else if (runs_head) {
       following = {w.lnf_weight, w.lnf_bias, slot.lnf, slot.lnf_mean, slot.lnf_rstd};
     }
-    layer_forward(layer_params_[i], x, slot.layers[i], i > 0, following.out != nullptr ? &following : nullptr);
-    x = slot.layers[i].out;
+    const LayerActivations a = working_layer(slot, layer);
+    layer_forward(layer_params_[i], x, a, i > 0, following.out != nullptr ? &following : nullptr);
+    if (stores_bf16()) store_layer(slot, layer, a);
+    x = a.out;
   }
   if (!runs_head) return 0.0;
   if (slot.layers.empty()) {
@@ -379,11 +460,7 @@ double Stage::split_loss(SlotActivations& slot) {
   return sum / N;
 }
 
-const float* Stage::output(int slot_index) const {
-  const SlotActivations& slot = *slots_.at(slot_index);
-  if (slot.layers.empty()) return spec_.has_embedding ? slot.embedded : slot.input;
-  return slot.layers.back().out;
-}
+const float* Stage::output(int slot_index) const { return last_output(*slots_.at(slot_index)); }
 
 void Stage::backward(int slot_index, const float* doutput, float loss_scale, const GradientReady* ready) {
   auto done = [&](std::size_t begin, std::size_t end) {
@@ -392,8 +469,7 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale, con
   SlotActivations& slot = *slots_.at(slot_index);
   const int N = B_ * T_, C = C_;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  const float* last_input = slot.layers.empty() ? (spec_.has_embedding ? slot.embedded : slot.input)
-                                                 : slot.layers.back().out;
+  const float* last_input = spec_.has_head ? layer_input(slot, static_cast<int>(slot.layers.size())) : nullptr;
   const EmbeddingHeadWeights &w = embedding_head_params_, &g = embedding_head_grads_;
   if (spec_.has_head) {
     if (split()) {
@@ -414,8 +490,9 @@ void Stage::backward(int slot_index, const float* doutput, float loss_scale, con
     backend_.accumulate(dresidual_, doutput, NC);
   }
   for (int i = static_cast<int>(slot.layers.size()) - 1; i >= 0; --i) {
-    const float* x = i > 0 ? slot.layers[i - 1].out : (spec_.has_embedding ? slot.embedded : slot.input);
-    layer_backward(layer_params_[i], layer_grads_[i], x, slot.layers[i]);
+    const LayerActivations a = working_layer(slot, i);
+    if (stores_bf16()) load_layer(slot, i, a);
+    layer_backward(layer_params_[i], layer_grads_[i], layer_input(slot, i), a);
     done(layer_begin_[i], layer_begin_[i + 1]);
   }
   if (spec_.has_embedding) {

@@ -11,15 +11,35 @@
 namespace geotrain::plan {
 namespace {
 
-// Values saved per layer per micro-batch of N = b*T tokens: ln1, qkv (3),
-// attention output, residual, ln2, fc (4), gelu (4), layer output = 16 NC;
-// four layernorm statistics per token; the fused attention's log-sum-exp per
-// (sequence, head, query), B*NH*T: no T x T matrix is kept. Tensor parallel
-// t: qkv, attention output, fc and gelu (12 NC) and the heads' statistics
-// are split, ln1, residual, ln2 and the layer output (4 NC) are whole.
-double layer_activation_values(const ModelShape& m, double b, int t) {
+constexpr double kFp32Bytes = 4.0, kBf16Bytes = 2.0;
+
+// Tensors saved per layer per micro-batch of N = b*T tokens: ln1, qkv (3),
+// attention output, residual, ln2, fc (4), gelu (4), layer output = 16 NC.
+// Tensor parallel t: qkv, attention output, fc and gelu (12 NC) are split,
+// ln1, residual, ln2 and the layer output (4 NC) are whole.
+double layer_tensor_values(const ModelShape& m, double b, int t) {
   const double N = b * m.sequence_length, C = m.hidden;
-  return 4.0 * N * C + 12.0 * N * C / t + 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length) / t;
+  return 4.0 * N * C + 12.0 * N * C / t;
+}
+
+// Statistics saved per layer (always fp32): four layernorm statistics per
+// token; the fused attention's log-sum-exp per (sequence, head, query),
+// B*NH*T / t: no T x T matrix is kept.
+double layer_statistics_values(const ModelShape& m, double b, int t) {
+  const double N = b * m.sequence_length;
+  return 4.0 * N + b * m.heads * static_cast<double>(m.sequence_length) / t;
+}
+
+double layer_activation_values(const ModelShape& m, double b, int t) {
+  return layer_tensor_values(m, b, t) + layer_statistics_values(m, b, t);
+}
+
+bool stores_bf16(const MemorySettings& s) { return s.activation_storage == ActivationStorage::bf16 && !s.recompute; }
+
+// Recomputation (planned, not run by the runtime): every value in 16 bits with
+// bf16, as DT-FM's fp16 runs keep them; fp32 otherwise.
+double recompute_value_bytes(const MemorySettings& s) {
+  return s.activation_storage == ActivationStorage::bf16 ? kBf16Bytes : kFp32Bytes;
 }
 
 // The vocabulary one rank holds (vocabulary-parallel embedding and head).
@@ -51,12 +71,19 @@ double slot_bytes(const ModelShape& m, const StagePart& part, double b, const Me
   const double N = b * m.sequence_length, C = m.hidden;
   const int t = std::max(1, s.tensor_parallel);
   const double per_layer = s.recompute ? N * C : layer_activation_values(m, b, t);  // recompute: the layer's input
-  double values = N * C + part.layers * per_layer;
+  double values = N * C + part.layers * per_layer, bf16_values = 0;
+  if (stores_bf16(s)) {
+    // The layers' tensors and the input in bf16 besides the fp32 input; the
+    // last layer's output also in fp32 (it is sent on, or the head's input).
+    values = N * C + part.layers * layer_statistics_values(m, b, t) + (part.layers > 0 ? N * C : 0.0);
+    bf16_values = part.layers * layer_tensor_values(m, b, t) + N * C;
+  }
   if (part.last && s.head && !s.recompute) values += head_activation_values(m, b, t);
   double token_bytes = 0;
   if (part.first) token_bytes += 4.0 * N;            // input token ids (int32)
   if (part.last && s.head) token_bytes += 4.0 * N;   // targets
-  return values * s.activation_bytes + token_bytes;
+  if (s.recompute) return values * recompute_value_bytes(s) + token_bytes;
+  return values * kFp32Bytes + bf16_values * kBf16Bytes + token_bytes;
 }
 
 // Backward scratch shared by all micro-batches: residual and layernorm
@@ -76,7 +103,10 @@ double workspace_bytes(const ModelShape& m, const StagePart& part, double b, con
     if (part.layers > 0) values += layer_activation_values(m, b, t);
     if (part.last && s.head) values += head_activation_values(m, b, t);
   }
-  return values * s.activation_bytes + s.reserved_bytes;
+  // bf16 storage: one layer's tensors in fp32 while it runs, ln1 and the
+  // output twice (a layer reads its predecessor's while writing its own).
+  if (stores_bf16(s)) values += layer_tensor_values(m, b, t) + 2.0 * N * C;
+  return values * (s.recompute ? recompute_value_bytes(s) : kFp32Bytes) + s.reserved_bytes;
 }
 
 }  // namespace

@@ -442,6 +442,22 @@ TEST_F(CudaParity, ResidualAccumulateScaleSumOfSquares) {
   }
 }
 
+// Bitwise: rounding to nearest even has one answer. Values spread over many
+// binades, ties to even included (every 2^-8 step of [1, 2) is one).
+TEST_F(CudaParity, Bf16Storage) {
+  const std::size_t n = 1'000'003;
+  std::vector<float> values = random_floats(n, -1, 1, 71);
+  for (std::size_t i = 0; i < n; i += 3) values[i] *= std::ldexp(1.0f, static_cast<int>(i % 200) - 100);
+  for (std::size_t i = 1; i < n; i += 7) values[i] = 1.0f + std::ldexp(static_cast<float>(i % 256), -8);
+  auto in = twin(values), out = twin(n);
+  geotrain::test::DeviceBf16 on_cpu(cpu(), n), on_gpu(gpu(), n);
+  cpu().to_bf16(on_cpu.get(), in->c(), n);
+  gpu().to_bf16(on_gpu.get(), in->g(), n);
+  cpu().from_bf16(out->c(), on_cpu.get(), n);
+  gpu().from_bf16(out->g(), on_gpu.get(), n);
+  EXPECT_TRUE(out->agree("bf16 storage round trip", kExact));
+}
+
 TEST_F(CudaParity, CrossEntropy) {
   struct Case {
     const char* name;

@@ -77,6 +77,9 @@ float Mean(const std::vector<float>& values) {
 namespace {
 float* allocate(kernels::Backend& backend, std::size_t count, float*) { return backend.alloc(count); }
 int* allocate(kernels::Backend& backend, std::size_t count, int*) { return backend.alloc_tokens(count); }
+std::uint16_t* allocate(kernels::Backend& backend, std::size_t count, std::uint16_t*) {
+  return backend.alloc_bf16(count);
+}
 void copy_in(kernels::Backend& backend, float* device, const float* host, std::size_t count) {
   backend.upload(device, host, count);
 }
@@ -113,6 +116,9 @@ template class DeviceBuffer<float>;
 template DeviceBuffer<int>::DeviceBuffer(kernels::Backend&, std::size_t);
 template DeviceBuffer<int>::DeviceBuffer(kernels::Backend&, const std::vector<int>&);
 template DeviceBuffer<int>::~DeviceBuffer();
+// bf16 storage is written and read by the ops only (to_bf16 / from_bf16).
+template DeviceBuffer<std::uint16_t>::DeviceBuffer(kernels::Backend&, std::size_t);
+template DeviceBuffer<std::uint16_t>::~DeviceBuffer();
 
 std::string NeedsRealGpu(const std::string& why) {
   return "needs a real GPU (" + why +

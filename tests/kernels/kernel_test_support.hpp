@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,8 @@ std::vector<float> NaNs(std::size_t count);
 std::vector<float> Scaled(std::vector<float> values, float factor);
 float Mean(const std::vector<float>& values);
 
-// A buffer of a backend (float, or int for tokens), released on scope exit.
+// A buffer of a backend (float, int for tokens, std::uint16_t for bf16
+// storage), released on scope exit.
 template <class T>
 class DeviceBuffer {
  public:
@@ -81,6 +83,7 @@ class DeviceBuffer {
 };
 using DeviceFloats = DeviceBuffer<float>;
 using DeviceInts = DeviceBuffer<int>;
+using DeviceBf16 = DeviceBuffer<std::uint16_t>;
 
 // One tensor held by two backends (the CPU twin and CUDA) with the same contents.
 template <class T>

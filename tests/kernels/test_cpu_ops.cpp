@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -290,6 +292,45 @@ TEST_P(Ops, MatmulBf16RoundsOperandsToNearestEven) {
   EXPECT_EQ(out.download(), rounded);
   k().matmul_forward(out.get(), inp.get(), one.get(), nullptr, rows, 1, 1);
   EXPECT_EQ(out.download(), inputs) << "fp32 matmul must not round";
+}
+
+// bf16 storage keeps a value's top 16 bits after rounding to nearest, ties
+// to even (as torch's .bfloat16()); widening back is exact. Expected bit
+// patterns by hand: 1 = 0x3f80, bf16 spacing in [1, 2) is 2^-7.
+TEST_P(Ops, Bf16StorageRoundsToNearestEvenAndWidensExactly) {
+  auto from_bits = [](std::uint32_t bits) { return std::bit_cast<float>(bits); };
+  const float ulp = std::ldexp(1.0f, -7);
+  struct Case {
+    float value;
+    std::uint16_t stored;
+  };
+  const std::vector<Case> cases = {
+      {1.0f + ulp / 2, 0x3f80},                // tie: to the even 1
+      {1.0f + 3 * ulp / 2, 0x3f82},            // tie: to the even 1 + 2 ulp
+      {1.0f + ulp / 2 + ulp / 64, 0x3f81},     // above the tie: up
+      {-(1.0f + ulp / 2), 0xbf80},             // sign-symmetric
+      {3.0f, 0x4040},                          // exact
+      {-0.0f, 0x8000},                         // the sign of zero kept
+      {std::numeric_limits<float>::infinity(), 0x7f80},
+      {std::numeric_limits<float>::max(), 0x7f80},  // rounds up past the largest bf16: infinity
+      {from_bits(0x00018000u), 0x0002},        // a subnormal tie: to even, not flushed to zero
+      {from_bits(0x00000001u), 0x0000},        // the smallest subnormal: to +0
+  };
+  std::vector<float> values;
+  for (const Case& c : cases) values.push_back(c.value);
+  values.push_back(std::numeric_limits<float>::quiet_NaN());
+  auto in = upload(values), out = garbage(values.size());
+  DeviceBf16 stored(k(), values.size());
+  k().from_bf16(out.get(), stored.get(), values.size());
+  EXPECT_EQ(out.download(), std::vector<float>(values.size(), 0.0f)) << "bf16 memory starts zeroed";
+  k().to_bf16(stored.get(), in.get(), values.size());
+  k().from_bf16(out.get(), stored.get(), values.size());
+  const std::vector<float> widened = out.download();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(widened[i]), std::uint32_t{cases[i].stored} << 16)
+        << "case " << i << ": " << cases[i].value;
+  }
+  EXPECT_TRUE(std::isnan(widened.back())) << "a NaN must stay a NaN, not become infinity";
 }
 
 // GPT-2's tied weights: wte embeds the tokens and is the LM head's weight

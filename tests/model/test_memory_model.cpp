@@ -27,6 +27,9 @@ class CountingBackend final : public kernels::Backend {
   std::string description() const override { return "counting"; }
   float* alloc(std::size_t count) override { return static_cast<float*>(take(count * sizeof(float))); }
   int* alloc_tokens(std::size_t count) override { return static_cast<int*>(take(count * sizeof(int))); }
+  std::uint16_t* alloc_bf16(std::size_t count) override {
+    return static_cast<std::uint16_t*>(take(count * sizeof(std::uint16_t)));
+  }
   void release(void* p) override {
     live_ -= sizes_.at(p);
     sizes_.erase(p);
@@ -40,6 +43,8 @@ class CountingBackend final : public kernels::Backend {
   void download(float*, const float*, std::size_t) override { no_op(); }
   void fill_zero(float*, std::size_t) override { no_op(); }
   void synchronize() override {}
+  void to_bf16(std::uint16_t*, const float*, std::size_t) override { no_op(); }
+  void from_bf16(float*, const std::uint16_t*, std::size_t) override { no_op(); }
   void embedding_forward(float*, const int*, const float*, const float*, int, int, int) override { no_op(); }
   void embedding_backward(float*, float*, const float*, const int*, int, int, int) override { no_op(); }
   void embedding_shard_forward(float*, const int*, const float*, const float*, int, int, int, int, int) override {
@@ -115,9 +120,10 @@ struct Case {
 
 // Every stage of every case, tied and untied head: the model's total equals
 // the runtime's bytes.
-void check_against_runtime(const ModelShape& shape) {
-  plan::MemorySettings settings;  // the runtime's: fp32, no recomputation
+void check_against_runtime(const ModelShape& shape, ActivationStorage storage) {
+  plan::MemorySettings settings;  // the runtime's: no recomputation
   settings.reserved_bytes = 0;
+  settings.activation_storage = storage;
   for (const Case& c : {Case{5, 1, 2, 3, plan::Schedule::gpipe}, Case{5, 2, 1, 4, plan::Schedule::gpipe},
                         Case{5, 3, 2, 6, plan::Schedule::one_f_one_b}, Case{5, 2, 3, 1, plan::Schedule::one_f_one_b}}) {
     const auto specs = model::split_layers(c.layers, c.stages, c.stages == 3 ? std::vector<int>{1, 3, 1}
@@ -127,7 +133,7 @@ void check_against_runtime(const ModelShape& shape) {
       CountingBackend backend;
       const int slots = plan::activation_slots(c.schedule, c.micro_batches, c.stages);
       {
-        model::Stage stage(shape, specs[s], backend, c.micro_batch, slots);
+        model::Stage stage(shape, specs[s], backend, c.micro_batch, slots, nullptr, storage);
         model::AdamW optimizer(backend, stage, {});
         runtime::PipelineStep step(stage, backend, c.schedule, s, c.stages, c.micro_batches);
         const plan::StagePart part{specs[s].last_layer - specs[s].first_layer, s == 0, s == c.stages - 1};
@@ -141,10 +147,13 @@ void check_against_runtime(const ModelShape& shape) {
 }
 
 TEST(MemoryModel, EqualsWhatTheRuntimeAllocatesPerStage) {
-  ModelShape shape{"small", 5, 64, 4, 97, 32};
-  check_against_runtime(shape);
-  shape.tied_head = false;
-  check_against_runtime(shape);
+  for (const ActivationStorage storage : {ActivationStorage::fp32, ActivationStorage::bf16}) {
+    SCOPED_TRACE("activation storage " + to_string(storage));
+    ModelShape shape{"small", 5, 64, 4, 97, 32};
+    check_against_runtime(shape, storage);
+    shape.tied_head = false;
+    check_against_runtime(shape, storage);
+  }
 }
 
 // The fused attention keeps lse[B,NH,T] and a B*NH*T scratch where the

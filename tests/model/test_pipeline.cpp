@@ -1,7 +1,9 @@
 // Pipeline execution: p stages, each on its own thread with its own Stage,
 // exchanging activations and gradients through an in-process mailbox, must
 // give the loss and gradients of the single stage that accumulates the same
-// micro-batches, for GPipe and 1F1B. The MPI links replace the mailbox
+// micro-batches, for GPipe and 1F1B, with fp32 and with bf16 activation
+// storage (whose backward reads the rounded inputs wherever the stages are
+// cut, so the cut does not change the result). The MPI links replace the mailbox
 // between ranks; the programs and the stage code are the same.
 #include <gtest/gtest.h>
 
@@ -100,7 +102,15 @@ std::map<std::string, std::vector<double>> gradients(kernels::Backend& backend, 
 struct PipelineCase {
   plan::Schedule schedule;
   std::vector<int> layer_cuts;  // first layer of each stage, then the layer count
+  ActivationStorage storage = ActivationStorage::fp32;
 };
+
+std::string case_name(const PipelineCase& c) {
+  std::string name = plan::to_string(c.schedule) + "_cuts";
+  for (int cut : c.layer_cuts) name += "_" + std::to_string(cut);
+  return name + "_" + to_string(c.storage);
+}
+void PrintTo(const PipelineCase& c, std::ostream* out) { *out << case_name(c); }
 
 class Pipeline : public ::testing::TestWithParam<PipelineCase> {};
 
@@ -112,7 +122,7 @@ TEST_P(Pipeline, EqualsOneStageAccumulatingTheMicroBatches) {
 
   // Reference: the whole model, micro-batches one after the other.
   auto reference_backend = kernels::make_cpu_backend();
-  Stage whole(kModel, StageSpec::whole(kModel), *reference_backend, kMicroBatch, 1);
+  Stage whole(kModel, StageSpec::whole(kModel), *reference_backend, kMicroBatch, 1, nullptr, c.storage);
   whole.initialize(5);
   whole.zero_grads();
   double reference_loss = 0;
@@ -131,7 +141,7 @@ TEST_P(Pipeline, EqualsOneStageAccumulatingTheMicroBatches) {
     backends.push_back(kernels::make_cpu_backend());
     const StageSpec spec{c.layer_cuts[s], c.layer_cuts[s + 1], s == 0, s == p - 1};
     stages.push_back(std::make_unique<Stage>(kModel, spec, *backends[s], kMicroBatch,
-                                             activation_slots(c.schedule, kMicroBatches, p)));
+                                             activation_slots(c.schedule, kMicroBatches, p), nullptr, c.storage));
     stages[s]->initialize(5);
     stages[s]->zero_grads();
     steps.push_back(std::make_unique<PipelineStep>(*stages[s], *backends[s], c.schedule, s, p, kMicroBatches));
@@ -178,7 +188,12 @@ INSTANTIATE_TEST_SUITE_P(
                       PipelineCase{plan::Schedule::gpipe, {0, 1, 2, 3, 4}},
                       PipelineCase{plan::Schedule::one_f_one_b, {0, 1, 2, 3, 4}},
                       // uneven stages: 3 layers, then 1 (pipeline.layers_per_stage)
-                      PipelineCase{plan::Schedule::one_f_one_b, {0, 3, 4}}));
+                      PipelineCase{plan::Schedule::one_f_one_b, {0, 3, 4}},
+                      PipelineCase{plan::Schedule::gpipe, {0, 1, 2, 3, 4}, ActivationStorage::bf16},
+                      PipelineCase{plan::Schedule::one_f_one_b, {0, 3, 4}, ActivationStorage::bf16},
+                      // a stage without layers: the head alone
+                      PipelineCase{plan::Schedule::gpipe, {0, 4, 4}, ActivationStorage::bf16}),
+    [](const ::testing::TestParamInfo<PipelineCase>& info) { return case_name(info.param); });
 
 }  // namespace
 }  // namespace geotrain::runtime

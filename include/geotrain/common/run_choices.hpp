@@ -15,6 +15,10 @@ enum class Transport { automatic, mpi, nccl };      // network.transport: auto =
 // fp32; bf16 rounds the GEMM operands (CUDA: bf16 tensor cores with fp32
 // accumulation; CPU: emulated by rounding, for parity tests only).
 enum class MatmulPrecision { fp32, bf16 };
+// device.activation_storage: how a stage keeps each layer's activations from
+// its forward until its backward (model/gpt.hpp). bf16 halves their bytes;
+// the forward itself and the master weights stay fp32.
+enum class ActivationStorage { fp32, bf16 };
 // How a tensor goes over a slow link (runtime/wire_codec.hpp): as is, or
 // quantised to 8 / 4 bits per value, or its largest values only.
 enum class WireFormat { fp32, int8, int4, topk };
@@ -47,6 +51,8 @@ inline constexpr EnumName<Transport> kTransportNames[] = {
     {Transport::automatic, "auto"}, {Transport::mpi, "mpi"}, {Transport::nccl, "nccl"}};
 inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPrecision::fp32, "fp32"},
                                                                        {MatmulPrecision::bf16, "bf16"}};
+inline constexpr EnumName<ActivationStorage> kActivationStorageNames[] = {{ActivationStorage::fp32, "fp32"},
+                                                                           {ActivationStorage::bf16, "bf16"}};
 
 inline constexpr EnumName<WireFormat> kWireFormatNames[] = {
     {WireFormat::fp32, "fp32"}, {WireFormat::int8, "int8"}, {WireFormat::int4, "int4"}, {WireFormat::topk, "topk"}};
@@ -72,6 +78,7 @@ inline std::string to_string(LmHead head) { return name_in(kLmHeadNames, head); 
 inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }
 inline std::string to_string(Transport transport) { return name_in(kTransportNames, transport); }
 inline std::string to_string(MatmulPrecision precision) { return name_in(kMatmulPrecisionNames, precision); }
+inline std::string to_string(ActivationStorage storage) { return name_in(kActivationStorageNames, storage); }
 inline bool parse_device_request(const std::string& text, DeviceRequest* out) {
   return parse_name_in(kDeviceRequestNames, text, out);
 }

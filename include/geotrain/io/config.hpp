@@ -23,6 +23,9 @@ struct Config {
   // [device]
   DeviceRequest device = DeviceRequest::automatic;         // auto | cpu | cuda
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;  // fp32 | bf16
+  // fp32 | bf16: each layer's activations kept for the backward at half the
+  // bytes (the forward, the weights and the optimizer state stay fp32).
+  ActivationStorage activation_storage = ActivationStorage::fp32;
   // [compression]: what the data-parallel gradient exchange puts on the wire
   // (runtime/wire_codec.hpp; lossy formats with error feedback).
   WireFormat gradient_wire = WireFormat::fp32;  // fp32 | int8 | int4 | topk

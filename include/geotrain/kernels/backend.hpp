@@ -43,6 +43,13 @@ class Backend {
   virtual void download(float* host, const float* device, std::size_t count) = 0;
   virtual void fill_zero(float* device, std::size_t count) = 0;
   virtual void synchronize() = 0;
+  // bf16 storage (device.activation_storage = bf16: activations kept for the
+  // backward at half the bytes). A value is its 16-bit pattern.
+  virtual std::uint16_t* alloc_bf16(std::size_t count) = 0;  // zero-initialised
+  // out = in rounded to bf16: nearest, ties to even; a NaN stays a NaN.
+  virtual void to_bf16(std::uint16_t* out, const float* in, std::size_t n) = 0;
+  // out = the values in holds (exact).
+  virtual void from_bf16(float* out, const std::uint16_t* in, std::size_t n) = 0;
 
   // ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
   virtual void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,

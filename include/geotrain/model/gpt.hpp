@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "geotrain/kernels/backend.hpp"
@@ -66,8 +67,11 @@ class Stage {
   // tokens per micro-batch.
   // spec.tensor_parallel > 1: `tensor_group` (size and rank as in spec)
   // sums the partial results; it must outlive the stage.
+  // `storage` bf16: each layer's activations are kept for the backward in
+  // bf16 (half the bytes); the forward computes in fp32 as it does with fp32
+  // storage (same loss, same outputs), the backward reads the rounded values.
   Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& backend, int micro_batch,
-        int slots, TensorGroup* tensor_group = nullptr);
+        int slots, TensorGroup* tensor_group = nullptr, ActivationStorage storage = ActivationStorage::fp32);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
@@ -109,7 +113,7 @@ class Stage {
   TensorGroup* tensor_group() const { return tensor_group_; }
   // This rank's rows of the vocabulary (the whole of it without tensor parallelism).
   VocabularyRange vocabulary() const { return vocabulary_; }
-  std::size_t activation_floats_per_slot() const;
+  ActivationStorage activation_storage() const { return storage_; }
 
  private:
   // Pointers to one layer's tensors inside params_ (or, the same layout,
@@ -136,9 +140,19 @@ class Stage {
     float *out = nullptr, *mean = nullptr, *rstd = nullptr;
   };
   // ln1_done: a.ln1 (and its statistics) were computed by the previous layer.
-  void layer_forward(const LayerWeights& w, const float* input, LayerActivations& a, bool ln1_done,
+  void layer_forward(const LayerWeights& w, const float* input, const LayerActivations& a, bool ln1_done,
                      const FollowingNorm* following);
   void layer_backward(const LayerWeights& w, const LayerWeights& g, const float* input, const LayerActivations& a);
+  // Layer i's activations where its forward and backward read and write them:
+  // the slot's own (fp32 storage), or the shared working buffers with the
+  // slot's statistics (bf16 storage; store_layer / load_layer move them).
+  LayerActivations working_layer(const SlotActivations& slot, int i) const;
+  void store_layer(SlotActivations& slot, int i, const LayerActivations& a);
+  void load_layer(const SlotActivations& slot, int i, const LayerActivations& a);
+  const float* layer_input(const SlotActivations& slot, int i);
+  std::size_t stored_values_per_layer() const;
+  const float* last_output(const SlotActivations& slot) const;
+  bool stores_bf16() const { return storage_ == ActivationStorage::bf16; }
   double split_loss(SlotActivations& slot);
 
   ModelShape config_;
@@ -162,6 +176,16 @@ class Stage {
   std::vector<LayerWeights> layer_params_, layer_grads_;  // index: layer - first_layer
   EmbeddingHeadWeights embedding_head_params_, embedding_head_grads_;
   std::vector<SlotActivations*> slots_;
+  ActivationStorage storage_ = ActivationStorage::fp32;
+  // bf16 storage: what each layer's stored block holds, in order (values each).
+  std::vector<std::pair<float* LayerActivations::*, std::size_t>> stored_tensors_;
+  // bf16 storage: one layer's fp32 activations while it runs; ln1 and out
+  // alternate between two buffers, as one layer reads its predecessor's
+  // while it writes its own.
+  float *work_qkv_ = nullptr, *work_attention_out_ = nullptr, *work_residual2_ = nullptr, *work_ln2_ = nullptr;
+  float *work_fc_ = nullptr, *work_gelu_ = nullptr;
+  float* work_ln1_[2] = {nullptr, nullptr};
+  float* work_out_[2] = {nullptr, nullptr};
   // backward scratch, shared by all slots
   float* dresidual_ = nullptr;
   float* dln_ = nullptr;

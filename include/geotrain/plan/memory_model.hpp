@@ -3,6 +3,7 @@
 // search never chooses a layout that does not fit. Pure arithmetic.
 #pragma once
 #include "geotrain/common/model_shape.hpp"
+#include "geotrain/common/run_choices.hpp"
 
 namespace geotrain::plan {
 
@@ -11,7 +12,12 @@ struct MemorySettings {
   // keeps all four in fp32 (16 bytes); mixed precision (fp16 weights and
   // gradients, fp32 master copy and moments) is 16 bytes as well.
   double state_bytes_per_parameter = 16.0;
-  int activation_bytes = 4;  // the runtime keeps fp32 activations
+  // How each layer's activations are kept until its backward (the runtime's
+  // device.activation_storage): fp32, or bf16 (model::Stage then keeps one
+  // layer's fp32 working buffers besides, the stage's input in bf16 too and
+  // the last layer's output in fp32 too). With `recompute` (planned only, as
+  // DT-FM's fp16 runs): every activation and workspace value in 16 bits.
+  ActivationStorage activation_storage = ActivationStorage::fp32;
   // false (the runtime): every layer's activations stay alive per in-flight
   // micro-batch. true: only each layer's input does; one layer's full
   // activations are rebuilt in the workspace during its backward.

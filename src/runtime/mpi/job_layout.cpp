@@ -159,6 +159,7 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
     for (const DeviceMeasurement& d : devices) layout.rank_tflops.push_back(d.tflops);
     if (!network.typed()) set_measured_types(network, devices);
     plan::LayoutOptions options;
+    options.memory.activation_storage = config.activation_storage;
     options.placement.seed = config.seed;
     options.placement.candidates = config.plan_candidates;
     // Tensor-parallel units form inside a node: the probe's hosts, where the
