@@ -17,7 +17,9 @@
 # whole-model replica's sequences per step (4: 32 per step, the layout of the
 # longer utilisation runs). LAYOUT=inside8: 8 ranks, 2 stages x 4 replicas
 # of 4 micro-batches of 1 sequence (16 per step), the pipelines-inside-sites
-# layout of the emulation (its -inside runs).
+# layout of the emulation (its -inside runs); there SEQUENCES (4) sets each
+# replica's micro-batches of 1 sequence (16: 64 per step, the emulation's
+# -inside-s16 runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/bench-local-steps/summary.json}
@@ -50,7 +52,8 @@ if [[ ${LAYOUT:-} == whole8 ]]; then
   ranks=8 stages=1 layout=(--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences="${SEQUENCES:-2}")
   sequences_per_step=$((8 * ${SEQUENCES:-2}))
 elif [[ ${LAYOUT:-} == inside8 ]]; then
-  ranks=8 stages=2 layout=(--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1)
+  ranks=8 stages=2 layout=(--pipeline.stages=2 --train.gradient_accumulation="${SEQUENCES:-4}" --train.micro_batch_sequences=1)
+  sequences_per_step=$((4 * ${SEQUENCES:-4}))
 fi
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n "$ranks")
 entries=()

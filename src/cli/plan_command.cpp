@@ -31,6 +31,9 @@ void add_layout_options(CLI::App* plan, PlanCommandOptions& o) {
       ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
   plan->add_option("--recompute", o.recompute, "activation recomputation (off: the runtime keeps all activations)")
       ->check(CLI::IsMember({"on", "off"}));
+  plan->add_option("--activation-storage", o.activation_storage,
+                   "how each layer's activations are kept for the backward, as device.activation_storage (fp32, bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   plan->add_option("--lm-head", o.lm_head,
                    "the tied head's compute and first-last gradient swap (default on, as the runtime; memory always "
                    "counts the head)")

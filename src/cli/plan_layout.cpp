@@ -67,6 +67,7 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
   if (o.micro_batch > 0) l.micro_batch_sequences = o.micro_batch;
   if (o.pipeline_micro_batches > 0) l.micro_batches_per_flush = o.pipeline_micro_batches;
   l.memory.recompute = c.recompute;
+  l.memory.activation_storage = o.activation_storage == "bf16" ? ActivationStorage::bf16 : ActivationStorage::fp32;
   l.memory.reserved_bytes = o.memory_reserve_gib * plan::kBytesPerGib;
   l.untyped_memory_bytes = o.device_memory_gib * plan::kBytesPerGib;
   l.placement.seed = o.seed;
@@ -190,6 +191,7 @@ void add_layout_json(const plan::Layout& l, const LayoutSettings& s, nlohmann::j
   j["recompute"] = l.config.recompute;
   j["lm_head"] = l.config.lm_head;
   j["memory_reserve_gib"] = s.options.memory.reserved_bytes / plan::kBytesPerGib;
+  j["activation_storage"] = to_string(s.options.memory.activation_storage);
 }
 
 }  // namespace geotrain::cli

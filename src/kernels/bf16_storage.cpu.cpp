@@ -1,10 +1,11 @@
 // bf16 storage of fp32 values, CPU twin: a value's top 16 bits after rounding
-// to nearest, ties to even (round_to_bf16, matmul.cpu.cpp), and back, which
+// to nearest, ties to even (round_to_bf16, cpu_math.hpp), and back, which
 // is exact.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu_math.hpp"
 #include "cpu_ops.hpp"
 #include "cpu_parallel.hpp"
 

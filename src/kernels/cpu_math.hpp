@@ -76,4 +76,18 @@ inline float exp_vectorisable(float x) {
   return result;
 }
 
+// Round to nearest, ties to even, keeping the top 16 bits (sign, 8 exponent
+// bits, 7 mantissa bits) - what __float2bfloat16_rn and torch's .bfloat16()
+// do; subnormals are rounded, not flushed. Inline so that the loops over it
+// (bf16 GEMM operands, bf16 storage) vectorise.
+inline float round_to_bf16(float x) {
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    bits |= 0x00400000u;  // NaN: keep it a (quiet) NaN rather than round it to infinity
+  } else {
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+  }
+  return std::bit_cast<float>(bits & 0xffff0000u);
+}
+
 }  // namespace geotrain::kernels::cpu

@@ -41,7 +41,6 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int OC, MatmulPrecision precision);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, MatmulPrecision precision);
-float round_to_bf16(float x);
 
 // attention.cpu.cpp: the tiled algorithm of attention.cu. With
 // MatmulPrecision::bf16 the operands of its products are rounded to bf16, as

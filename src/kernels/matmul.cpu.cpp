@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu_blas.hpp"
+#include "cpu_math.hpp"
 #include "cpu_ops.hpp"
 #include "cpu_parallel.hpp"
 
@@ -38,18 +39,6 @@ const float* ones(int n) {
 }
 
 }  // namespace
-
-// Round to nearest, ties to even, keeping the top 16 bits (sign, 8 exponent
-// bits, 7 mantissa bits) - what __float2bfloat16 and torch's .bfloat16() do.
-float round_to_bf16(float x) {
-  std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    bits |= 0x00400000u;  // NaN: keep it a (quiet) NaN rather than round it to infinity
-  } else {
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-  }
-  return std::bit_cast<float>(bits & 0xffff0000u);
-}
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                     int OC, MatmulPrecision precision) {

@@ -32,9 +32,11 @@ struct Stage::SlotActivations {
   // fp32 storage: every tensor. bf16: the layernorm and attention statistics
   // only; the rest is in `stored`, and the last layer's output in `output`.
   std::vector<LayerActivations> layers;
-  std::vector<std::uint16_t*> stored;    // bf16: per layer, stored_tensors_ in order
-  std::uint16_t* stored_input = nullptr;  // bf16: the stage's input (embedded or received)
-  float* output = nullptr;                // bf16: the last layer's output in fp32 (sent on; the head's input)
+  // bf16: per layer, stored_tensors_ in order (a last layer's output only
+  // where the head reads it back).
+  std::vector<std::uint16_t*> stored;
+  std::uint16_t* stored_input = nullptr;  // bf16: the stage's input (embedded or received), where read back
+  float* output = nullptr;                // bf16: the last layer's output in fp32 (sent on, or sampled)
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr;
   float *row_max = nullptr, *statistics = nullptr;  // tensor parallelism: the vocabulary-parallel loss
   int* tokens = nullptr;
@@ -152,10 +154,18 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
                      {&LayerActivations::gelu, N * 4 * Ct}, {&LayerActivations::out, N * C}};
   std::size_t stored_per_layer = 0;
   for (const auto& tensor : stored_tensors_) stored_per_layer += tensor.second;
-  if (stores_bf16()) {
+  stored_output_offset_ = stored_per_layer - N * C;  // out: the last of stored_tensors_
+  // bf16: what the backward reads back is stored - every layer's tensors, and
+  // the inputs of the layers and of the head: so the stage's input where it
+  // has layers or the head, and the last layer's output only for the head.
+  const bool stores_input = stores_bf16() && (layers > 0 || spec_.has_head);
+  if (stores_bf16() && layers > 0) {
     work_qkv_ = A(N * 3 * Ct), work_attention_out_ = A(N * Ct), work_residual2_ = A(N * C), work_ln2_ = A(N * C);
     work_fc_ = A(N * 4 * Ct), work_gelu_ = A(N * 4 * Ct);
-    for (int k = 0; k < 2; ++k) work_ln1_[k] = A(N * C), work_out_[k] = A(N * C);
+    for (float*& buffer : work_ln1_) buffer = A(N * C);
+  }
+  if (stores_input) {
+    for (float*& buffer : work_out_) buffer = A(N * C);
   }
   for (int s = 0; s < slots; ++s) {
     auto* slot = new SlotActivations;
@@ -170,16 +180,15 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
       a.ln1_mean = A(N), a.ln1_rstd = A(N), a.ln2_mean = A(N), a.ln2_rstd = A(N);
       a.attention_lse = A(static_cast<std::size_t>(B_) * NHt_ * T_);
       if (stores_bf16()) {
-        slot->stored.push_back(backend_.alloc_bf16(stored_per_layer));
+        const bool keeps_output = i + 1 < layers || spec_.has_head;
+        slot->stored.push_back(backend_.alloc_bf16(keeps_output ? stored_per_layer : stored_output_offset_));
       } else {
         for (const auto& [tensor, values] : stored_tensors_) a.*tensor = A(values);
       }
       slot->layers.push_back(a);
     }
-    if (stores_bf16()) {
-      slot->stored_input = backend_.alloc_bf16(N * C);
-      if (layers > 0) slot->output = A(N * C);
-    }
+    if (stores_input) slot->stored_input = backend_.alloc_bf16(N * C);
+    if (stores_bf16() && layers > 0) slot->output = A(N * C);
     if (spec_.has_head) {
       slot->lnf = A(N * C), slot->lnf_mean = A(N), slot->lnf_rstd = A(N);
       slot->logits = A(N * Vt), slot->losses = A(N);
@@ -343,8 +352,10 @@ Stage::LayerActivations Stage::working_layer(const SlotActivations& slot, int i)
 }
 
 void Stage::store_layer(SlotActivations& slot, int i, const LayerActivations& a) {
+  const bool keeps_output = i + 1 < static_cast<int>(slot.layers.size()) || spec_.has_head;
   std::uint16_t* to = slot.stored[static_cast<std::size_t>(i)];
   for (const auto& [tensor, values] : stored_tensors_) {
+    if (tensor == &LayerActivations::out && !keeps_output) break;  // out is the last
     backend_.to_bf16(to, a.*tensor, values);
     to += values;
   }
@@ -360,8 +371,8 @@ void Stage::load_layer(const SlotActivations& slot, int i, const LayerActivation
 }
 
 // Layer i's input as its backward reads it (i = layers: the head's input).
-// bf16: the stored output of layer i-1 (or the stored stage input), widened
-// into the output buffer layer i-1's forward used.
+// bf16: the stored output of layer i-1, or the stored stage input, widened
+// into the output buffer that layer i's own backward does not use.
 const float* Stage::layer_input(const SlotActivations& slot, int i) {
   if (!stores_bf16()) {
     if (i == 0) return spec_.has_embedding ? slot.embedded : slot.input;
@@ -369,16 +380,10 @@ const float* Stage::layer_input(const SlotActivations& slot, int i) {
   }
   const std::size_t NC = static_cast<std::size_t>(B_) * T_ * C_;
   const std::uint16_t* stored = slot.stored_input;
-  if (i > 0) stored = slot.stored[static_cast<std::size_t>(i - 1)] + (stored_values_per_layer() - NC);  // out: last
+  if (i > 0) stored = slot.stored[static_cast<std::size_t>(i - 1)] + stored_output_offset_;
   float* x = work_out_[(i + 1) % 2];
   backend_.from_bf16(x, stored, NC);
   return x;
-}
-
-std::size_t Stage::stored_values_per_layer() const {
-  std::size_t values = 0;
-  for (const auto& tensor : stored_tensors_) values += tensor.second;
-  return values;
 }
 
 const float* Stage::last_output(const SlotActivations& slot) const {
@@ -407,7 +412,7 @@ double Stage::forward(int slot_index, const int* tokens, const float* input, con
     backend_.accumulate(slot.input, input, static_cast<std::size_t>(N) * C);
     x = slot.input;
   }
-  if (stores_bf16()) backend_.to_bf16(slot.stored_input, x, static_cast<std::size_t>(N) * C);
+  if (slot.stored_input != nullptr) backend_.to_bf16(slot.stored_input, x, static_cast<std::size_t>(N) * C);
   const bool runs_head = spec_.has_head && targets != nullptr;
   const EmbeddingHeadWeights& w = embedding_head_params_;
   for (std::size_t i = 0; i < slot.layers.size(); ++i) {

@@ -72,11 +72,16 @@ double slot_bytes(const ModelShape& m, const StagePart& part, double b, const Me
   const int t = std::max(1, s.tensor_parallel);
   const double per_layer = s.recompute ? N * C : layer_activation_values(m, b, t);  // recompute: the layer's input
   double values = N * C + part.layers * per_layer, bf16_values = 0;
+  const bool head = part.last && s.head;
   if (stores_bf16(s)) {
-    // The layers' tensors and the input in bf16 besides the fp32 input; the
-    // last layer's output also in fp32 (it is sent on, or the head's input).
+    // In fp32: the input, the layers' statistics and the last layer's output
+    // (sent on, or sampled). In bf16, what the backward reads back: the
+    // layers' tensors (a last layer's output only for the head) and the
+    // input (where layers or the head read it).
     values = N * C + part.layers * layer_statistics_values(m, b, t) + (part.layers > 0 ? N * C : 0.0);
-    bf16_values = part.layers * layer_tensor_values(m, b, t) + N * C;
+    bf16_values = part.layers * layer_tensor_values(m, b, t);
+    if (part.layers > 0 || head) bf16_values += N * C;
+    if (part.layers > 0 && !head) bf16_values -= N * C;
   }
   if (part.last && s.head && !s.recompute) values += head_activation_values(m, b, t);
   double token_bytes = 0;
@@ -103,9 +108,15 @@ double workspace_bytes(const ModelShape& m, const StagePart& part, double b, con
     if (part.layers > 0) values += layer_activation_values(m, b, t);
     if (part.last && s.head) values += head_activation_values(m, b, t);
   }
-  // bf16 storage: one layer's tensors in fp32 while it runs, ln1 and the
-  // output twice (a layer reads its predecessor's while writing its own).
-  if (stores_bf16(s)) values += layer_tensor_values(m, b, t) + 2.0 * N * C;
+  // bf16 storage: one layer's tensors in fp32 while it runs (ln1 twice: a
+  // layer writes the next one's while its own is still to be stored) and
+  // two output buffers (a layer reads its predecessor's while writing its
+  // own; the backward widens inputs into them, the head's too).
+  if (stores_bf16(s)) {
+    const bool head = part.last && s.head;
+    if (part.layers > 0) values += layer_tensor_values(m, b, t);
+    if (part.layers > 0 || head) values += 2.0 * N * C;
+  }
   return values * (s.recompute ? recompute_value_bytes(s) : kFp32Bytes) + s.reserved_bytes;
 }
 

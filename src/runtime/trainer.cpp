@@ -21,6 +21,7 @@
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
+#include "geotrain/plan/memory_model.hpp"
 
 namespace geotrain::runtime {
 namespace {
@@ -371,6 +372,30 @@ class RankTrainer {
          << "  " << config_.train_steps << " steps x " << role_.replicas << " replicas x " << m_ << " micro-batches"
          << (flushes_ > 1 ? " (" + std::to_string(flushes_) + " flushes)" : std::string()) << " x " << B_
          << " sequences x " << T_ << " tokens; data " << config_.data_train << "\n";
+    report_memory();
+  }
+
+  // The reporting rank's device memory for its stage, optimizer and pipeline
+  // buffers, from the planner's memory model (tests/model/test_memory_model.cpp
+  // holds it equal to what they allocate without tensor parallelism).
+  void report_memory() {
+    plan::MemorySettings settings;
+    settings.reserved_bytes = 0;
+    settings.activation_storage = config_.activation_storage;
+    settings.tensor_parallel = role_.spec.tensor_parallel;
+    const model::StageSpec& spec = role_.spec;
+    const int slots = plan::activation_slots(config_.pipeline_schedule, m_ / flushes_, role_.stages);
+    const plan::StageMemory memory = plan::stage_memory(
+        model_, {spec.last_layer - spec.first_layer, spec.has_embedding, spec.has_head}, B_, slots, settings);
+    const auto mib = [](double bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f", bytes / (1024.0 * 1024.0));
+      return std::string(text);
+    };
+    progress_.text() << "  memory of stage " << role_.stage + 1 << " of " << role_.stages << ": weights, gradients, AdamW "
+                     << mib(memory.state_bytes) << " MiB; activations " << mib(memory.activation_bytes) << " MiB ("
+                     << to_string(config_.activation_storage) << " storage, " << slots
+                     << (slots == 1 ? " micro-batch" : " micro-batches") << " in flight); workspace " << mib(memory.workspace_bytes) << " MiB\n";
   }
 
   void start_timeline() {

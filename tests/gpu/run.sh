@@ -117,6 +117,14 @@ else
   fail_step cuda_parity "not built"
 fi
 
+# GPT-2 124M runs: name -> options.
+gpt2_configs=(fp32 bf16 bf16_storage)
+declare -A gpt2_options=(
+  [fp32]="--device.matmul_precision=fp32"
+  [bf16]="--device.matmul_precision=bf16"
+  [bf16_storage]="--device.matmul_precision=bf16 --device.activation_storage=bf16"
+)
+
 # ---- benchmarks
 cuda_bench=$build/tests/geotrain_cuda_bench
 if [[ -x $cuda_bench ]]; then
@@ -136,13 +144,15 @@ if grep -qE '^ +train ' <<<"$geotrain_help"; then
     step train_tiny_cpu_20 90 "$geotrain" train --device.kind=cpu "${short[@]}" --train.log_json=true
     # The tiny model's default run (300 steps) on the GPU.
     step train_tiny_cuda 90 "$geotrain" train --device.kind=cuda
-    # GPT-2 124M, 8 x 1024 tokens per step, both precisions; nvidia-smi
-    # samples the device memory meanwhile (tests/gpu/with_peak_memory.sh):
-    # tokens/s, MFU and peak memory go into the summary's table.
+    # GPT-2 124M, 8 x 1024 tokens per step: fp32, bf16 GEMMs, and bf16
+    # GEMMs with bf16 activation storage; nvidia-smi samples the device
+    # memory meanwhile (tests/gpu/with_peak_memory.sh): tokens/s, MFU and
+    # peak memory go into the summary's table.
     gpt2=(--model.file=inputs/models/gpt2-124m.toml "${short[@]}" --train.eval_batches=1)
-    for precision in fp32 bf16; do
-      step "train_gpt2_$precision" 120 tests/gpu/with_peak_memory.sh "$OUT/train_gpt2_$precision.memory" \
-        "$geotrain" train --device.kind=cuda --device.matmul_precision="$precision" "${gpt2[@]}"
+    for config in "${gpt2_configs[@]}"; do
+      read -ra options <<<"${gpt2_options[$config]}"
+      step "train_gpt2_$config" 120 tests/gpu/with_peak_memory.sh "$OUT/train_gpt2_$config.memory" \
+        "$geotrain" train --device.kind=cuda "${options[@]}" "${gpt2[@]}"
     done
     # Under mpirun: 4 ranks sharing the one GPU (2 stages x 2 replicas,
     # host-staged MPI transfers: NCCL refuses two ranks on one GPU), then one
@@ -232,10 +242,10 @@ fi
 # TF32). Peak memory: nvidia-smi's largest sample minus the one before the run.
 gpt2_table() {
   echo "GPT-2 124M, T = 1024, 8 sequences per step (geotrain train, last step of 20):"
-  printf '  %-10s %12s %6s %26s\n' precision tokens/s MFU "peak GPU memory (MiB)"
-  local precision run line tokens mfu peak base memory
-  for precision in fp32 bf16; do
-    run=$OUT/train_gpt2_$precision
+  printf '  %-14s %12s %6s %26s\n' run tokens/s MFU "peak GPU memory (MiB)"
+  local config run line tokens mfu peak base memory
+  for config in "${gpt2_configs[@]}"; do
+    run=$OUT/train_gpt2_$config
     tokens=-
     mfu=-
     memory=-
@@ -248,7 +258,7 @@ gpt2_table() {
       read -r peak base <"$run.memory" || true
       if [[ $peak =~ ^[0-9]+$ && $base =~ ^[0-9]+$ ]]; then memory="$((peak - base)) (device peak $peak)"; fi
     fi
-    printf '  %-10s %12s %6s %26s\n' "$precision" "${tokens:--}" "${mfu:--}" "$memory"
+    printf '  %-14s %12s %6s %26s\n' "$config" "${tokens:--}" "${mfu:--}" "$memory"
   done
   # Published, not measured here (llm.c's GPT-2 124M reproduction, bf16,
   # mixed precision, cuDNN FlashAttention, batch 64 x 1024 per GPU):
@@ -281,7 +291,7 @@ gpt2_table() {
   echo "tiny loss curves: $loss_comparison"
   echo
   gpt2_table
-  for run in train_tiny_cuda_20 train_tiny_cpu_20 train_tiny_cuda train_gpt2_fp32 train_gpt2_bf16 \
+  for run in train_tiny_cuda_20 train_tiny_cpu_20 train_tiny_cuda train_gpt2_fp32 train_gpt2_bf16 train_gpt2_bf16_storage \
              mpi_tiny_cuda_4ranks mpi_tiny_cuda_1rank_ref mpi_tiny_nccl_1rank; do
     if [[ -f $OUT/$run.log ]]; then
       echo "$run:"

@@ -69,6 +69,7 @@ TEST(ActivationStorage, Bf16KeepsTheForwardAndRoundsWhatTheBackwardReads) {
   EXPECT_LT(relative, 1e-2);
   EXPECT_GT(relative, 1e-5) << "bf16 storage gave fp32's gradient: nothing was rounded";
   std::printf("bf16 activation storage: gradient relative to fp32 storage's %.3e\n", relative);
+  EXPECT_EQ(run(ActivationStorage::bf16).gradients, bf16.gradients) << "bf16 storage must stay bitwise reproducible";
 }
 
 }  // namespace

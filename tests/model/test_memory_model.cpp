@@ -116,6 +116,7 @@ class CountingBackend final : public kernels::Backend {
 struct Case {
   int layers, stages, micro_batch, micro_batches;
   plan::Schedule schedule;
+  std::vector<int> layers_per_stage = {};  // empty: the even split
 };
 
 // Every stage of every case, tied and untied head: the model's total equals
@@ -124,10 +125,12 @@ void check_against_runtime(const ModelShape& shape, ActivationStorage storage) {
   plan::MemorySettings settings;  // the runtime's: no recomputation
   settings.reserved_bytes = 0;
   settings.activation_storage = storage;
+  // The last case: an embedding-only first stage and a head-only last one.
   for (const Case& c : {Case{5, 1, 2, 3, plan::Schedule::gpipe}, Case{5, 2, 1, 4, plan::Schedule::gpipe},
-                        Case{5, 3, 2, 6, plan::Schedule::one_f_one_b}, Case{5, 2, 3, 1, plan::Schedule::one_f_one_b}}) {
-    const auto specs = model::split_layers(c.layers, c.stages, c.stages == 3 ? std::vector<int>{1, 3, 1}
-                                                                           : std::vector<int>{});
+                        Case{5, 3, 2, 6, plan::Schedule::one_f_one_b, {1, 3, 1}},
+                        Case{5, 2, 3, 1, plan::Schedule::one_f_one_b},
+                        Case{5, 4, 1, 4, plan::Schedule::gpipe, {0, 3, 2, 0}}}) {
+    const auto specs = model::split_layers(c.layers, c.stages, c.layers_per_stage);
     for (int s = 0; s < c.stages; ++s) {
       SCOPED_TRACE("stages " + std::to_string(c.stages) + ", stage " + std::to_string(s));
       CountingBackend backend;

@@ -191,8 +191,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PipelineCase{plan::Schedule::one_f_one_b, {0, 3, 4}},
                       PipelineCase{plan::Schedule::gpipe, {0, 1, 2, 3, 4}, ActivationStorage::bf16},
                       PipelineCase{plan::Schedule::one_f_one_b, {0, 3, 4}, ActivationStorage::bf16},
-                      // a stage without layers: the head alone
-                      PipelineCase{plan::Schedule::gpipe, {0, 4, 4}, ActivationStorage::bf16}),
+                      // stages without layers: the embedding alone, the head alone
+                      PipelineCase{plan::Schedule::gpipe, {0, 0, 2, 4, 4}, ActivationStorage::bf16}),
     [](const ::testing::TestParamInfo<PipelineCase>& info) { return case_name(info.param); });
 
 }  // namespace

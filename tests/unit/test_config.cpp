@@ -159,6 +159,15 @@ TEST(Config, TypedChoicesAreParsedOnce) {
   EXPECT_NE(describe(c).find("pipeline.schedule = \"gpipe\""), std::string::npos);
 }
 
+TEST(Config, ActivationStorage) {
+  EXPECT_EQ(default_config().activation_storage, ActivationStorage::fp32);
+  const Config c = default_config({"--device.activation_storage=bf16"});
+  EXPECT_EQ(c.activation_storage, ActivationStorage::bf16);
+  EXPECT_NE(describe(c).find("device.activation_storage = \"bf16\""), std::string::npos);
+  EXPECT_EQ(error_of([] { default_config({"--device.activation_storage=fp16"}); }),
+            "command line: device.activation_storage: must be one of fp32, bf16, got 'fp16'");
+}
+
 // pipeline.layout and the emulation's per-rank slowdown (a list of numbers).
 TEST(Config, LayoutChoiceAndComputeSlowdown) {
   const Config c = default_config({"--pipeline.layout=auto", "--emulation.compute_slowdown=[1, 2.5, 4]"});

@@ -63,6 +63,7 @@ struct PlanCommandOptions {
   std::string schedule = "1f1b";   // the runtime's default
   std::string dp_scheme = "direct";  // geotrain's MPI exchange
   std::string recompute = "off";   // the runtime keeps all activations
+  std::string activation_storage = "fp32";  // the runtime's device.activation_storage
   std::string lm_head = "on";      // the runtime computes the loss with the tied head (simulate --system geotrain)
   double gradient_bucket_mb = 25;  // the runtime's network.gradient_bucket_mb
   double peak_tflops = 0;          // untyped devices; 0: model file [device] or V100

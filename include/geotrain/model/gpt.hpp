@@ -150,7 +150,6 @@ class Stage {
   void store_layer(SlotActivations& slot, int i, const LayerActivations& a);
   void load_layer(const SlotActivations& slot, int i, const LayerActivations& a);
   const float* layer_input(const SlotActivations& slot, int i);
-  std::size_t stored_values_per_layer() const;
   const float* last_output(const SlotActivations& slot) const;
   bool stores_bf16() const { return storage_ == ActivationStorage::bf16; }
   double split_loss(SlotActivations& slot);
@@ -179,6 +178,7 @@ class Stage {
   ActivationStorage storage_ = ActivationStorage::fp32;
   // bf16 storage: what each layer's stored block holds, in order (values each).
   std::vector<std::pair<float* LayerActivations::*, std::size_t>> stored_tensors_;
+  std::size_t stored_output_offset_ = 0;  // where a stored block holds the layer's output
   // bf16 storage: one layer's fp32 activations while it runs; ln1 and out
   // alternate between two buffers, as one layer reads its predecessor's
   // while it writes its own.

@@ -14,9 +14,9 @@ struct MemorySettings {
   double state_bytes_per_parameter = 16.0;
   // How each layer's activations are kept until its backward (the runtime's
   // device.activation_storage): fp32, or bf16 (model::Stage then keeps one
-  // layer's fp32 working buffers besides, the stage's input in bf16 too and
-  // the last layer's output in fp32 too). With `recompute` (planned only, as
-  // DT-FM's fp16 runs): every activation and workspace value in 16 bits.
+  // layer's fp32 working buffers besides, and a bf16 copy of the stage's
+  // input). With `recompute` (planned only, as DT-FM's fp16 runs): every
+  // activation and workspace value in 16 bits.
   ActivationStorage activation_storage = ActivationStorage::fp32;
   // false (the runtime): every layer's activations stay alive per in-flight
   // micro-batch. true: only each layer's input does; one layer's full
