@@ -61,11 +61,20 @@ EMULATED_WHOLE = {
     16: {"rank-order-pp1-mb2-H20-int8": "H20-int8", "rank-order-pp1-mb2-H40-int8": "H40-int8"},
     32: {"rank-order-pp1-mb4-H40-int4-long": "H40-int4"},
 }
-# Issue 17's utilisation: longer runs (jobs/emulate/local_steps.sh, LONG_STEPS), whole models.
+# Pipelines inside sites with 64 sequences per step: their emulated runs, by convergence case
+# (bench/local_steps.sh LAYOUT=inside8 SEQUENCES=16).
+EMULATED_INSIDE_64 = {"rank-order-inside-s16-H20-int8-long": "H20-int8-momentum0.9",
+                      "rank-order-inside-s16-H40-int8-long": "H40-int8-momentum0.9"}
+# Issue 17's utilisation: longer runs (jobs/emulate/local_steps.sh, LONG_STEPS), whole models and
+# pipelines inside sites.
 LONG = (
     ("rank-order-pp1-mb2-H40-int8-long", 16, "every rank a whole model, 2 sequences in one micro-batch, H = 40, int8"),
     ("rank-order-pp1-mb4-H40-int4-long", 32, "every rank a whole model, 4 sequences in one micro-batch, H = 40, int4"),
     ("rank-order-pp1-mb8-H40-int4-long", 64, "every rank a whole model, 8 sequences in one micro-batch, H = 40, int4"),
+    ("rank-order-inside-s16-H20-int8-long", 64,
+     "pipelines inside sites (2 x 4), 16 micro-batches of 1 sequence per replica, H = 20, int8, momentum 0.9"),
+    ("rank-order-inside-s16-H40-int8-long", 64,
+     "pipelines inside sites (2 x 4), 16 micro-batches of 1 sequence per replica, H = 40, int8, momentum 0.9"),
 )
 
 
@@ -293,10 +302,12 @@ def main():
                       for sequences, cases in EMULATED_WHOLE.items()}
     if "sync" in emulated:
         emulated_whole[16]["sync"] = emulated["sync"]  # the fastest synchronous run, as above
+    emulated_inside = {16: emulated,
+                       64: {case: measured[stem] for stem, case in EMULATED_INSIDE_64.items() if stem in measured}}
     lines = ["# Local steps: data parallelism across sites without an exchange every step\n",
              "## Emulated world-wide network\n",
-             "Regenerate (root, nothing else running): `bash jobs/emulate/local_steps.sh` (about 30 minutes on 2 "
-             "cores), then `bash bench/local_steps_convergence.sh` (about 35 minutes: every convergence summary "
+             "Regenerate (root, nothing else running): `bash jobs/emulate/local_steps.sh` (about 40 minutes on 2 "
+             "cores), then `bash bench/local_steps_convergence.sh` (about 50 minutes: every convergence summary "
              "below, then this report).\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md): 8 ranks "
              "in Oregon, Virginia, Tokyo and London (2 each), bandwidth x0.05, `inputs/models/emulation.toml`, 16 "
@@ -306,10 +317,10 @@ def main():
     lines += emulation_table(rows) + [""]
     if longer:
         lines += ["## Compute utilisation over longer runs\n",
-                  "The same emulation, whole-model replicas, `LONG_STEPS` steps (the `-long` runs of "
-                  "`jobs/emulate/local_steps.sh`): every outer synchronisation of the whole model (a few seconds "
-                  "on these links) is inside the measured steps, the last one at the run's end. Columns as above; "
-                  "the median step is an inner step without a synchronisation.\n"]
+                  "The same emulation, whole-model replicas and pipelines inside sites, more sequences per step, "
+                  "`LONG_STEPS` steps (the `-long` runs of `jobs/emulate/local_steps.sh`): every outer "
+                  "synchronisation (a few seconds on these links) is inside the measured steps, the last one at the "
+                  "run's end. Columns as above; the median step is an inner step without a synchronisation.\n"]
         lines += long_table(longer) + [""]
     lines += ["## Convergence at equal tokens\n"]
     lines += convergence(summary_path, emulated, os.path.join(os.path.dirname(report), "low_communication.png"))
@@ -322,7 +333,7 @@ def main():
                  f"{sequences} sequences per step, {layout['steps']} steps")
         lines += [f"## Convergence at equal tokens, {title}\n"]
         # Wall-time curves: whole models take their own emulated runs; pipelines, those inside sites.
-        lines += convergence(more, emulated_whole.get(sequences, {}) if layout["stages"] == 1 else emulated,
+        lines += convergence(more, (emulated_whole if layout["stages"] == 1 else emulated_inside).get(sequences, {}),
                              os.path.join(os.path.dirname(report), f"low_communication-{name}.png"))
     lines += kept_sections(report)
     with open(report, "w") as f:

@@ -32,9 +32,14 @@
 # synchronisations at steps 40, 80 and 120), whole models, one micro-batch
 # of 2, 4 or 8 sequences per replica (16, 32 or 64 per step):
 #   pp1-mb2-H40-int8-long, pp1-mb4-H40-int4-long, pp1-mb8-H40-int4-long
+# and pipelines inside sites with 64 sequences per step (16 micro-batches of
+# 1 per replica: the pipeline's fill and drain are 1/17 of a step), int8,
+# DiLoCo's momentum 0.9:
+#   inside-s16-H20-int8-long, inside-s16-H40-int8-long
+# SECTIONS ("short long inside-long") picks the groups to run.
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
-# Root; ~30 minutes on 2 cores, nothing else running. PEERS=0 skips the
+# Root; ~40 minutes on 2 cores, nothing else running. PEERS=0 skips the
 # synchronous runs (keeping earlier ones in the folder).
 #
 #   bash jobs/emulate/local_steps.sh [STEPS]
@@ -50,8 +55,9 @@ options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scal
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
+sections=" ${SECTIONS:-short long inside-long} "
 # shellcheck disable=SC2086  # option lists are words
-{
+if [[ $sections == *" short "* ]]; then
   if [[ ${PEERS:-1} != 0 ]]; then
     run world-wide "$file" "$options" planned gpipe "" --network.gradient_bucket_mb=0
     run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
@@ -71,12 +77,21 @@ whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_
   run world-wide "$file" "$options" rank-order gpipe -pp1-mb2-H40-int8 $whole2 --outer.local_steps=40 --compression.gradients=int8
   run world-wide "$file" "$options" planned gpipe -H20-int8 --network.gradient_bucket_mb=0 --outer.local_steps=20 \
     --compression.gradients=int8 --outer.momentum=0.9
-  steps=${LONG_STEPS:-120}
+fi
+steps=${LONG_STEPS:-120}
+if [[ $sections == *" long "* ]]; then
   for sequences in 2 4 8; do
     wire=$([[ $sequences == 2 ]] && echo int8 || echo int4)
     run world-wide "$file" "$options" rank-order gpipe "-pp1-mb$sequences-H40-$wire-long" --pipeline.stages=1 \
       --train.gradient_accumulation=1 --train.micro_batch_sequences="$sequences" --outer.local_steps=40 \
       --compression.gradients="$wire"
   done
-}
+fi
+if [[ $sections == *" inside-long "* ]]; then
+  for h in 20 40; do
+    run world-wide "$file" "$options" rank-order gpipe "-inside-s16-H$h-int8-long" --pipeline.stages=2 \
+      --train.gradient_accumulation=16 --train.micro_batch_sequences=1 --outer.local_steps="$h" \
+      --compression.gradients=int8 --outer.momentum=0.9
+  done
+fi
 echo "written: $out (analysis/low_communication_report.py reads it)"

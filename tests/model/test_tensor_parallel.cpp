@@ -113,7 +113,7 @@ struct Result {
 // Two micro-batches through `spec` (t ranks); the gradient put back into the
 // whole stage's layout from every rank's part (replicated tensors from every
 // rank must agree).
-Result run_stage(const ModelShape& config, StageSpec spec, int t) {
+Result run_stage(const ModelShape& config, StageSpec spec, int t, ActivationStorage storage) {
   const int B = 2, T = config.sequence_length;
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> token(0, config.vocabulary - 1);
@@ -141,7 +141,7 @@ Result run_stage(const ModelShape& config, StageSpec spec, int t) {
     ThreadGroup::Member member(group, r);
     StageSpec mine = spec;
     mine.tensor_parallel = t, mine.tensor_rank = r;
-    Stage stage(config, mine, *backend, B, 2, t > 1 ? &member : nullptr);
+    Stage stage(config, mine, *backend, B, 2, t > 1 ? &member : nullptr, storage);
     std::vector<float> params(stage.parameter_count());
     for (std::size_t i = 0; i < stage.parameters().size(); ++i) {
       const ParameterView& v = stage.parameters()[i];
@@ -195,9 +195,10 @@ Result run_stage(const ModelShape& config, StageSpec spec, int t) {
   return result;
 }
 
-void expect_same_as_whole(const ModelShape& config, const StageSpec& spec, int t) {
-  const Result whole = run_stage(config, spec, 1);
-  const Result split = run_stage(config, spec, t);
+void expect_same_as_whole(const ModelShape& config, const StageSpec& spec, int t,
+                          ActivationStorage storage = ActivationStorage::fp32) {
+  const Result whole = run_stage(config, spec, 1, storage);
+  const Result split = run_stage(config, spec, t, storage);
   EXPECT_NEAR(split.loss, whole.loss, 1e-5 * std::abs(whole.loss));
   EXPECT_NEAR(split.squares, whole.squares, 1e-4 * whole.squares);
   ASSERT_EQ(split.gradient.size(), whole.gradient.size());
@@ -215,6 +216,11 @@ TEST_P(TensorParallelStage, WholeModelMatchesOneRank) { expect_same_as_whole(kSm
 
 TEST_P(TensorParallelStage, UntiedHeadMatchesOneRank) {
   expect_same_as_whole(kSmallUntied, StageSpec::whole(kSmallUntied), GetParam());
+}
+
+// bf16 activation storage: each rank stores its part of the split tensors.
+TEST_P(TensorParallelStage, Bf16ActivationStorageMatchesOneRank) {
+  expect_same_as_whole(kSmall, StageSpec::whole(kSmall), GetParam(), ActivationStorage::bf16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Degrees, TensorParallelStage, ::testing::Values(2, 4));
