@@ -23,8 +23,7 @@ declare -A peer=([fp32]=fp32 [bf16-storage]=fp32 [bf16-gemm]=fp32 [bf16-gemm+sto
 geotrain=build/release/geotrain
 work=runs/bench-activation-storage
 mkdir -p "$work" "$(dirname "$out")"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n 4)
+source bench/convergence_case.sh
 
 {
   echo "# bf16 activation storage: memory and convergence against fp32 storage"
@@ -83,16 +82,10 @@ for entry in $models; do
     echo "|---|---|---:|---|---:|---:|---:|---:|"
   } >> "$out"
   for name in $cases; do
-    metrics=$work/$model-$name.jsonl
-    rm -f "$metrics"
     # shellcheck disable=SC2086  # options are words
-    "${mpirun[@]}" "$geotrain" train inputs/quickstart.toml --model.file="inputs/models/$model.toml" \
-      --train.steps="$steps" --train.eval_every_steps=$((steps / 5)) --train.log_json=true \
-      --train.metrics_file="$metrics" --checkpoint.dir= --timing.file= ${options[$name]} \
-      > "$work/$model-$name.log" 2> "$work/$model-$name.err"
-    files+=("$metrics") labels+=("$name")
-    read -r validation train tokens utilisation < <(/usr/bin/python3 analysis/plot_metrics.py "$metrics" --json |
-      /usr/bin/python3 -c 'import json, sys; r = json.load(sys.stdin)[0]; print(r["validation_loss"], r["train_loss_last10"], r["tokens_per_s"], r["compute_utilisation_mean"])')
+    read -r validation train tokens utilisation < <(convergence_case "$work" "$model" "$steps" "$name" ${options[$name]})
+    [[ -n $validation ]] || { echo "$0: $model $name: the run failed (see $work/$model-$name.err)" >&2; exit 1; }
+    files+=("$work/$model-$name.jsonl") labels+=("$name")
     validation_of[$name]=$validation
     reference=${validation_of[${peer[$name]}]}
     awk -v n="$name" -v o="${options[$name]:-(defaults)}" -v v="$validation" -v p="${peer[$name]}" -v r="$reference" \

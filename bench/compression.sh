@@ -18,11 +18,9 @@ declare -A options=([fp32]="--compression.gradients=fp32" [int8]="--compression.
   [int4]="--compression.gradients=int4" [topk]="--compression.gradients=topk"
   [all-int8]="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
   [all-int4]="--compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4")
-geotrain=build/release/geotrain
 work=runs/bench-compression
 mkdir -p "$work" "$(dirname "$out")"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n 4)
+source bench/convergence_case.sh
 
 # Bytes on the wire per gradient value of each case's format (the default
 # group of 64 values and top-k fraction of 1%).
@@ -60,22 +58,10 @@ for entry in $models; do
   echo "|---|---|---|---|---|---|---|---|" >> "$out"
   reference=""
   for format in $cases; do
-    metrics=$work/$model-$format.jsonl
-    rm -f "$metrics"
-    "${mpirun[@]}" "$geotrain" train inputs/quickstart.toml --model.file="inputs/models/$model.toml" \
-      --train.steps="$steps" --train.eval_every_steps=$((steps / 5)) --train.log_json=true \
-      --train.metrics_file="$metrics" --checkpoint.dir= --timing.file= ${options[$format]} \
-      > "$work/$model-$format.log" 2> "$work/$model-$format.err"
-    files+=("$metrics") labels+=("$format")
-    read -r validation train tokens utilisation < <(/usr/bin/python3 - "$metrics" <<'PY'
-import json, sys
-records = [json.loads(line) for line in open(sys.argv[1])]
-steps = [r["loss"] for r in records if r["event"] == "step"]
-end = [r for r in records if r["event"] == "end"][0]
-assert end["replicas_identical"], "replicas differ"
-print(end["final_validation_loss"], sum(steps[-10:]) / 10, end["tokens_per_s"], end["compute_utilisation_mean"])
-PY
-)
+    # shellcheck disable=SC2086  # options are words
+    read -r validation train tokens utilisation < <(convergence_case "$work" "$model" "$steps" "$format" ${options[$format]})
+    [[ -n $validation ]] || { echo "$0: $model $format: the run failed (see $work/$model-$format.err)" >&2; exit 1; }
+    files+=("$work/$model-$format.jsonl") labels+=("$format")
     [[ -z $reference ]] && reference=$validation
     awk -v f="$format" -v b="$(bytes_per_value "$format")" -v v="$validation" -v r="$reference" -v t="$train" \
         -v k="$tokens" -v u="$utilisation" 'BEGIN { printf "| %s | %.4g | %.3fx | %.4f | %+.2f%% | %.4f | %.0f | %.1f%% |\n", f, b, b / 4, v, 100 * (v - r) / r, t, k, 100 * u }' >> "$out"
