@@ -24,6 +24,8 @@ geotrain=build/release/geotrain
 work=runs/bench-activation-storage
 mkdir -p "$work" "$(dirname "$out")"
 source bench/convergence_case.sh
+# The report's last section, "## Reading", is written by hand: kept as it is.
+kept=$(sed -n '/^## Reading/,$p' "$out" 2>/dev/null || true)
 
 {
   echo "# bf16 activation storage: memory and convergence against fp32 storage"
@@ -98,4 +100,5 @@ for entry in $models; do
   { echo; echo "![loss curves, $model]($(basename "$png"))"; } >> "$out"
   unset validation_of
 done
+if [[ -n $kept ]]; then printf '\n%s\n' "$kept" >> "$out"; fi
 echo "written: $out"
