@@ -67,7 +67,7 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
   if (o.micro_batch > 0) l.micro_batch_sequences = o.micro_batch;
   if (o.pipeline_micro_batches > 0) l.micro_batches_per_flush = o.pipeline_micro_batches;
   l.memory.recompute = c.recompute;
-  l.memory.activation_storage = o.activation_storage == "bf16" ? ActivationStorage::bf16 : ActivationStorage::fp32;
+  parse_name_in(kActivationStorageNames, o.activation_storage, &l.memory.activation_storage);  // checked by the CLI
   l.memory.reserved_bytes = o.memory_reserve_gib * plan::kBytesPerGib;
   l.untyped_memory_bytes = o.device_memory_gib * plan::kBytesPerGib;
   l.placement.seed = o.seed;

@@ -23,7 +23,6 @@
 namespace geotrain::kernels::cuda {
 namespace {
 
-
 __device__ __forceinline__ float gelu_u(float x) { return kGeluScale * (x + kGeluCubic * x * x * x); }
 
 // sigmoid(2u) = 0.5 (1 + tanh(u))

@@ -70,9 +70,8 @@ double stage_parameters_of(const ModelShape& m, const StagePart& part, bool head
 double slot_bytes(const ModelShape& m, const StagePart& part, double b, const MemorySettings& s) {
   const double N = b * m.sequence_length, C = m.hidden;
   const int t = std::max(1, s.tensor_parallel);
-  const double per_layer = s.recompute ? N * C : layer_activation_values(m, b, t);  // recompute: the layer's input
-  double values = N * C + part.layers * per_layer, bf16_values = 0;
   const bool head = part.last && s.head;
+  double values = 0, bf16_values = 0;
   if (stores_bf16(s)) {
     // In fp32: the input, the layers' statistics and the last layer's output
     // (sent on, or sampled). In bf16, what the backward reads back: the
@@ -82,11 +81,14 @@ double slot_bytes(const ModelShape& m, const StagePart& part, double b, const Me
     bf16_values = part.layers * layer_tensor_values(m, b, t);
     if (part.layers > 0 || head) bf16_values += N * C;
     if (part.layers > 0 && !head) bf16_values -= N * C;
+  } else {
+    const double per_layer = s.recompute ? N * C : layer_activation_values(m, b, t);  // recompute: the layer's input
+    values = N * C + part.layers * per_layer;
   }
-  if (part.last && s.head && !s.recompute) values += head_activation_values(m, b, t);
+  if (head && !s.recompute) values += head_activation_values(m, b, t);
   double token_bytes = 0;
-  if (part.first) token_bytes += 4.0 * N;            // input token ids (int32)
-  if (part.last && s.head) token_bytes += 4.0 * N;   // targets
+  if (part.first) token_bytes += 4.0 * N;  // input token ids (int32)
+  if (head) token_bytes += 4.0 * N;        // targets
   if (s.recompute) return values * recompute_value_bytes(s) + token_bytes;
   return values * kFp32Bytes + bf16_values * kBf16Bytes + token_bytes;
 }
