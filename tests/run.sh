@@ -13,6 +13,16 @@ cd "$(dirname "$0")/.."
 bash jobs/install-deps.sh
 jobs=$(nproc)
 
+# The builds and the tests' checkpoints take ~5 GiB here and in the temp
+# folder; a full disk otherwise shows up as a dozen unrelated test failures.
+for folder in . "${TMPDIR:-/tmp}"; do
+  free_gib=$(df -P -k "$folder" | awk 'NR == 2 { print int($4 / 1048576) }')
+  if (( free_gib < 6 )); then
+    echo "tests/run.sh: only ${free_gib} GiB free on the disk of $(cd "$folder" && pwd); the suite needs ~6 GiB: free some space and rerun" >&2
+    exit 1
+  fi
+done
+
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
