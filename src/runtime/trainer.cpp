@@ -164,9 +164,13 @@ class RankTrainer {
       outer_.emplace(with.backend, stage_, with.collectives, local_steps_settings());
       if (inputs.resume) restore_local_state(*inputs.resume, inputs.resume_path);
       if (config_.outer_fragments > 1) pipeline_.set_poll([this] { outer_->progress(); });
-    } else if (role.replicas > 1 && config_.gradient_bucket_mb > 0) {
+    }
+    // The per-step sum (all replicas; with local steps, a site's) overlaps the
+    // last backward. With sites it runs on the site's own communicator, so its
+    // buckets never meet the outer exchange's fragments.
+    if (per_step_replicas() > 1 && config_.gradient_bucket_mb > 0) {
       const auto bucket_floats = static_cast<std::size_t>(config_.gradient_bucket_mb * (1 << 20) / sizeof(float));
-      buckets_.emplace(with.collectives, with.backend, stage_.parameter_count(), bucket_floats);
+      buckets_.emplace(per_step_sums(), with.backend, stage_.parameter_count(), bucket_floats);
       pipeline_.set_gradient_ready(
           [this](std::size_t begin, std::size_t end) { buckets_->ready(stage_.grads(), begin, end); });
     }
@@ -215,6 +219,11 @@ class RankTrainer {
 
  private:
   bool local_steps() const { return config_.outer_local_steps > 0; }
+  // The replicas whose gradients are summed every step, and over which collectives.
+  int per_step_replicas() const {
+    return !local_steps() ? role_.replicas : with_.within_site ? role_.site_replicas : 1;
+  }
+  Collectives& per_step_sums() const { return with_.within_site ? *with_.within_site : with_.collectives; }
 
   // A sum over every rank of the job: the replica's stages, the replicas,
   // then the tensor-parallel unit.
@@ -422,8 +431,8 @@ class RankTrainer {
     timeline_.record(io::EventKind::data, step_start, Clock::now());
     // Local steps: each replica's gradient is the mean over its own tokens
     // (or its site's replicas' tokens), not summed over all replicas.
-    const int summed_replicas = !local_steps() ? role_.replicas : with_.within_site ? role_.site_replicas : 1;
-    Collectives& step_sums = with_.within_site ? *with_.within_site : with_.collectives;
+    const int summed_replicas = per_step_replicas();
+    Collectives& step_sums = per_step_sums();
     const double tokens = result_.tokens_per_step * summed_replicas / role_.replicas;
     double job_loss = pipeline_.run(batches, with_.links, static_cast<float>(1.0 / tokens));
     const auto sync_start = Clock::now();
