@@ -54,6 +54,9 @@ EMULATED = (  # (file stem, what it is, its convergence case for the wall-time c
     ("rank-order-pp1-mb2-H20-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 20, int8", None),
     ("rank-order-pp1-mb2-H40-int8", "every rank a whole model, its 2 sequences in one micro-batch, H = 40, int8", None),
     ("planned-H20-int8", "4 stages x 2 replicas, planned, H = 20, int8, outer momentum 0.9", None),
+    ("planned-m8-H20-int8all", "4 stages x 2 replicas, planned, 8 micro-batches of 1 sequence, H = 20, int8 "
+     "activations, activation gradients and pseudo-gradients, outer momentum 0.9", None),
+    ("planned-m8-H20-F5-int4all", "the same, 5 fragments streamed, all at int4", None),
 )
 # The whole-model replicas' convergence cases (bench/local_steps.sh LAYOUT=whole8, by sequences per
 # step) and their emulated runs.
@@ -65,6 +68,26 @@ EMULATED_WHOLE = {
 # (bench/local_steps.sh LAYOUT=inside8 SEQUENCES=16).
 EMULATED_INSIDE_64 = {"rank-order-inside-s16-H20-int8-long": "H20-int8-momentum0.9",
                       "rank-order-inside-s16-H40-int8-long": "H40-int8-momentum0.9"}
+# The planner's 4 x 2 layout with local steps: its emulated runs, by convergence case (bench/local_steps.sh
+# LAYOUT=planned8).
+EMULATED_PLANNED = {"planned-m8-H20-int8all": "H20-int8all-momentum0.9",
+                    "planned-m8-H20-F5-int4all": "H20-F5-int4all-momentum0.9"}
+# Issue 17's layout on two continents (jobs/emulate/local_steps.sh's two-sites runs): a 4-stage pipeline
+# inside each of Tokyo and London, 64 sequences per step; by convergence case (bench/local_steps.sh
+# LAYOUT=pipelines4x2 SEQUENCES=32).
+TWO_SITES = (
+    ("planned-sync", "4-stage pipeline in each site, synchronous fp32, 1 MiB buckets", "sync"),
+    ("planned-H20-F5-int4", "the same pipelines, H = 20", "H20-F5-int4-momentum0.9"),
+    ("planned-H40-F5-int4", "the same pipelines, H = 40", "H40-F5-int4-momentum0.9"),
+    ("planned-1f1b-H20-F5-int4", "the same pipelines, H = 20, 1F1B", None),
+    ("planned-H20-F5-int4-act8", "the same pipelines, H = 20, activations and their gradients at int8",
+     "H20-F5-int4-act8-momentum0.9"),
+    ("planned-pp2-sites-H20-F5-int4", "2-stage pipelines, a site's 2 summing every step, H = 20", None),
+    ("planned-pp1-mb8-sites-H20-F5-int4", "whole models (1 micro-batch of 8), a site's 4 summing every step, H = 20",
+     None),
+)
+# One rank alone training what each rank of those runs trains per step (jobs/emulate/local_steps.sh).
+CALIBRATION = "calibration-whole-model-8-sequences"
 # Issue 17's utilisation: longer runs (jobs/emulate/local_steps.sh, LONG_STEPS), whole models and
 # pipelines inside sites.
 LONG = (
@@ -149,10 +172,10 @@ def router_bytes_per_step(traffic_path, steps):
     return total / steps
 
 
-def emulation_rows(run_dir):
+def emulation_rows(run_dir, entries=EMULATED, network="world-wide"):
     rows = []
-    for stem, what, case in EMULATED:
-        path = os.path.join(run_dir, f"world-wide-{stem}.h5")
+    for stem, what, case in entries:
+        path = os.path.join(run_dir, f"{network}-{stem}.h5")
         if not os.path.exists(path):
             continue
         run = gt.load(path)
@@ -181,6 +204,37 @@ def emulation_table(rows):
         lines.append(f"| {r['what']} | {measured:.3f} | {100 * s['compute_utilisation_mean']:.0f}% "
                      f"({100 * s['compute_utilisation_min']:.0f}%) | {r['timing_bytes'] / 1e6:.2f} MB | {fewer} | "
                      f"{router} | {versus[0]} | {versus[1]} |")
+    return lines
+
+
+def device_compute_s(run_dir):
+    """The compute of one rank's step on an emulated device: alone on a core it takes t; the ranks
+    share the machine's cores, so a device is cores / ranks of one and takes t * ranks / cores."""
+    path = os.path.join(run_dir, CALIBRATION)
+    if not (os.path.exists(path + ".h5") and os.path.exists(path + ".json")):
+        return None
+    with open(path + ".json") as f:
+        machine = json.load(f)
+    alone = gt.summarize(gt.load(path + ".h5"))["ranks"][0]["compute_per_step_s"]
+    return alone * machine["ranks"] / machine["cores"]
+
+
+def two_sites_table(rows, device_s):
+    by = {r["stem"]: r for r in rows}
+    peer = by.get("planned-sync")
+    lines = ["| run | s/step | vs synchronous | compute utilisation mean (min) | device-time utilisation | "
+             "bytes crossing sites / step (timing files) | less than synchronous | router: bytes between sites / step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        s = r["summary"]
+        measured = s["measured_iteration_s"]
+        fewer = f"{peer['timing_bytes'] / r['timing_bytes']:.1f}x" if peer and r["timing_bytes"] > 0 else ""
+        router = f"{r['router_bytes'] / 1e6:.1f} MB" if r["router_bytes"] is not None else "n/a"
+        faster = f"{peer['summary']['measured_iteration_s'] / measured:.2f}x" if peer else ""
+        device = f"{100 * device_s / measured:.0f}%" if device_s else "n/a"
+        lines.append(f"| {r['what']} | {measured:.3f} | {faster} | {100 * s['compute_utilisation_mean']:.0f}% "
+                     f"({100 * s['compute_utilisation_min']:.0f}%) | {device} | {r['timing_bytes'] / 1e6:.2f} MB | "
+                     f"{fewer} | {router} |")
     return lines
 
 
@@ -304,10 +358,14 @@ def main():
         emulated_whole[16]["sync"] = emulated["sync"]  # the fastest synchronous run, as above
     emulated_inside = {16: emulated,
                        64: {case: measured[stem] for stem, case in EMULATED_INSIDE_64.items() if stem in measured}}
+    two_sites = emulation_rows(run_dir, TWO_SITES, "tokyo-london")
+    emulated_planned = {64: {r["case"]: r["summary"]["measured_iteration_s"] for r in two_sites}, 16: {case: measured[stem] for stem, case in EMULATED_PLANNED.items() if stem in measured}}
+    if "planned" in measured:
+        emulated_planned[16]["sync"] = measured["planned"]  # the same layout, synchronous
     lines = ["# Local steps: data parallelism across sites without an exchange every step\n",
              "## Emulated world-wide network\n",
-             "Regenerate (root, nothing else running): `bash jobs/emulate/local_steps.sh` (about 40 minutes on 2 "
-             "cores), then `bash bench/local_steps_convergence.sh` (about 50 minutes: every convergence summary "
+             "Regenerate (root, nothing else running): `bash jobs/emulate/local_steps.sh` (about 70 minutes on 2 "
+             "cores), then `bash bench/local_steps_convergence.sh` (about 90 minutes: every convergence summary "
              "below, then this report).\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md): 8 ranks "
              "in Oregon, Virginia, Tokyo and London (2 each), bandwidth x0.05, `inputs/models/emulation.toml`, 16 "
@@ -322,6 +380,21 @@ def main():
                   "synchronisation (a few seconds on these links) is inside the measured steps, the last one at the "
                   "run's end. Columns as above; the median step is an inner step without a synchronisation.\n"]
         lines += long_table(longer) + [""]
+    if two_sites:
+        device_s = device_compute_s(run_dir)
+        lines += ["## Two continents: a pipeline inside each site, data parallel between them\n",
+                  "The same emulation restricted to Tokyo and London (210 ms and 18 Mbit/s between them, 100 "
+                  "Mbit/s inside), 4 ranks each, 64 sequences of 128 tokens per step, the planner's placement, 40 "
+                  "steps, every run in one session; local steps: 5 fragments streamed at int4, outer momentum 0.9. "
+                  "Every layout here has 2 sites' worth of replicas, the number whose loss stays near synchronous "
+                  "training (convergence below). Peer: the synchronous run on the same network.\n",
+                  "Device-time utilisation: 8 ranks share this machine's cores, so a rank's compute time stretches "
+                  "with what else runs (other ranks, and the emulator's packet delay, which costs CPU per byte). "
+                  "This column divides instead what each rank computes per step, timed on one rank alone "
+                  f"({CALIBRATION}: {device_s:.2f} s per step on a device of cores/ranks of a core), by the step "
+                  "time: the share of the machine the training's compute could have had. Where the two columns "
+                  "differ, the device-time one is the comparable figure.\n" if device_s else ""]
+        lines += two_sites_table(two_sites, device_s) + [""]
     lines += ["## Convergence at equal tokens\n"]
     lines += convergence(summary_path, emulated, os.path.join(os.path.dirname(report), "low_communication.png"))
     for more in more_summaries:
@@ -332,8 +405,9 @@ def main():
         title = (f"{layout['stages']} stage{'s' if layout['stages'] > 1 else ''} x {layout['replicas']} replicas, "
                  f"{sequences} sequences per step, {layout['steps']} steps")
         lines += [f"## Convergence at equal tokens, {title}\n"]
-        # Wall-time curves: whole models take their own emulated runs; pipelines, those inside sites.
-        lines += convergence(more, (emulated_whole if layout["stages"] == 1 else emulated_inside).get(sequences, {}),
+        # Wall-time curves: each layout takes its own emulated runs (2 stages: pipelines inside sites).
+        by_stages = {1: emulated_whole, 2: emulated_inside, 4: emulated_planned}
+        lines += convergence(more, by_stages.get(layout["stages"], {}).get(sequences, {}),
                              os.path.join(os.path.dirname(report), f"low_communication-{name}.png"))
     lines += kept_sections(report)
     with open(report, "w") as f:

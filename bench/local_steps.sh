@@ -19,7 +19,10 @@
 # of 4 micro-batches of 1 sequence (16 per step), the pipelines-inside-sites
 # layout of the emulation (its -inside runs); there SEQUENCES (4) sets each
 # replica's micro-batches of 1 sequence (16: 64 per step, the emulation's
-# -inside-s16 runs).
+# -inside-s16 runs). LAYOUT=pipelines4x2: 8 ranks, 4 stages x 2 replicas,
+# each SEQUENCES (8) micro-batches of 1 sequence (16 per step): the layout the
+# planner picks with local steps on the emulation (its planned-m8 runs;
+# SEQUENCES=32: 64 per step, its tokyo-london runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/bench-local-steps/summary.json}
@@ -42,6 +45,11 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10 --outer.momentum=0.5
   [H20-int8-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --outer.momentum=0.9"
   [H20-int8-lr1-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --outer.learning_rate=1 --outer.momentum=0.9"
   [H40-int8-momentum0.9]="--outer.local_steps=40 --compression.gradients=int8 --outer.momentum=0.9"
+  [H20-int8all-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8 --outer.momentum=0.9"
+  [H20-F5-int4all-momentum0.9]="--outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4 --outer.momentum=0.9"
+  [H20-F5-int4-momentum0.9]="--outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
+  [H20-F5-int4-act8-momentum0.9]="--outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --compression.activations=int8 --compression.activation_gradients=int8 --outer.momentum=0.9"
+  [H40-F5-int4-momentum0.9]="--outer.local_steps=40 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
   [H50]="--outer.local_steps=50 --outer.momentum=0.5" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8 --outer.momentum=0.5")
 geotrain=build/release/geotrain
 work=$(dirname "$out")
@@ -54,6 +62,9 @@ if [[ ${LAYOUT:-} == whole8 ]]; then
 elif [[ ${LAYOUT:-} == inside8 ]]; then
   ranks=8 stages=2 layout=(--pipeline.stages=2 --train.gradient_accumulation="${SEQUENCES:-4}" --train.micro_batch_sequences=1)
   sequences_per_step=$((4 * ${SEQUENCES:-4}))
+elif [[ ${LAYOUT:-} == pipelines4x2 ]]; then
+  ranks=8 stages=4 layout=(--pipeline.stages=4 --train.gradient_accumulation="${SEQUENCES:-8}" --train.micro_batch_sequences=1)
+  sequences_per_step=$((2 * ${SEQUENCES:-8}))
 fi
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n "$ranks")
 entries=()

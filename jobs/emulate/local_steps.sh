@@ -36,10 +36,32 @@
 # 1 per replica: the pipeline's fill and drain are 1/17 of a step), int8,
 # DiLoCo's momentum 0.9:
 #   inside-s16-H20-int8-long, inside-s16-H40-int8-long
-# SECTIONS ("short long inside-long") picks the groups to run.
+# Then the planner's placement with local steps (each pipeline 4 stages in 2
+# sites: one crossing between continents) made to keep its devices busy: 8
+# micro-batches of 1 sequence per replica, activations, their gradients and
+# the pseudo-gradients encoded, DiLoCo's momentum 0.9:
+#   planned-m8-H20-int8all, planned-m8-H20-F5-int4all (streamed)
+# Then issue 17's layouts on two continents: Tokyo and London, 4 ranks each
+# (the same links, bandwidth x0.05), 64 sequences per step, 2 sites' worth of
+# replicas (the layouts whose loss stays near synchronous training), the
+# planner's placement, DiLoCo's momentum 0.9, 5 fragments streamed at int4:
+#   tokyo-london-planned-sync   a 4-stage pipeline in each site, synchronous
+#                               fp32, 1 MiB buckets (the peer)
+#   -H20-F5-int4, -H40-F5-int4  the same pipelines (32 micro-batches of 1),
+#                               local steps
+#   -1f1b-H20-F5-int4           1F1B instead of GPipe
+#   -H20-F5-int4-act8           activations and their gradients at int8
+#   -pp2-sites-H20-F5-int4      2-stage pipelines, a site's 2 summing every
+#                               step (outer.sync_within_site)
+#   -pp1-mb8-sites-H20-F5-int4  whole models, one micro-batch of 8, a site's
+#                               4 summing every step
+# and the calibration: one rank alone (no emulation) training 8 sequences of
+# the whole model per step, the compute every rank above does per step.
+# SECTIONS ("short long inside-long planned-local two-sites") picks the
+# groups to run.
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
-# Root; ~40 minutes on 2 cores, nothing else running. PEERS=0 skips the
+# Root; ~70 minutes on 2 cores, nothing else running. PEERS=0 skips the
 # synchronous runs (keeping earlier ones in the folder).
 #
 #   bash jobs/emulate/local_steps.sh [STEPS]
@@ -55,7 +77,7 @@ options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scal
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
-sections=" ${SECTIONS:-short long inside-long} "
+sections=" ${SECTIONS:-short long inside-long planned-local two-sites} "
 # shellcheck disable=SC2086  # option lists are words
 if [[ $sections == *" short "* ]]; then
   if [[ ${PEERS:-1} != 0 ]]; then
@@ -93,5 +115,37 @@ if [[ $sections == *" inside-long "* ]]; then
       --train.gradient_accumulation=16 --train.micro_batch_sequences=1 --outer.local_steps="$h" \
       --compression.gradients=int8 --outer.momentum=0.9
   done
+fi
+steps=${1:-40}
+if [[ $sections == *" planned-local "* ]]; then
+  m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
+  all8="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
+  all4="--compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4"
+  run world-wide "$file" "$options" planned gpipe -m8-H20-int8all $m8 $all8 --network.gradient_bucket_mb=0 \
+    --outer.local_steps=20 --outer.momentum=0.9
+  run world-wide "$file" "$options" planned gpipe -m8-H20-F5-int4all $m8 $all4 --network.gradient_bucket_mb=0 \
+    --outer.local_steps=20 --outer.fragments=5 --outer.momentum=0.9
+fi
+if [[ $sections == *" two-sites "* ]]; then
+  pairs="--sites Tokyo,London --devices 4,4 --bandwidth-scale 0.05"
+  m32="--train.gradient_accumulation=32 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
+  local_f5="--outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
+  sites="--outer.local_steps=20 $local_f5 --outer.sync_within_site=true --network.gradient_bucket_mb=1"
+  run tokyo-london "$file" "$pairs" planned gpipe -sync $m32
+  for h in 20 40; do
+    run tokyo-london "$file" "$pairs" planned gpipe "-H$h-F5-int4" $m32 --outer.local_steps="$h" $local_f5
+  done
+  run tokyo-london "$file" "$pairs" planned 1f1b -1f1b-H20-F5-int4 $m32 --outer.local_steps=20 $local_f5
+  run tokyo-london "$file" "$pairs" planned gpipe -H20-F5-int4-act8 $m32 --outer.local_steps=20 $local_f5 \
+    --compression.activations=int8 --compression.activation_gradients=int8
+  run tokyo-london "$file" "$pairs" planned gpipe -pp2-sites-H20-F5-int4 --pipeline.stages=2 \
+    --train.gradient_accumulation=16 --train.micro_batch_sequences=1 $sites
+  run tokyo-london "$file" "$pairs" planned gpipe -pp1-mb8-sites-H20-F5-int4 --pipeline.stages=1 \
+    --train.gradient_accumulation=1 --train.micro_batch_sequences=8 $sites
+  OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
+    --pipeline.stages=1 --train.micro_batch_sequences=8 --train.gradient_accumulation=1 --train.steps=12 \
+    --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
+    --timing.file="$out/calibration-whole-model-8-sequences.h5" > /dev/null
+  echo "{\"cores\": $(nproc), \"ranks\": 8}" > "$out/calibration-whole-model-8-sequences.json"
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"

@@ -56,6 +56,9 @@ void add_outer_options(CLI::App* command, OuterOptions& o) {
                       "local steps: stream each stage's sync in F <= H fragments, one every H/F steps, each "
                       "overlapping the inner steps until the next (outer.fragments; 1 = the whole stage at once, the default)")
       ->check(CLI::Range(0, 1 << 20));
+  command->add_flag("--outer-within-site", o.within_site,
+                    "local steps: the replicas of one site (the scenario's [sites]) still sum their fp32 gradient "
+                    "every step; only the sites take local steps (outer.sync_within_site)");
 }
 
 plan::OuterSync outer_sync(const OuterOptions& o, int group_size) {
@@ -63,6 +66,7 @@ plan::OuterSync outer_sync(const OuterOptions& o, int group_size) {
   const bool local = o.local_steps >= 1;
   if (!local && !o.wire.empty()) throw InputError("command line: --outer-wire: needs --local-steps >= 1");
   if (!local && o.fragments > 1) throw InputError("command line: --outer-fragments: needs --local-steps >= 1");
+  if (!local && o.within_site) throw InputError("command line: --outer-within-site: needs --local-steps >= 1");
   if (!local) return outer;
   if (o.fragments > o.local_steps) {
     throw InputError("command line: --outer-fragments: " + std::to_string(o.fragments) +
@@ -71,6 +75,7 @@ plan::OuterSync outer_sync(const OuterOptions& o, int group_size) {
   }
   outer.local_steps = o.local_steps;
   outer.fragments = o.fragments;
+  outer.within_site = o.within_site;
   if (!o.wire.empty()) {
     WireEncoding e;
     parse_name_in(kWireFormatNames, o.wire, &e.format);
@@ -78,6 +83,13 @@ plan::OuterSync outer_sync(const OuterOptions& o, int group_size) {
     outer.wire = e;
   }
   return outer;
+}
+
+void check_outer_sites(const plan::OuterSync& outer, const plan::Network& network, const std::string& scenario_path) {
+  if (outer.within_site && network.site_of_device.empty()) {
+    throw InputError(scenario_path + ": --outer-within-site: the network names no sites (a scenario with [sites], "
+                                     "or network.sites)");
+  }
 }
 
 std::string describe_outer(const plan::OuterSync& outer) {
@@ -90,6 +102,7 @@ std::string describe_outer(const plan::OuterSync& outer) {
   } else {
     text += ", the whole stage every " + std::to_string(outer.local_steps) + " steps";
   }
+  if (outer.within_site) text += "; a site's replicas sum every step";
   return text;
 }
 

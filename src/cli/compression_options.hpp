@@ -3,6 +3,7 @@
 #include <string>
 
 #include "geotrain/cli/commands.hpp"
+#include "geotrain/plan/network.hpp"
 #include "geotrain/plan/workload.hpp"
 
 namespace CLI {
@@ -22,6 +23,8 @@ void add_outer_options(CLI::App* command, OuterOptions& options);
 // The local steps the options ask for (off unless --local-steps >= 1);
 // InputError naming the flag where they do not fit together.
 plan::OuterSync outer_sync(const OuterOptions& options, int group_size);
+// InputError naming `scenario_path` where --outer-within-site meets a network without sites.
+void check_outer_sites(const plan::OuterSync& outer, const plan::Network& network, const std::string& scenario_path);
 // "local steps H = 50, outer wire int8 (group 64), streamed in 5 fragments (one every 10 steps)".
 std::string describe_outer(const plan::OuterSync& outer);
 

@@ -123,6 +123,7 @@ int run_plan_command(const PlanCommandOptions& o) {
   // c_PP, its way back and c_DP as the runtime would encode them; with
   // local steps c_DP is the pseudo-gradient, exchanged every H steps.
   const plan::OuterSync outer = outer_sync(o.outer, o.compression.group_size);
+  check_outer_sites(outer, scenario.network, o.scenario);
   plan::TrafficEncoding wire = traffic_encoding(o.compression);
   if (outer.enabled()) wire.gradients.reset();
   plan::encode_traffic(scenario.workload, wire);

@@ -46,6 +46,7 @@ LayoutSettings layout_settings(const PlanCommandOptions& o, const io::Scenario& 
   }
   c.model.wire = traffic_encoding(o.compression);
   c.model.outer = outer_sync(o.outer, o.compression.group_size);
+  check_outer_sites(c.model.outer, scenario.network, o.scenario);
   if (o.batch > 0) c.global_batch_sequences = o.batch;
   c.model.tokens_per_step = static_cast<double>(c.global_batch_sequences) * c.model.sequence_length;
   c.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : device.peak_tflops;

@@ -90,6 +90,7 @@ Resolved resolve(const SimulateCommandOptions& o) {
   for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
   r.model_file = io::load_model_file(o.model);
   resolve_config(o, r);
+  check_outer_sites(r.config.model.outer, r.scenario.network, o.scenario);
   r.show_outer = o.outer.given();
   // Typed devices (the scenario's [device_types]) run at their own TFLOPS.
   if (r.scenario.network.typed()) r.config.device_tflops = r.scenario.network.device_tflops(r.config.peak_tflops);
@@ -159,7 +160,9 @@ std::string render_results(const Resolved& r) {
       << "  pipeline sends   " << format_number("%12.4f", res.pipeline_comm_s)
       << "   busiest device's links busy sending activations + gradients (bytes/beta)\n"
       << "  DP exchange      " << format_number("%12.4f", res.datap_comm_s)
-      << (c.model.outer.enabled() ? "   slowest stage group's sync / H (per step)\n" : "   slowest stage group\n")
+      << (!c.model.outer.enabled()    ? "   slowest stage group\n"
+          : c.model.outer.within_site ? "   slowest site's sum every step + slowest stage group's sync / H\n"
+                                      : "   slowest stage group's sync / H (per step)\n")
       << "  bubble           " << format_number("%11.1f%%", 100 * res.bubble_fraction)
       << "   share of the pipeline phase without compute\n";
   if (res.tied_exchange_s > 0) {
@@ -168,7 +171,8 @@ std::string render_results(const Resolved& r) {
   }
   if (c.model.outer.enabled()) {
     out << "  local step       " << format_number("%12.4f", res.local_step_s)
-        << "   a step without data-parallel traffic\n"
+        << (c.model.outer.within_site ? "   a step with its sites' sums, without traffic between sites\n"
+                                      : "   a step without data-parallel traffic\n")
         << "  outer sync wait  " << format_number("%12.4f", res.outer_exposed_s)
         << "   per step: what the steps wait for the syncs, amortised over H\n";
   }
@@ -263,6 +267,7 @@ void add_outer_json(const Resolved& r, nlohmann::json& j) {
   j["local_steps"] = outer.local_steps;
   j["outer_wire"] = outer.enabled() ? encoding_json(outer.wire.value_or(WireEncoding{})) : nullptr;
   j["outer_fragments"] = outer.fragments;
+  j["outer_within_site"] = outer.within_site;
   j["local_step_s"] = res.local_step_s;
   j["outer_exposed_s"] = res.outer_exposed_s;
   const bool sites = !r.scenario.network.site_of_device.empty();

@@ -428,6 +428,7 @@ plan::OuterSync outer_sync(const Config& c) {
   plan::OuterSync outer;
   outer.local_steps = c.outer_local_steps;
   outer.fragments = c.outer_fragments;
+  outer.within_site = c.outer_sync_within_site;
   if (c.gradient_wire != WireFormat::fp32) {
     outer.wire = WireEncoding{c.gradient_wire, c.compression_group_size, c.compression_topk_fraction};
   }

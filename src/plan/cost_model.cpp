@@ -26,8 +26,13 @@ CostModel::CostModel(const Network& network, const Workload& workload)
       // §2.2: one shard each way; §2.3: activation forward, gradient back.
       datap_pair_[u * n_ + v] =
           network.transfer_s(u, v, shard_bytes) + network.transfer_s(v, u, shard_bytes);
-      // Local steps: one exchange every H steps, its time spread over them.
+      // Local steps: one exchange every H steps, its time spread over them;
+      // devices of one site may still sum their gradient every step.
       if (workload.datap_period_steps > 1) datap_pair_[u * n_ + v] /= workload.datap_period_steps;
+      if (workload.c_dp_site_bytes > 0 && !network.site(u).empty() && network.site(u) == network.site(v)) {
+        const double site_shard = workload.c_dp_site_bytes / dp_;
+        datap_pair_[u * n_ + v] += network.transfer_s(u, v, site_shard) + network.transfer_s(v, u, site_shard);
+      }
       link_[u * n_ + v] = network.transfer_s(u, v, pp_bytes) + network.transfer_s(v, u, pp_bytes);
     }
   }

@@ -144,9 +144,11 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
     double parameters = stage_parameters_per_rank(m, layers[s], s == 0, s == stages - 1, t);
     // The last stage holds the head: a copy of wte if tied (with D_pp = 1 it is stage 0's own), or its own.
     if (c.lm_head && s == stages - 1 && (stages > 1 || !c.tied_head)) parameters += t > 1 ? head_per_rank : head;
-    // Local steps: the pseudo-gradient on the outer wire, no per-step gradient.
+    // Local steps: the pseudo-gradient on the outer wire, no per-step gradient
+    // (but the fp32 one within sites, with outer.within_site).
     const auto& gradient_wire = m.outer.enabled() ? m.outer.wire : m.wire.gradients;
     w.gradient_bytes.push_back(traffic_bytes(gradient_wire, parameters, m.gradient_bytes));
+    if (m.outer.within_site) w.site_gradient_bytes.push_back(parameters * m.gradient_bytes);
   }
   w.outer = m.outer;
   const double values = static_cast<double>(c.micro_batch_sequences) * m.sequence_length * m.hidden;
@@ -154,14 +156,16 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
   if (m.wire.activations || m.wire.activation_gradients) {
     w.activation_gradient_bytes = traffic_bytes(m.wire.activation_gradients, values, m.activation_bytes);
   }
-  // Buckets overlap a per-step exchange with the backward; the outer sync follows the optimizer step.
-  if (c.gradient_bucket_mb > 0 && !m.outer.enabled()) {
+  // Buckets overlap a per-step exchange with the backward (with local steps:
+  // the sites' fp32 one); the outer sync follows the optimizer step.
+  if (c.gradient_bucket_mb > 0 && (!m.outer.enabled() || m.outer.within_site)) {
+    const std::optional<WireEncoding> step_wire = m.outer.enabled() ? std::nullopt : m.wire.gradients;
     const double per_layer = 12.0 * m.hidden * m.hidden + 13.0 * m.hidden;  // GPT-2 block: weights and biases
     const double bucket_values = c.gradient_bucket_mb * (1 << 20) / 4.0;  // the runtime's fp32 floats
-    w.bucket_bytes = traffic_bytes(m.wire.gradients, bucket_values, m.gradient_bytes);
+    w.bucket_bytes = traffic_bytes(step_wire, bucket_values, m.gradient_bytes);
     for (int s = 0; s < stages; ++s) {
       const double values = layers[s] * per_layer;  // this stage's layers, even or as the layout splits them
-      w.layer_gradient_bytes.push_back(traffic_bytes(m.wire.gradients, values, m.gradient_bytes));
+      w.layer_gradient_bytes.push_back(traffic_bytes(step_wire, values, m.gradient_bytes));
     }
   }
   // The runtime sums the tied embedding unencoded (fp32 gradients).
@@ -278,6 +282,41 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
   }
   return 0;
 }
+
+namespace simulation {
+
+// When the sum of `total` bytes over `group` (stage s's data-parallel group,
+// or its devices in one site) ends, the stage's last backward ending at
+// `finish`. With buckets (runtime/gradient_buckets.hpp) the layers' gradient
+// becomes ready evenly over that backward, a bucket starts once it is full,
+// and the buckets' bytes queue on the group's links while their latencies
+// overlap (all are in flight together): the sum ends one exchange latency
+// after the last bytes, which are the rest (embeddings, head and any partial
+// bucket) sent from the backward's end.
+double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
+                   double finish) {
+  if (!(w.bucket_bytes > 0) || static_cast<int>(w.layer_gradient_bytes.size()) <= s) {
+    return finish + datap_exchange_s(net, group, total, w.dp_scheme);
+  }
+  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
+  auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
+  const double layers = std::min(w.layer_gradient_bytes[s], total);
+  // Mixed devices: the group's slowest device runs the longest last backward.
+  double backward = 0;
+  for (int d : group) {
+    const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
+    backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
+  }
+  double link_free = finish - backward, sent = 0;
+  while (layers - sent >= w.bucket_bytes) {
+    sent += w.bucket_bytes;
+    const double ready = finish - backward + backward * sent / layers;
+    link_free = std::max(link_free, ready) + bytes_s(w.bucket_bytes);
+  }
+  return std::max(link_free, finish) + bytes_s(total - sent) + latency;
+}
+
+}  // namespace simulation
 
 namespace {
 
@@ -507,42 +546,12 @@ std::vector<double> replica_signature(const Network& net, const Plan& plan, cons
 
 // Each stage group exchanges its gradient once its last backward is done
 // in every replica; the iteration ends with the slowest group.
-// When stage s's data-parallel sum ends, its last backward ending at
-// `finish`. With buckets (runtime/gradient_buckets.hpp) the layers' gradient
-// becomes ready evenly over that backward, a bucket starts once it is full,
-// and the buckets' bytes queue on the group's links while their latencies
-// overlap (all are in flight together): the sum ends one exchange latency
-// after the last bytes, which are the rest (embeddings, head and any partial
-// bucket) sent from the backward's end.
-double datap_end_s(const Network& net, const Plan& plan, const PipelineWork& w, int s, double finish) {
-  const std::vector<int>& group = plan.stages[s];
-  const double total = w.gradient_bytes[s];
-  if (!(w.bucket_bytes > 0) || w.layer_gradient_bytes.size() != w.gradient_bytes.size()) {
-    return finish + datap_exchange_s(net, group, total, w.dp_scheme);
-  }
-  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
-  auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
-  const double layers = std::min(w.layer_gradient_bytes[s], total);
-  // Mixed devices: the group's slowest device runs the longest last backward.
-  double backward = 0;
-  for (int d : group) {
-    const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
-    backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
-  }
-  double link_free = finish - backward, sent = 0;
-  while (layers - sent >= w.bucket_bytes) {
-    sent += w.bucket_bytes;
-    const double ready = finish - backward + backward * sent / layers;
-    link_free = std::max(link_free, ready) + bytes_s(w.bucket_bytes);
-  }
-  return std::max(link_free, finish) + bytes_s(total - sent) + latency;
-}
-
 void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   result->iteration_s = result->pipeline_phase_s;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     // What the step waits for after the backward: the exposed part of the sum.
-    const double exchange = datap_end_s(net, plan, w, s, result->stage_last_backward_s[s]) - result->stage_last_backward_s[s];
+    const double finish = result->stage_last_backward_s[s];
+    const double exchange = simulation::datap_end_s(net, plan.stages[s], w.gradient_bytes[s], w, s, finish) - finish;
     result->stage_datap_s.push_back(exchange);
     result->datap_comm_s = std::max(result->datap_comm_s, exchange);
     result->iteration_s = std::max(result->iteration_s, result->stage_last_backward_s[s] + exchange);

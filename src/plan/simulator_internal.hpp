@@ -1,6 +1,8 @@
 // Shared by simulator.cpp (one iteration's pipeline and synchronous data
 // parallelism), outer_sync.cpp (local steps) and site_traffic.cpp.
 #pragma once
+#include <vector>
+
 #include "geotrain/plan/simulator.hpp"
 
 namespace geotrain::plan::simulation {
@@ -11,6 +13,11 @@ struct TiedTransfer {
   double down_s = 0, up_s = 0;
 };
 TiedTransfer tied_transfer_s(const Network& network, const Plan& plan, const PipelineWork& work);
+
+// When stage s's sum of `total` bytes over `group` ends, its last backward
+// ending at `finish` (with buckets, overlapping that backward).
+double datap_end_s(const Network& network, const std::vector<int>& group, double total, const PipelineWork& work,
+                   int s, double finish);
 
 // Local steps: from the pipeline phase (and each stage's last backward),
 // the step time averaged over H steps with each stage group's outer sync.

@@ -23,6 +23,7 @@ void encode_traffic(Workload& w, const TrafficEncoding& wire) {
 void apply_outer_sync(Workload& w, const OuterSync& outer) {
   if (!outer.enabled()) return;
   const double gradients = w.c_dp_bytes / w.model.gradient_bytes;
+  if (outer.within_site) w.c_dp_site_bytes = gradients * w.model.gradient_bytes;
   w.c_dp_bytes = traffic_bytes(outer.wire, gradients, w.model.gradient_bytes);
   w.datap_period_steps = outer.local_steps;
 }

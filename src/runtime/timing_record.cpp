@@ -66,21 +66,25 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
   const double values = 1.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
   work.activation_bytes = encoded(config.activation_wire, values);
   work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
+  work.outer = io::outer_sync(config);
+  // The per-step sum: the gradient on its wire; with local steps only the
+  // sites' (outer.sync_within_site), always fp32 (their own communicator).
+  const WireFormat step_wire = work.outer.enabled() ? WireFormat::fp32 : config.gradient_wire;
   const int last = static_cast<int>(job.plan.stages.size()) - 1;
   for (int s = 0; s <= last; ++s) {
     // Under tensor parallelism each rank of a unit sums its own slice with its replicas.
     const int first_rank = job.plan.ranks_of_unit(job.plan.stages[s][0]).front();
     const double parameters = static_cast<double>(ranks[first_rank].stage_parameters);
     work.gradient_bytes.push_back(encoded(config.gradient_wire, parameters));
+    if (work.outer.within_site) work.site_gradient_bytes.push_back(encoded(WireFormat::fp32, parameters));
     // What the backward reports only at its end: wte (+ wpe on the first stage), see Stage::backward.
     const double vocabulary = 1.0 * model.vocabulary * model.hidden, positions = 1.0 * model.sequence_length * model.hidden;
     const double tied_copy = s == last && last > 0 && model.tied_head ? vocabulary : 0.0;
     const double at_end = (s == 0 ? vocabulary + positions : 0.0) + tied_copy;
-    work.layer_gradient_bytes.push_back(encoded(config.gradient_wire, std::max(parameters - at_end, 0.0)));
+    work.layer_gradient_bytes.push_back(encoded(step_wire, std::max(parameters - at_end, 0.0)));
   }
-  work.outer = io::outer_sync(config);
-  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1 && !work.outer.enabled()) {
-    work.bucket_bytes = encoded(config.gradient_wire, config.gradient_bucket_mb * (1 << 20) / sizeof(float));
+  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1 && (!work.outer.enabled() || work.outer.within_site)) {
+    work.bucket_bytes = encoded(step_wire, config.gradient_bucket_mb * (1 << 20) / sizeof(float));
   }
   work.schedule = config.pipeline_schedule;
   work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)

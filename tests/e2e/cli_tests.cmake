@@ -110,6 +110,14 @@ expect_input_error(simulate-fragments-beyond-local-steps "command line.*--outer-
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 10 --outer-fragments 12)
 expect_input_error(plan-outer-wire-without-local-steps "command line.*--outer-wire.*needs --local-steps"
   plan --scenario ${SCN}/tiny-2x2.toml --outer-wire int8)
+expect_input_error(simulate-within-site-without-local-steps "command line.*--outer-within-site.*needs --local-steps"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --outer-within-site)
+expect_input_error(plan-within-site-without-sites "asymmetric-4\\.toml: --outer-within-site: the network names no sites"
+  plan --scenario ${SCN}/asymmetric-4.toml --local-steps 10 --outer-within-site)
+# Sites summing every step: the same placement's step is longer, its bytes between sites the same.
+add_test(NAME cli.simulate.local-steps-within-site
+  COMMAND sh -c "for w in '' --outer-within-site; do \"$1\" simulate --scenario \"$2\" --model \"$3\" --pp 1 --dp 4 --local-steps 10 $w --json > \"$5/within$w.json\" || exit 1; done; \"$4\" -c \"import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert b['local_step_s']>a['local_step_s'], (a['local_step_s'], b['local_step_s']); assert b['cross_site_datap_bytes']==a['cross_site_datap_bytes'] and b['outer_within_site'] and not a['outer_within_site']\" \"$5/within.json\" \"$5/within--outer-within-site.json\""
+          _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR})
 
 # Training from the command line: bad configuration -> exit 2 naming the key;
 # device = cuda without a usable GPU -> exit 1 with what to do.

@@ -156,6 +156,75 @@ TEST(LocalSteps, BytesCrossingSitesPerStep) {
   EXPECT_EQ(r.cross_site_datap_bytes, 0.0);
 }
 
+// Two sites of two devices: inside a site 10 ms and 1e6 B/s, between the
+// sites 100 ms and 1e5 B/s.
+Network two_sites_of_two() {
+  Network net;
+  net.device_count = 4;
+  for (int u = 0; u < 4; ++u) {
+    for (int v = 0; v < 4; ++v) {
+      const bool same_site = (u < 2) == (v < 2);
+      net.latency_s.push_back(u == v ? 0.0 : same_site ? 0.01 : 0.1);
+      net.bandwidth_bytes_per_s.push_back(same_site ? 1e6 : 1e5);
+    }
+  }
+  net.site_of_device = {"A", "A", "B", "B"};
+  return net;
+}
+
+TEST(LocalSteps, SitesSumEveryStepByHand) {
+  // One stage on 4 replicas, one micro-batch: forward 0.1 s, backward 0.2 s.
+  // Each site's 2 replicas swap the whole fp32 gradient (1e6 B): 0.01 +
+  // 1e6 / 1e6 = 1.01 s, both sites at once, so the inner step is 0.3 + 1.01
+  // = 1.31 s. The outer sum over all 4 (direct: shards of 4e5 / 4 = 1e5 B,
+  // two phases, the slowest pair across the sites 0.1 + 1e5 / 1e5 = 1.1 s)
+  // takes 2.2 s every 10 steps: 0.22 s per step, 1.53 s in all.
+  Plan plan = grid_plan(1, 4);
+  plan.stages = {{0, 1, 2, 3}};
+  PipelineWork w = one_stage_two_replicas(4e5, {10, {}, 0, true});
+  w.site_gradient_bytes = {1e6};
+  SimulationResult r = simulate(two_sites_of_two(), plan, w);
+  EXPECT_NEAR(r.local_step_s, 1.31, kTol);
+  EXPECT_NEAR(r.outer_exposed_s, 0.22, kTol);
+  EXPECT_NEAR(r.iteration_s, 1.53, kTol);
+  EXPECT_NEAR(r.datap_comm_s, 1.01 + 0.22, kTol);
+  // In buckets of 2.5e5 B from the backward (the layers' 1e6 B ready evenly
+  // over its 0.2 s, from 0.1 s): the link sends the four buckets from 0.15,
+  // 0.4, 0.65, 0.9 s, 0.25 s each, and the sum ends one latency after the
+  // last bytes: 1.15 + 0.01 = 1.16 s.
+  w.bucket_bytes = 2.5e5;
+  w.layer_gradient_bytes = {1e6};
+  r = simulate(two_sites_of_two(), plan, w);
+  EXPECT_NEAR(r.local_step_s, 1.16, kTol);
+  EXPECT_NEAR(r.iteration_s, 1.38, kTol);
+  // Without the sites' sums the inner step is the pipeline's 0.3 s.
+  w.outer.within_site = false;
+  EXPECT_NEAR(simulate(two_sites_of_two(), plan, w).iteration_s, 0.52, kTol);
+}
+
+TEST(LocalSteps, SitesSumEveryStepInTheCostModel) {
+  // c_DP of 4e5 B on 1 x 4: with H = 10 at fp32 a pair swaps one shard of
+  // 1e5 B each way every 10 steps; a pair inside a site also swaps the
+  // per-step shard. Devices 0 and 1 (site A): 2 x (0.01 + 1e5 / 1e6) / 10 +
+  // 2 x (0.01 + 1e5 / 1e6) = 0.242 s; devices 0 and 2: 2 x (0.1 + 1e5 / 1e5) / 10 = 0.22 s.
+  Workload w;
+  w.pipeline_stages = 1;
+  w.data_parallel = 4;
+  w.c_dp_bytes = 4e5;
+  OuterSync outer{10, {}, 0, true};
+  apply_outer_sync(w, outer);
+  EXPECT_EQ(w.c_dp_site_bytes, 4e5);
+  const CostModel model(two_sites_of_two(), w);
+  const int same_site[] = {1}, other_site[] = {2};
+  EXPECT_NEAR(model.datap_of_device(0, same_site, 1), 0.242, kTol);
+  EXPECT_NEAR(model.datap_of_device(0, other_site, 1), 0.22, kTol);
+  outer.within_site = false;
+  Workload plain = w;
+  plain.c_dp_bytes = 4e5, plain.c_dp_site_bytes = 0, plain.datap_period_steps = 1;
+  apply_outer_sync(plain, outer);
+  EXPECT_NEAR(CostModel(two_sites_of_two(), plain).datap_of_device(0, same_site, 1), 0.022, kTol);
+}
+
 // DT-FM's settings (GPipe in flushes of 64, the paper's DATAP) for GPT3-XL
 // at batch 256 on 8 x 8, optionally with local steps.
 SimulationConfig dtfm_batch_256(int local_steps) {

@@ -21,13 +21,15 @@ struct CompressionOptions {
   int group_size = kDefaultWireGroupSize;       // as compression.group_size
 };
 
-// --local-steps, --outer-wire, --outer-fragments of plan and simulate: the
-// runtime's outer.local_steps, compression.gradients (the pseudo-gradient's
-// wire under local steps) and outer.fragments.
+// --local-steps, --outer-wire, --outer-fragments, --outer-within-site of plan
+// and simulate: the runtime's outer.local_steps, compression.gradients (the
+// pseudo-gradient's wire under local steps), outer.fragments and
+// outer.sync_within_site.
 struct OuterOptions {
   int local_steps = -1;  // -1: not given (synchronous, output as before); 0: synchronous; H >= 1: local steps
   std::string wire;      // "": fp32; fp32 | int8 | int4 (group size: --group-size)
   int fragments = 1;     // 1: the whole stage at each sync; F > 1: streamed in F fragments
+  bool within_site = false;  // a site's replicas still sum every step
   bool given() const { return local_steps >= 0; }
 };
 

@@ -130,6 +130,9 @@ struct PipelineWork {
   // stage's pseudo-gradient on the wire, exchanged every local_steps steps
   // instead of every step (src/plan/README.md, "Local steps").
   OuterSync outer;
+  // outer.within_site: per stage, the fp32 gradient the replicas of one site
+  // sum every step (in buckets as bucket_bytes says, over layer_gradient_bytes).
+  std::vector<double> site_gradient_bytes;
 };
 
 // Per-micro-batch compute of one stage from FLOPs: layers as

@@ -34,6 +34,10 @@ struct OuterSync {
   int local_steps = 0;  // H; 0: synchronous data parallelism, a gradient exchange every step
   std::optional<WireEncoding> wire;  // unset: fp32, the model's gradient bytes per value
   int fragments = 0;
+  // Hierarchical: the replicas of one site (Network::site) still sum their
+  // fp32 gradient every step; only the sites take local steps (the
+  // runtime's outer.sync_within_site).
+  bool within_site = false;
   bool enabled() const { return local_steps > 0; }
   bool streamed() const { return enabled() && fragments > 1; }
 };
@@ -66,6 +70,9 @@ struct Workload {
   // Steps per data-parallel exchange (local steps: H): the cost model
   // amortises DATAP over them. 1: every step (the paper).
   int datap_period_steps = 1;
+  // Local steps with outer.within_site: the stage's fp32 gradient, summed
+  // every step between devices of one site (Network::site); 0: none.
+  double c_dp_site_bytes = 0;
   std::string origin;       // "model" or "dtfm-original"
   TrainingShape model;
   int devices() const { return pipeline_stages * data_parallel; }
@@ -89,8 +96,10 @@ Workload workload_from_model(const TrainingShape& model, int pipeline_stages, in
 void encode_traffic(Workload& workload, const TrafficEncoding& wire);
 
 // Local steps: c_DP becomes the pseudo-gradient (c_DP's unencoded value
-// count under outer.wire), exchanged every outer.local_steps steps. Call it
-// on an unencoded c_DP (encode_traffic without its gradients class).
+// count under outer.wire), exchanged every outer.local_steps steps; with
+// outer.within_site the unencoded c_DP stays as c_dp_site_bytes, summed
+// every step inside each site. Call it on an unencoded c_DP (encode_traffic
+// without its gradients class).
 void apply_outer_sync(Workload& workload, const OuterSync& outer);
 
 // The constants of the original DT-FM scheduler, reproduced exactly so that
