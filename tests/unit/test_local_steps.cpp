@@ -34,6 +34,25 @@ PipelineWork one_stage_two_replicas(double gradient_bytes, OuterSync outer) {
   return w;
 }
 
+// H local steps at fp32, the whole stage at once or in `fragments`.
+OuterSync every(int h) {
+  OuterSync outer;
+  outer.local_steps = h;
+  return outer;
+}
+
+OuterSync streamed(int h, int fragments) {
+  OuterSync outer = every(h);
+  outer.fragments = fragments;
+  return outer;
+}
+
+OuterSync sites_every(int h) {
+  OuterSync outer = every(h);
+  outer.within_site = true;
+  return outer;
+}
+
 const Network& toy_network() {
   static const Network net = two_device_network(0.01, 1e6, 5e5);
   return net;
@@ -45,7 +64,7 @@ TEST(LocalSteps, TwoDeviceStepTimeByHand) {
   // 0.201 s per step: 0.501 s; utilisation 0.3 / 0.501.
   const SimulationResult sync = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(1e6, {}));
   EXPECT_NEAR(sync.iteration_s, 2.31, kTol);
-  const SimulationResult local = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(1e6, {10}));
+  const SimulationResult local = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(1e6, every(10)));
   EXPECT_NEAR(local.local_step_s, 0.3, kTol);
   EXPECT_NEAR(local.outer_exposed_s, 0.201, kTol);
   EXPECT_NEAR(local.iteration_s, 0.501, kTol);
@@ -116,16 +135,16 @@ TEST(LocalSteps, FragmentsOverlapTheFollowingStepsByHand) {
   // H = 10 in 5 fragments: one every 2 steps, each exchange during the 2
   // inner steps until the next starts (the runtime's window): 2 x 0.3 = 0.6 s.
   // 1e6 B: a fragment of 2e5 B takes max(0.21, 0.41) = 0.41 s: hidden, 0.3 s per step.
-  const SimulationResult hidden = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(1e6, {10, {}, 5}));
+  const SimulationResult hidden = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(1e6, streamed(10, 5)));
   EXPECT_NEAR(hidden.outer_exposed_s, 0.0, kTol);
   EXPECT_NEAR(hidden.iteration_s, 0.3, kTol);
   // 4e6 B: a fragment of 8e5 B takes max(0.81, 1.61) = 1.61 s; 1.01 s beyond
   // the window, once per 2 steps: 0.505 s per step, 0.805 s a step.
-  const SimulationResult exposed = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(4e6, {10, {}, 5}));
+  const SimulationResult exposed = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(4e6, streamed(10, 5)));
   EXPECT_NEAR(exposed.outer_exposed_s, 0.505, kTol);
   EXPECT_NEAR(exposed.iteration_s, 0.805, kTol);
   // Not streamed: the whole 4e6 B (0.01 + 8 = 8.01 s) every 10 steps: 0.3 + 0.801.
-  const SimulationResult whole = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(4e6, {10}));
+  const SimulationResult whole = simulate(toy_network(), grid_plan(1, 2), one_stage_two_replicas(4e6, every(10)));
   EXPECT_NEAR(whole.iteration_s, 1.101, kTol);
 }
 
@@ -147,7 +166,7 @@ TEST(LocalSteps, BytesCrossingSitesPerStep) {
   SimulationResult r = simulate(net, plan, w);
   EXPECT_EQ(r.cross_site_pipeline_bytes, 0.0);
   EXPECT_NEAR(r.cross_site_datap_bytes, 8e6, 1e-6);
-  w.outer = {50};
+  w.outer = every(50);
   EXPECT_NEAR(simulate(net, plan, w).cross_site_datap_bytes, 8e6 / 50, 1e-9);
   // Pipelines across the sites instead: 2 replicas x 4 micro-batches x 2 x 1e4 B.
   plan.stages = {{0, 1}, {2, 3}};
@@ -181,7 +200,7 @@ TEST(LocalSteps, SitesSumEveryStepByHand) {
   // takes 2.2 s every 10 steps: 0.22 s per step, 1.53 s in all.
   Plan plan = grid_plan(1, 4);
   plan.stages = {{0, 1, 2, 3}};
-  PipelineWork w = one_stage_two_replicas(4e5, {10, {}, 0, true});
+  PipelineWork w = one_stage_two_replicas(4e5, sites_every(10));
   w.site_gradient_bytes = {1e6};
   SimulationResult r = simulate(two_sites_of_two(), plan, w);
   EXPECT_NEAR(r.local_step_s, 1.31, kTol);
@@ -211,7 +230,7 @@ TEST(LocalSteps, SitesSumEveryStepInTheCostModel) {
   w.pipeline_stages = 1;
   w.data_parallel = 4;
   w.c_dp_bytes = 4e5;
-  OuterSync outer{10, {}, 0, true};
+  OuterSync outer = sites_every(10);
   apply_outer_sync(w, outer);
   EXPECT_EQ(w.c_dp_site_bytes, 4e5);
   const CostModel model(two_sites_of_two(), w);
