@@ -312,7 +312,7 @@ def convergence(summary_path, emulated, plot_path):
         if step_s:
             by_time.plot([x * step_s for x in xs], [validation[x] for x in xs], marker="o", label=case)
     by_tokens.set_xlabel("tokens")
-    by_time.set_xlabel("wall time on the emulated world-wide network (s): steps x measured s/step")
+    by_time.set_xlabel("wall time on the emulated network (s): steps x measured s/step")
     for axis in (by_tokens, by_time):
         axis.set_ylabel("validation loss")
         axis.set_ylim(top=min(4.0, axis.get_ylim()[1]))
