@@ -335,6 +335,10 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
   if (w.micro_batches_per_flush < 1 || w.flushes < 1) {
     throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
   }
+  if (w.outer.enabled() && w.outer.within_site && static_cast<int>(w.site_gradient_bytes.size()) != p) {
+    throw std::invalid_argument("simulate: sites summing every step need each stage's gradient bytes (" +
+                                std::to_string(w.site_gradient_bytes.size()) + " for " + std::to_string(p) + " stages)");
+  }
   if (w.tensor_parallel > 1 && !w.tensor_latency_s.empty()) {
     if (static_cast<int>(w.tensor_latency_s.size()) != net.device_count ||
         static_cast<int>(w.tensor_bandwidth_bytes_per_s.size()) != net.device_count ||

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "geotrain/io/scenario.hpp"
@@ -219,6 +220,8 @@ TEST(LocalSteps, SitesSumEveryStepByHand) {
   // Without the sites' sums the inner step is the pipeline's 0.3 s.
   w.outer.within_site = false;
   EXPECT_NEAR(simulate(two_sites_of_two(), plan, w).iteration_s, 0.52, kTol);
+  // Sites' sums without their bytes are a caller's mistake, named.
+  EXPECT_THROW(simulate(two_sites_of_two(), plan, one_stage_two_replicas(4e5, sites_every(10))), std::invalid_argument);
 }
 
 TEST(LocalSteps, SitesSumEveryStepInTheCostModel) {
