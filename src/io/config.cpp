@@ -82,6 +82,7 @@ std::vector<Field> fields(Config& c) {
       {"pipeline.schedule", &c.pipeline_schedule},
       {"pipeline.layers_per_stage", &c.layers_per_stage},
       {"pipeline.micro_batches_per_flush", &c.micro_batches_per_flush},
+      {"pipeline.flushless", &c.pipeline_flushless},
       {"pipeline.tensor_parallel", &c.tensor_parallel},
       {"pipeline.layout", &c.layout},
       {"pipeline.plan_file", &c.plan_file, true},
@@ -343,6 +344,26 @@ void check(const Config& c) {
     fail(where, "outer.fragments", "must be <= outer.local_steps (" + std::to_string(c.outer_local_steps) +
          "): each fragment is synchronised once every local_steps steps, one step apart at least; got " +
          std::to_string(c.outer_fragments));
+  }
+  if (c.pipeline_flushless) {
+    const char* key = "pipeline.flushless";
+    if (c.pipeline_schedule != plan::Schedule::one_f_one_b) fail(where, key, "needs pipeline.schedule = \"1f1b\"");
+    if (c.micro_batches_per_flush > 0 && c.micro_batches_per_flush != c.gradient_accumulation) {
+      fail(where, key, "cannot be combined with pipeline.micro_batches_per_flush (there are no flushes)");
+    }
+    if (c.gradient_accumulation < c.pipeline_stages) {
+      fail(where, key, "needs train.gradient_accumulation >= pipeline.stages (" + std::to_string(c.pipeline_stages) +
+                           "), so that a step's micro-batches fill the pipeline; got " +
+                           std::to_string(c.gradient_accumulation));
+    }
+    if (!c.checkpoint_dir.empty() || !c.checkpoint_resume.empty()) {
+      fail(where, key, std::string("cannot be combined with ") +
+                           (c.checkpoint_dir.empty() ? "checkpoint.resume" : "checkpoint.dir") + " yet (a checkpoint would have to hold both weight "
+                       "versions and the next step's micro-batches in flight)");
+    }
+    if (c.outer_fragments > 1) fail(where, key, "cannot be combined with outer.fragments > 1 yet (streamed fragments)");
+    if (c.tensor_parallel != 1) fail(where, key, "needs pipeline.tensor_parallel = 1");
+    if (c.transport == Transport::nccl) fail(where, key, "needs network.transport = mpi");
   }
   if (c.outer_sync_within_site && c.outer_local_steps == 0) {
     fail(where, "outer.sync_within_site", "needs outer.local_steps >= 1 (without local steps every replica sums every step)");

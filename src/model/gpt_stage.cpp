@@ -15,6 +15,7 @@
 // where the stages are cut does not change the result.
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/model/init.hpp"
@@ -284,6 +285,22 @@ void Stage::initialize(std::uint64_t seed) {
 }
 
 void Stage::zero_grads() { backend_.fill_zero(grads_, parameter_count_); }
+
+void Stage::swap_parameters(float*& other) {
+  std::swap(params_, other);
+  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
+    layer_params_[static_cast<std::size_t>(l - spec_.first_layer)] = layer_weights_in(params_, l);
+  }
+  embedding_head_params_ = embedding_head_weights_in(params_);
+}
+
+void Stage::swap_gradients(float*& other) {
+  std::swap(grads_, other);
+  for (int l = spec_.first_layer; l < spec_.last_layer; ++l) {
+    layer_grads_[static_cast<std::size_t>(l - spec_.first_layer)] = layer_weights_in(grads_, l);
+  }
+  embedding_head_grads_ = embedding_head_weights_in(grads_);
+}
 
 void Stage::layer_forward(const LayerWeights& w, const float* x, const LayerActivations& a, bool ln1_done,
                           const FollowingNorm* following) {

@@ -42,6 +42,21 @@ std::vector<Step> pipeline_program(Schedule schedule, int stage, int stages, int
   return program;
 }
 
+std::vector<Step> flushless_program(int stage, int stages, int m, bool fresh, bool drains) {
+  std::vector<Step> program;
+  const int warmup = stages - 1 - stage;
+  if (fresh) {
+    for (int i = 0; i < warmup; ++i) append_forward(program, stage, stages, 0, i);
+  }
+  for (int j = 0; j < m; ++j) {
+    const int ahead = warmup + j;  // the forward that comes before backward j in the stream
+    if (ahead < m) append_forward(program, stage, stages, 0, ahead);
+    else if (!drains) append_forward(program, stage, stages, 1, ahead - m);
+    append_backward(program, stage, stages, 0, j);
+  }
+  return program;
+}
+
 std::string to_string(const Step& step) {
   static const char* names[] = {"F", "B", "recvA", "sendA", "recvG", "sendG"};
   std::string text(names[static_cast<int>(step.kind)]);

@@ -16,60 +16,74 @@ void sum_buffer(StagedBuffer& staged, bool device_memory, float* data, std::size
   staged.written();
 }
 
+// Each exchange is its own event, so that the timing file shows which one a slow step waited on.
+template <typename Exchange>
+void timed(Timeline* timeline, std::int64_t bytes, Exchange exchange) {
+  const auto start = Timeline::Clock::now();
+  exchange();
+  if (timeline) timeline->record(io::EventKind::allreduce, start, Timeline::Clock::now(), -1, bytes);
+}
+
 }  // namespace
 
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
                              int pipeline_stages, int data_parallel, double* job_sum, Timeline* timeline,
                              GradientBuckets* buckets) {
-  // Each exchange is its own event, so that the timing file shows which one a slow step waited on.
-  auto timed = [&](std::int64_t bytes, auto exchange) {
-    const auto start = Timeline::Clock::now();
-    exchange();
-    if (timeline) timeline->record(io::EventKind::allreduce, start, Timeline::Clock::now(), -1, bytes);
-  };
-  StagedBuffer staged(backend);
+  GradientSums sums(backend);
+  sums.start(stage, backend, collectives, pipeline_stages, data_parallel, job_sum, timeline, buckets);
+  return sums.finish(collectives, job_sum, timeline);
+}
+
+void GradientSums::start(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
+                         int pipeline_stages, int data_parallel, const double* job_sum, Timeline* timeline,
+                         GradientBuckets* buckets) {
   const bool device_memory = collectives.takes_device_memory();
   float* grads = stage.grads();
   const std::size_t count = stage.parameter_count();
   double value = job_sum ? *job_sum : 0.0;
   if (data_parallel > 1 && buckets != nullptr) {
-    timed(static_cast<std::int64_t>(sizeof(float) * count), [&] { buckets->finish(grads, &value, job_sum ? 1 : 0); });
+    timed(timeline, static_cast<std::int64_t>(sizeof(float) * count),
+          [&] { buckets->finish(grads, &value, job_sum ? 1 : 0); });
   } else if (data_parallel > 1) {
-    timed(static_cast<std::int64_t>(sizeof(float) * count), [&] {
-      sum_buffer(staged, device_memory, grads, count, [&](float* d, std::size_t n) {
+    timed(timeline, static_cast<std::int64_t>(sizeof(float) * count), [&] {
+      sum_buffer(staged_, device_memory, grads, count, [&](float* d, std::size_t n) {
         collectives.sum_data_parallel_with_values(d, n, &value, job_sum ? 1 : 0);
       });
     });
   }
   const model::ParameterView* wte = stage.find("wte");
   const bool split_embedding = pipeline_stages > 1 && wte != nullptr && stage.config().tied_head;
-  const std::int64_t wte_bytes = split_embedding ? static_cast<std::int64_t>(sizeof(float) * wte->count) : 0;
+  wte_bytes_ = split_embedding ? static_cast<std::int64_t>(sizeof(float) * wte->count) : 0;
   // The tied parameter is counted in the norm on the first stage only.
   const bool counts_wte = !(split_embedding && stage.spec().has_head);
-  auto own_squares = [&] { return model::gradient_squares(stage, backend, grads, counts_wte ? nullptr : wte); };
-  const bool tied_in_flight = !counts_wte && collectives.splits_tied_embedding();
-  if (tied_in_flight) {
+  tied_in_flight_ = !counts_wte && collectives.splits_tied_embedding();
+  if (tied_in_flight_) {
     // The last stage finishes its backward long before the first: its half
     // goes now, and its part of the norm needs no wait.
-    collectives.start_tied_embedding(staged.updatable(grads + wte->offset, wte->count, device_memory), wte->count);
+    collectives.start_tied_embedding(staged_.updatable(grads + wte->offset, wte->count, device_memory), wte->count);
   } else if (split_embedding) {
-    timed(wte_bytes, [&] {
-      sum_buffer(staged, device_memory, grads + wte->offset, wte->count,
+    timed(timeline, wte_bytes_, [&] {
+      sum_buffer(staged_, device_memory, grads + wte->offset, wte->count,
                  [&](float* d, std::size_t n) { collectives.sum_tied_embedding(d, n); });
     });
   }
-  const double squares = own_squares();
-  double sums[2] = {squares, value};
-  const int sum_count = job_sum ? 2 : 1;
-  timed(static_cast<std::int64_t>(sizeof(double) * sum_count), [&] { collectives.sum_over_pipeline_values(sums, sum_count); });
-  if (tied_in_flight) {
-    timed(wte_bytes, [&] {
+  sums_[0] = model::gradient_squares(stage, backend, grads, counts_wte ? nullptr : wte);
+  sums_[1] = value;
+  sum_count_ = job_sum ? 2 : 1;
+  collectives.start_pipeline_values(sums_, sum_count_);
+}
+
+double GradientSums::finish(Collectives& collectives, double* job_sum, Timeline* timeline) {
+  timed(timeline, static_cast<std::int64_t>(sizeof(double) * sum_count_), [&] { collectives.finish_pipeline_values(); });
+  if (tied_in_flight_) {
+    timed(timeline, wte_bytes_, [&] {
       collectives.finish_tied_embedding();
-      staged.written();
+      staged_.written();
     });
+    tied_in_flight_ = false;
   }
-  if (job_sum) *job_sum = sums[1];
-  return std::sqrt(sums[0]);
+  if (job_sum) *job_sum = sums_[1];
+  return std::sqrt(sums_[0]);
 }
 
 }  // namespace geotrain::runtime

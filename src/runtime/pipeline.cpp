@@ -44,6 +44,44 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   if (static_cast<int>(batches.size()) != micro_batches_) {
     throw std::invalid_argument("PipelineStep::run: expected one batch per micro-batch");
   }
+  // i numbers the step's micro-batches (batches, message tags); a slot is reused once its flush is done.
+  auto place = [&](const plan::Step& step) {
+    const int i = step.flush * per_flush_ + step.micro_batch;
+    return Placed{&batches[static_cast<std::size_t>(i)], step.micro_batch % slots_, i, 0};
+  };
+  return execute(program_, place, last_backward_, links, loss_scale, nullptr, true);
+}
+
+double PipelineStep::run_flushless(int step, const std::vector<MicroBatch>& batches,
+                                   const std::vector<MicroBatch>& next, PipelineLinks& links, float loss_scale,
+                                   bool fresh, bool drains, const std::function<void(int)>& before_compute) {
+  const int m = micro_batches_;
+  if (static_cast<int>(batches.size()) != m || (!drains && static_cast<int>(next.size()) != m)) {
+    throw std::invalid_argument("PipelineStep::run_flushless: expected one batch per micro-batch of both steps");
+  }
+  if (slots_ < stages_ || m < stages_ - 1 - stage_index_) {
+    throw std::invalid_argument("PipelineStep::run_flushless: needs 1F1B with a slot per stage and m >= p - 1");
+  }
+  const std::vector<plan::Step> program = plan::flushless_program(stage_index_, stages_, m, fresh, drains);
+  std::size_t last_backward = 0;
+  for (std::size_t k = 0; k < program.size(); ++k) {
+    if (program[k].kind == plan::StepKind::backward) last_backward = k;
+  }
+  // Slots go round the whole stream (the next step's forwards share it); the
+  // two steps in flight number their messages apart.
+  auto place = [&](const plan::Step& s) {
+    const long long owner = static_cast<long long>(step) + s.flush;
+    const std::vector<MicroBatch>& of = s.flush == 0 ? batches : next;
+    return Placed{&of[static_cast<std::size_t>(s.micro_batch)], static_cast<int>((owner * m + s.micro_batch) % slots_),
+                  s.micro_batch + m * static_cast<int>(owner % 2), s.flush};
+  };
+  return execute(program, place, last_backward, links, loss_scale, &before_compute, drains);
+}
+
+double PipelineStep::execute(const std::vector<plan::Step>& program,
+                             const std::function<Placed(const plan::Step&)>& place, std::size_t last_backward,
+                             PipelineLinks& links, float loss_scale, const std::function<void(int)>* before_compute,
+                             bool complete_sends) {
   const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
   double loss = 0;
   times_ = {};
@@ -52,12 +90,17 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
   // CPU backend), timed as pipeline time; device-memory links skip them.
   const bool timed = timeline_ != nullptr && timeline_->recording();
   const auto bytes = static_cast<std::int64_t>(activation_count_ * sizeof(float));
-  for (std::size_t k = 0; k < program_.size(); ++k) {
-    const plan::Step& step = program_[k];
-    // i numbers the step's micro-batches (batches, message tags); a slot is reused once its flush is done.
-    const int i = step.flush * per_flush_ + step.micro_batch, slot = step.micro_batch % slots_;
+  for (std::size_t k = 0; k < program.size(); ++k) {
+    const plan::Step& step = program[k];
+    const Placed at = place(step);
+    const int i = at.index, slot = at.slot;
     io::EventKind kind = io::EventKind::forward;
     int peer = -1;
+    const bool computing = step.kind == plan::StepKind::forward || step.kind == plan::StepKind::backward;
+    if (computing && before_compute != nullptr) {  // outside the compute's time: the trainer's update may run here
+      (*before_compute)(at.ahead);
+      mark = Clock::now();
+    }
     switch (step.kind) {
       case plan::StepKind::recv_activation:
       case plan::StepKind::recv_gradient: {
@@ -74,10 +117,13 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
         receive(links, i, gradient);
         break;
       }
-      case plan::StepKind::forward:
-        loss += stage_.forward(slot, first ? batches[i].tokens : nullptr, first ? nullptr : received_,
-                               last ? batches[i].targets : nullptr);
+      case plan::StepKind::forward: {
+        const double micro_batch_loss =
+            stage_.forward(slot, first ? at.batch->tokens : nullptr, first ? nullptr : received_,
+                           last ? at.batch->targets : nullptr);
+        if (at.ahead == 0) loss += micro_batch_loss;
         break;
+      }
       case plan::StepKind::send_activation:
         kind = io::EventKind::send, peer = links.next_peer();
         send(links, stage_.output(slot), i, false);
@@ -85,7 +131,7 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
       case plan::StepKind::backward:
         kind = io::EventKind::backward;
         stage_.backward(slot, last ? nullptr : received_, loss_scale,
-                        k == last_backward_ && gradient_ready_ ? &gradient_ready_ : nullptr);
+                        k == last_backward && gradient_ready_ ? &gradient_ready_ : nullptr);
         break;
       case plan::StepKind::send_gradient:
         kind = io::EventKind::send, peer = links.previous_peer();
@@ -95,7 +141,6 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
     // The backend may run asynchronously (CUDA): compute is charged when a
     // later transfer waits for it, which is where the time is really spent
     // from the pipeline's point of view only on the CPU backend.
-    const bool computing = step.kind == plan::StepKind::forward || step.kind == plan::StepKind::backward;
     if (computing) emulate_slowdown(slowdown_, seconds(mark, Clock::now()));
     const auto now = Clock::now();
     (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
@@ -108,7 +153,7 @@ double PipelineStep::run(const std::vector<MicroBatch>& batches, PipelineLinks& 
       mark = polled;
     }
   }
-  links.complete_sends();
+  if (complete_sends) links.complete_sends();
   const auto now = Clock::now();
   times_.pipeline_s += seconds(mark, now);
   if (timed) timeline_->record(io::EventKind::send, mark, now);  // the last sends leaving

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "geotrain/runtime/local_steps.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/sampler.hpp"
+#include "geotrain/runtime/weight_versions.hpp"
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/optimizer.hpp"
@@ -160,6 +162,7 @@ class RankTrainer {
     result_.tokens_per_step = static_cast<double>(B_) * T_ * m_ * role.replicas;
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);
+    if (config_.pipeline_flushless) start_flushless();
     if (local_steps()) {
       outer_.emplace(with.backend, stage_, with.collectives, local_steps_settings());
       if (inputs.resume) restore_local_state(*inputs.resume, inputs.resume_path);
@@ -201,7 +204,8 @@ class RankTrainer {
     start_timeline();
     run_start_ = Clock::now();
     for (int step = result_.first_step; step < config_.train_steps; ++step) {
-      train_step(step);
+      if (versions_) train_slice(step);
+      else train_step(step);
       const bool last = step + 1 == config_.train_steps;
       if (last || (config_.eval_every_steps > 0 && (step + 1) % config_.eval_every_steps == 0)) validate_at(step, last);
       if (sampler_ && (step + 1) % config_.sample_every_steps == 0) sample_at(step);
@@ -463,14 +467,105 @@ class RankTrainer {
     }
     const double step_s = seconds_since(step_start);
     record_step(step, loss, lr, norm, step_s, seconds_between(sync_start, optimizer_start) + outer_s,
-                seconds_between(optimizer_start, optimizer_end));
+                seconds_between(optimizer_start, optimizer_end), pipeline_.times());
+  }
+
+  // pipeline.flushless: both weight versions, the gradient sums left in
+  // flight, and a second set of batches (a slice runs the next step's first
+  // forwards).
+  void start_flushless() {
+    if (m_ < role_.stages) {
+      throw InputError(config_.origin_of("pipeline.flushless") + ": pipeline.flushless: needs "
+                       "train.gradient_accumulation >= the pipeline's stages (" + std::to_string(role_.stages) +
+                       "), got " + std::to_string(m_));
+    }
+    versions_.emplace(stage_, with_.backend);
+    sums_.emplace(with_.backend);
+    for (int parity = 0; parity < 2; ++parity) {
+      stream_inputs_[parity].assign(m_, {});
+      stream_targets_[parity].assign(m_, {});
+      stream_batches_[parity].assign(m_, {});
+    }
+  }
+
+  void draw_batches(int step) {
+    const int parity = step % 2;
+    for (int i = 0; i < m_; ++i) {
+      data_.next_batch(B_, T_, stream_inputs_[parity][i], stream_targets_[parity][i]);
+      stream_batches_[parity][i] = {stream_inputs_[parity][i].data(), stream_targets_[parity][i].data()};
+    }
+  }
+
+  // Whatever else uses the pipeline after this step (validation, sampling,
+  // the end) needs it empty: the stream drains there and starts afresh.
+  bool stream_stops_after(int step) const {
+    return step + 1 == config_.train_steps ||
+           (config_.eval_every_steps > 0 && (step + 1) % config_.eval_every_steps == 0) ||
+           (sampler_ && (step + 1) % config_.sample_every_steps == 0);
+  }
+
+  // pipeline.flushless: step `step`'s slice of the unbroken 1F1B stream.
+  // Its gradient sums leave at its end; its update runs in the next slice,
+  // right before the first forward that reads it (the step after next), or
+  // at once when the stream drains here.
+  void train_slice(int step) {
+    timeline_.set_step(step + 1);
+    const auto slice_start = Clock::now();
+    const bool fresh = !stream_running_, drains = stream_stops_after(step);
+    if (fresh) draw_batches(step);
+    if (!drains) draw_batches(step + 1);
+    timeline_.record(io::EventKind::data, slice_start, Clock::now());
+    const double tokens = result_.tokens_per_step * per_step_replicas() / role_.replicas;
+    const double job_loss = pipeline_.run_flushless(
+        step, stream_batches_[step % 2], stream_batches_[(step + 1) % 2], with_.links, static_cast<float>(1.0 / tokens),
+        fresh, drains, [this, step](int ahead) {
+          if (ahead == 1 && pending_) apply_update();
+          versions_->read_for(step + ahead);
+        });
+    if (pending_) apply_update();  // the last stage runs no forward of the step after next
+    stream_running_ = !drains;
+    pending_loss_ = job_loss;
+    sums_->start(stage_, with_.backend, per_step_sums(), role_.stages, per_step_replicas(), &pending_loss_, &timeline_,
+                 buckets_ ? &*buckets_ : nullptr);
+    versions_->set_gradient_aside();
+    pending_ = PendingUpdate{step, slice_start, seconds_since(slice_start), drains, pipeline_.times()};
+    if (drains) apply_update();
+  }
+
+  void apply_update() {
+    const PendingUpdate p = *pending_;
+    pending_.reset();
+    const auto start = Clock::now();
+    versions_->begin_update(p.step);
+    const double norm = sums_->finish(per_step_sums(), &pending_loss_, &timeline_);
+    const auto optimizer_start = Clock::now();
+    const double lr = optimizer_.step(p.step, norm);
+    with_.backend.synchronize();
+    const auto optimizer_end = Clock::now();
+    timeline_.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
+    double outer_s = 0;
+    if (outer_) {
+      outer_->after_inner_step(p.step + 1, p.step + 1 == config_.train_steps, &timeline_);
+      outer_s = seconds_since(optimizer_end);
+    }
+    versions_->end_update();
+    const double loss = pending_loss_ / (static_cast<double>(m_) * per_step_replicas());
+    if (!std::isfinite(loss)) {
+      throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(p.step + 1) +
+                     " (lower optimizer.learning_rate?)");
+    }
+    // A slice's time is its own; a draining slice's includes its update.
+    const double step_s = p.drained ? seconds_since(p.slice_start) : p.slice_s;
+    record_step(p.step, loss, lr, norm, step_s, seconds_between(start, optimizer_start) + outer_s,
+                seconds_between(optimizer_start, optimizer_end), p.times);
   }
 
   static double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   }
 
-  void record_step(int step, double loss, double lr, double norm, double step_s, double sync_s, double optimizer_s) {
+  void record_step(int step, double loss, double lr, double norm, double step_s, double sync_s, double optimizer_s,
+                   const StageTimes& times) {
     result_.step_loss.push_back(loss);
     result_.step_learning_rate.push_back(lr);
     result_.step_grad_norm.push_back(norm);
@@ -478,8 +573,8 @@ class RankTrainer {
     // The first step of a run warms caches and connections: not timed, unless it is the only one.
     if (step > result_.first_step || config_.train_steps == result_.first_step + 1) {
       own_.step_s += step_s;
-      own_.compute_s += pipeline_.times().compute_s;
-      own_.pipeline_s += pipeline_.times().pipeline_s;
+      own_.compute_s += times.compute_s;
+      own_.pipeline_s += times.pipeline_s;
       own_.data_parallel_s += sync_s;
       own_.optimizer_s += optimizer_s;
     }
@@ -491,7 +586,7 @@ class RankTrainer {
     report.step_s = step_s;
     report.tokens_per_step = result_.tokens_per_step;
     report.model_flops_per_token = result_.model_flops_per_token;
-    report.compute_s = pipeline_.times().compute_s;
+    report.compute_s = times.compute_s;
     report.eta_s = remaining_seconds(seconds_since(run_start_), result_.first_step, step, config_.train_steps);
     progress_.step(report);
   }
@@ -663,6 +758,22 @@ class RankTrainer {
   PipelineStep pipeline_;
   std::optional<GradientBuckets> buckets_;  // the overlapped data-parallel sum (replicas > 1, buckets on)
   std::optional<OuterOptimizer> outer_;     // outer.local_steps > 0
+  // pipeline.flushless: the weight versions, the step whose update is due
+  // (its sums in flight), and the batches of the two steps in the stream.
+  struct PendingUpdate {
+    int step;
+    Clock::time_point slice_start;
+    double slice_s;
+    bool drained;
+    StageTimes times;
+  };
+  std::optional<WeightVersions> versions_;
+  std::optional<GradientSums> sums_;
+  std::optional<PendingUpdate> pending_;
+  double pending_loss_ = 0;
+  bool stream_running_ = false;
+  std::array<std::vector<std::vector<int>>, 2> stream_inputs_, stream_targets_;
+  std::array<std::vector<MicroBatch>, 2> stream_batches_;
   std::vector<std::vector<int>> inputs_, targets_;
   Timeline timeline_;
   TrainResult result_;

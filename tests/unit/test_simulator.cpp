@@ -312,6 +312,60 @@ TEST(Simulator, ProgramsReadAsTheSchedules) {
   EXPECT_EQ(program_text(Schedule::gpipe, 0, 1, 1, 2), "F0 B0 F0@1 B0@1");
 }
 
+// Flushless 1F1B, 3 stages, 4 micro-batches per step, by hand: stage 0
+// runs p - 1 - s = 2 forwards ahead of its backwards, so the slice after
+// its warm-up ends with the next step's first two forwards (@1); the last
+// stage runs none ahead.
+std::string slice_text(int stage, int stages, int m, bool fresh, bool drains) {
+  std::string text;
+  for (const Step& step : flushless_program(stage, stages, m, fresh, drains)) {
+    if (!text.empty()) text += ' ';
+    text += to_string(step);
+  }
+  return text;
+}
+
+TEST(Simulator, FlushlessSlicesByHand) {
+  EXPECT_EQ(slice_text(0, 3, 4, true, false),
+            "F0 sendA0 F1 sendA1 F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 F0@1 sendA0@1 recvG2 B2 F1@1 sendA1@1 recvG3 B3");
+  // The next step: its first two forwards already ran.
+  EXPECT_EQ(slice_text(0, 3, 4, false, false),
+            "F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 F0@1 sendA0@1 recvG2 B2 F1@1 sendA1@1 recvG3 B3");
+  EXPECT_EQ(slice_text(0, 3, 4, false, true), "F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 recvG2 B2 recvG3 B3");
+  EXPECT_EQ(slice_text(1, 3, 4, false, false),
+            "recvA1 F1 sendA1 recvG0 B0 sendG0 recvA2 F2 sendA2 recvG1 B1 sendG1 recvA3 F3 sendA3 recvG2 B2 sendG2 "
+            "recvA0@1 F0@1 sendA0@1 recvG3 B3 sendG3");
+  EXPECT_EQ(slice_text(2, 3, 4, false, false),
+            "recvA0 F0 B0 sendG0 recvA1 F1 B1 sendG1 recvA2 F2 B2 sendG2 recvA3 F3 B3 sendG3");
+}
+
+// Slices from a fresh step to a draining one, their next-step micro-batches
+// renumbered, are the ordinary 1F1B program of one flush of them all.
+TEST(Simulator, FlushlessSlicesJoinIntoOneFlush) {
+  for (int stages : {1, 2, 3, 5}) {
+    for (int m = stages; m <= stages + 3; ++m) {
+      for (int steps : {1, 2, 4}) {
+        for (int stage = 0; stage < stages; ++stage) {
+          std::vector<Step> joined;
+          for (int t = 0; t < steps; ++t) {
+            for (Step step : flushless_program(stage, stages, m, t == 0, t + 1 == steps)) {
+              step.micro_batch += (t + step.flush) * m;
+              step.flush = 0;
+              joined.push_back(step);
+            }
+          }
+          const std::vector<Step> whole = pipeline_program(Schedule::one_f_one_b, stage, stages, steps * m, 1);
+          ASSERT_EQ(joined.size(), whole.size()) << stages << " stages, m " << m << ", " << steps << " steps";
+          for (std::size_t k = 0; k < whole.size(); ++k) {
+            EXPECT_EQ(to_string(joined[k]), to_string(whole[k])) << "stage " << stage << " of " << stages << ", m " << m
+                                                                 << ", " << steps << " steps, position " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The tiny model (ModelShape's defaults) with the planner's wire sizes.
 TrainingShape tiny_model() {
   TrainingShape m;

@@ -64,6 +64,12 @@ struct Config {
   // micro-batches in flushes of this many (fewer activations alive with
   // GPipe, a bubble per flush); 0: one flush of all of them.
   int micro_batches_per_flush = 0;
+  // No flush between steps (PipeDream-2BW): one unbroken 1F1B stream, each
+  // step's gradient computed on the weights one update older than the
+  // newest (two versions kept), the step's exchanges finished during the
+  // next step. Numerics differ from synchronous training (one-step-stale
+  // gradients): analysis/results/flushless.md measures the loss.
+  bool pipeline_flushless = false;
   // Tensor parallelism: each pipeline stage's device is a group of this many
   // consecutive ranks of one node, splitting every layer (Megatron-style);
   // ranks = tensor_parallel x stages x replicas. Must divide model.heads.

@@ -90,6 +90,13 @@ class Stage {
   // name): identical values whatever the stage layout.
   void initialize(std::uint64_t seed);
   void zero_grads();
+  // A flushless pipeline (PipeDream-2BW) keeps two versions of the weights
+  // and two gradient buffers: these exchange the stage's buffer with `other`
+  // (parameter_count() floats from the same backend; the stage frees
+  // whichever it holds at the end), so that what runs next reads or
+  // accumulates into the other one.
+  void swap_parameters(float*& other);
+  void swap_gradients(float*& other);
 
   // Forward on micro-batch `slot`. First stage: `tokens` [B*T] (host), else
   // `input` [B,T,C] (device). Last stage: `targets` [B*T] (host), and the

@@ -29,6 +29,17 @@ std::vector<Step> pipeline_program(Schedule schedule, int stage, int pipeline_st
                                    int micro_batches_per_flush, int flushes);
 std::string to_string(const Step& step);  // "F3", "B0", "recvA3", "sendG0"; flush > 0 adds "@1"
 
+// Flushless 1F1B (PipeDream-2BW): the training run is one unbroken 1F1B
+// stream of micro-batches, cut after each step's last backward; the slice
+// of one step at `stage` is returned. Its backwards are all this step's;
+// its forwards are this step's and, at stages before the last, the first
+// p - 1 - stage of the next step's (flush = 1 marks them). `fresh`: the
+// stream starts here (the warm-up forwards come first); `drains`: it stops
+// after this step (no forward of the next step). Needs m >= p - 1 - stage.
+// Concatenated from a fresh step to a draining one, the slices are the
+// 1F1B program of one flush of all their micro-batches.
+std::vector<Step> flushless_program(int stage, int pipeline_stages, int micro_batches, bool fresh, bool drains);
+
 // Activation sets a stage keeps alive for `schedule` with m micro-batches per
 // flush and p stages: GPipe all m; 1F1B at most p in flight.
 int activation_slots(Schedule schedule, int micro_batches, int pipeline_stages);

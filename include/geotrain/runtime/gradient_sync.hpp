@@ -10,6 +10,7 @@
 
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
+#include "geotrain/runtime/staged_buffer.hpp"
 #include "geotrain/runtime/timeline.hpp"
 
 namespace geotrain::runtime {
@@ -47,6 +48,11 @@ class Collectives {
   virtual void sum_over_pipeline_values(double* values, int count) {
     for (int i = 0; i < count; ++i) values[i] = sum_over_pipeline(values[i]);
   }
+  // The same sum left in flight (a flushless pipeline's norm and loss, due
+  // one step later): `values` must stay put until finish. By default summed
+  // at once.
+  virtual void start_pipeline_values(double* values, int count) { sum_over_pipeline_values(values, count); }
+  virtual void finish_pipeline_values() {}
   // Sum of a scalar over the data-parallel group (losses, timings).
   virtual double sum_data_parallel_value(double value) = 0;
   // Several in one exchange; by default one by one.
@@ -99,5 +105,27 @@ class GradientBuckets;
 double synchronize_gradients(model::Stage& stage, kernels::Backend& backend, Collectives& collectives,
                              int pipeline_stages, int data_parallel, double* job_sum = nullptr,
                              Timeline* timeline = nullptr, GradientBuckets* buckets = nullptr);
+
+// synchronize_gradients in two halves, for a flushless pipeline whose step
+// ends while the next one runs. start() does what needs this step's
+// gradient only (the data-parallel sum, the first stage's half of the tied
+// embedding, this stage's part of the norm) and leaves the sums over the
+// pipeline in flight (the last stage's half of the tied embedding, the norm
+// and `job_sum`); finish() waits for them and returns the global norm,
+// *job_sum summed. The gradient buffer must stay untouched in between.
+class GradientSums {
+ public:
+  explicit GradientSums(kernels::Backend& backend) : staged_(backend) {}
+  void start(model::Stage& stage, kernels::Backend& backend, Collectives& collectives, int pipeline_stages,
+             int data_parallel, const double* job_sum, Timeline* timeline, GradientBuckets* buckets);
+  double finish(Collectives& collectives, double* job_sum, Timeline* timeline);
+
+ private:
+  StagedBuffer staged_;
+  double sums_[2] = {0, 0};
+  int sum_count_ = 1;
+  bool tied_in_flight_ = false;
+  std::int64_t wte_bytes_ = 0;
+};
 
 }  // namespace geotrain::runtime

@@ -74,6 +74,8 @@ class MpiCollectives : public Collectives {
   void finish_tied_embedding() override;
   double sum_over_pipeline(double value) override;
   void sum_over_pipeline_values(double* values, int count) override;
+  void start_pipeline_values(double* values, int count) override;
+  void finish_pipeline_values() override;
   double sum_data_parallel_value(double value) override;
   void sum_data_parallel_values(double* values, int count) override;
   void start_data_parallel_bucket(float* host_data, std::size_t count, double* values, int value_count) override;
@@ -95,6 +97,7 @@ class MpiCollectives : public Collectives {
   std::vector<EncodedSumState> bucket_states_;  // bucket b's, by its place in the step
   std::deque<ExchangeInFlight> buckets_;         // this step's, in flight (a deque: they must not move)
   ExchangeInFlight tied_in_flight_;  // the last stage's half of the tied embedding
+  ExchangeInFlight pipeline_values_in_flight_;
 };
 
 // The sums of a tensor-parallel unit (model/tensor_parallel.hpp) over

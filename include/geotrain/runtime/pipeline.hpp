@@ -84,6 +84,18 @@ class PipelineStep {
   // micro-batches' mean losses on the last stage, 0 elsewhere.
   double run(const std::vector<MicroBatch>& batches, PipelineLinks& links, float loss_scale);
 
+  // Flushless (PipeDream-2BW; schedule 1F1B, slots for every stage): step
+  // `step`'s slice of one unbroken 1F1B stream (plan::flushless_program):
+  // its backwards, its forwards and the next step's first ones (`next`:
+  // that step's batches). `before_compute(ahead)` runs before each forward
+  // and backward, ahead = 1 for the next step's: the trainer picks the
+  // weights that step reads. The sends are completed only when the slice
+  // `drains` (until then the next stage has not asked for all of them).
+  // Returns what run() does.
+  double run_flushless(int step, const std::vector<MicroBatch>& batches, const std::vector<MicroBatch>& next,
+                       PipelineLinks& links, float loss_scale, bool fresh, bool drains,
+                       const std::function<void(int ahead)>& before_compute);
+
   // Forward only (validation): batch `index` through this stage, activations
   // over the same links. Returns the batch's mean loss on the last stage, 0
   // elsewhere. Uses activation slot 0.
@@ -121,6 +133,16 @@ class PipelineStep {
   double slowdown_ = 1.0;
   std::size_t last_backward_ = 0;  // index in program_ of the step's last backward
 
+  // Where a program step's micro-batch lives: its batch, its activation
+  // slot, its number on the links (message tags), and 1 when it is the next
+  // step's.
+  struct Placed {
+    const MicroBatch* batch;
+    int slot, index, ahead;
+  };
+  double execute(const std::vector<plan::Step>& program, const std::function<Placed(const plan::Step&)>& place,
+                 std::size_t last_backward, PipelineLinks& links, float loss_scale,
+                 const std::function<void(int)>* before_compute, bool complete_sends);
   // received_ <- the link.
   void receive(PipelineLinks& links, int micro_batch, bool gradient);
   // data (device) -> the link.

@@ -239,6 +239,13 @@ void MpiCollectives::sum_over_pipeline_values(double* values, int count) {
   exchange_sum(pipeline_, nullptr, 0, values, count);
 }
 
+// Tag base 8: apart from the blocking sums (0) that the same group makes.
+void MpiCollectives::start_pipeline_values(double* values, int count) {
+  pipeline_values_in_flight_.start(pipeline_, 8, nullptr, 0, values, count, nullptr, nullptr);
+}
+
+void MpiCollectives::finish_pipeline_values() { pipeline_values_in_flight_.finish(); }
+
 void MpiCollectives::sum_data_parallel_values(double* values, int count) {
   exchange_sum(data_parallel_, nullptr, 0, values, count);
 }
