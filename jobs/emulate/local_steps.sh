@@ -77,7 +77,7 @@ options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scal
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
-sections=" ${SECTIONS:-short long inside-long planned-local two-sites} "
+sections=" ${SECTIONS:-short long inside-long planned-local two-sites flushless} "
 # shellcheck disable=SC2086  # option lists are words
 if [[ $sections == *" short "* ]]; then
   if [[ ${PEERS:-1} != 0 ]]; then
@@ -147,5 +147,28 @@ if [[ $sections == *" two-sites "* ]]; then
     --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
     --timing.file="$out/calibration-whole-model-8-sequences.h5" > /dev/null
   echo "{\"cores\": $(nproc), \"ranks\": 8}" > "$out/calibration-whole-model-8-sequences.json"
+fi
+# The planner's placement with a flushless pipeline (pipeline.flushless,
+# PipeDream-2BW: one unbroken 1F1B stream, gradients one update stale), 8
+# micro-batches of 1 sequence per replica, beside its peers in the same
+# session (the planned and rank-order synchronous runs, the flushed int8 run):
+#   planned-m8-int8all-flushless        replicas summing every step (int8
+#                                       gradients, activations, their gradients)
+#   planned-m8-H20-int8all-flushless    local steps on top (H = 20, momentum 0.9)
+#   planned-m8-fp32-flushless           nothing compressed, summing every step
+steps=${1:-40}
+if [[ $sections == *" flushless "* ]]; then
+  m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
+  all8="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
+  if [[ ${PEERS:-1} != 0 ]]; then
+    run world-wide "$file" "$options" planned gpipe "" --network.gradient_bucket_mb=0
+    run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
+    run world-wide "$file" "$options" planned gpipe -m8-H20-int8all $m8 $all8 --network.gradient_bucket_mb=0 \
+      --outer.local_steps=20 --outer.momentum=0.9
+  fi
+  run world-wide "$file" "$options" planned 1f1b -m8-int8all-flushless $m8 $all8 --pipeline.flushless=true
+  run world-wide "$file" "$options" planned 1f1b -m8-H20-int8all-flushless $m8 $all8 --pipeline.flushless=true \
+    --network.gradient_bucket_mb=0 --outer.local_steps=20 --outer.momentum=0.9
+  run world-wide "$file" "$options" planned 1f1b -m8-fp32-flushless $m8 --pipeline.flushless=true
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"

@@ -73,6 +73,18 @@ void resolve_config(const SimulateCommandOptions& o, Resolved& r) {
   if (!o.dp_scheme.empty()) plan::parse_dp_scheme(o.dp_scheme, &c.dp_scheme);
   if (!o.overlap.empty()) c.overlap_communication = on_off(o.overlap);
   if (o.pipeline_micro_batches >= 0) c.micro_batches_per_flush = o.pipeline_micro_batches;
+  if (o.flushless) {
+    if (c.schedule != plan::Schedule::one_f_one_b && !o.schedule.empty()) {
+      throw InputError("command line: --flushless: needs --schedule 1f1b (one unbroken 1F1B stream)");
+    }
+    if (o.pipeline_micro_batches > 0) throw InputError("command line: --flushless: has no flushes (drop --pipeline-micro-batches)");
+    c.schedule = plan::Schedule::one_f_one_b;
+    c.micro_batches_per_flush = 0;
+    c.flushless = true;
+    c.flushless_ahead = o.flushless_ahead;
+  } else if (o.flushless_ahead != 0) {
+    throw InputError("command line: --flushless-ahead: needs --flushless");
+  }
   c.recompute = on_off(o.recompute);
   if (o.gradient_bucket_mb >= 0) c.gradient_bucket_mb = o.gradient_bucket_mb;
   if (o.untied_head && o.lm_head == "off") throw InputError("--untied-head needs the LM head (--lm-head on)");
@@ -200,7 +212,7 @@ std::string render_table(const Resolved& r) {
       << format_number("%.4g", c.peak_tflops * c.efficiency) << " TFLOPS each\n"
       << "  placement " << plan::to_string(r.placement) << " (cost model " << format_number("%.5f", r.plan_cost_s) << " s";
   if (r.placement == plan::Placement::planned) out << ", planner " << format_number("%.2f", r.placed.planner_seconds) << " s";
-  out << "); schedule " << plan::to_string(c.schedule) << ", " << res.micro_batches << " micro-batches per replica = "
+  out << "); schedule " << plan::to_string(c.schedule) << (c.flushless ? " flushless (PipeDream-2BW: a step is the stream's steady advance)" : "") << ", " << res.micro_batches << " micro-batches per replica = "
       << res.flushes << " flush" << (res.flushes > 1 ? "es" : "") << " of " << res.micro_batches_per_flush << "\n"
       << "  communication " << (c.overlap_communication ? "overlapped with compute" : "blocking (batched p2p)")
       << ", data parallel " << plan::to_string(c.dp_scheme)
@@ -300,6 +312,8 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["planner_seconds"] = r.placed.planner_seconds;
   j["system"] = o.system;
   j["schedule"] = plan::to_string(c.schedule);
+  j["flushless"] = c.flushless;
+  j["flushless_ahead"] = c.flushless_ahead;
   j["dp_scheme"] = plan::to_string(c.dp_scheme);
   j["overlap_communication"] = c.overlap_communication;
   j["recompute"] = c.recompute;
@@ -372,6 +386,12 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
                   "in 25 MiB buckets from the last backward, one flush, tied LM head)")
       ->check(CLI::IsMember({"dtfm", "megatron", "geotrain"}));
   sim->add_option("--schedule", o.schedule, "gpipe or 1f1b (default: by --system)")->check(CLI::IsMember({"gpipe", "1f1b"}));
+  sim->add_flag("--flushless", o.flushless,
+                "pipeline.flushless (PipeDream-2BW): 1F1B with no flush between steps, a step timed as the unbroken "
+                "stream's steady advance; the data-parallel sum still follows each step's backward");
+  sim->add_option("--flushless-ahead", o.flushless_ahead,
+                  "pipeline.flushless_ahead: forwards each stage runs ahead of its backwards beyond 1F1B's")
+      ->check(CLI::NonNegativeNumber);
   sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central or direct (default: by --system)")
       ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
   sim->add_option("--overlap", o.overlap, "on: sends overlap compute; off: blocking p2p (default: by --system)")

@@ -1,5 +1,6 @@
 #include "geotrain/io/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -83,6 +84,7 @@ std::vector<Field> fields(Config& c) {
       {"pipeline.layers_per_stage", &c.layers_per_stage},
       {"pipeline.micro_batches_per_flush", &c.micro_batches_per_flush},
       {"pipeline.flushless", &c.pipeline_flushless},
+      {"pipeline.flushless_ahead", &c.pipeline_flushless_ahead},
       {"pipeline.tensor_parallel", &c.tensor_parallel},
       {"pipeline.layout", &c.layout},
       {"pipeline.plan_file", &c.plan_file, true},
@@ -351,10 +353,13 @@ void check(const Config& c) {
     if (c.micro_batches_per_flush > 0 && c.micro_batches_per_flush != c.gradient_accumulation) {
       fail(where, key, "cannot be combined with pipeline.micro_batches_per_flush (there are no flushes)");
     }
-    if (c.gradient_accumulation < c.pipeline_stages) {
-      fail(where, key, "needs train.gradient_accumulation >= pipeline.stages (" + std::to_string(c.pipeline_stages) +
-                           "), so that a step's micro-batches fill the pipeline; got " +
-                           std::to_string(c.gradient_accumulation));
+    if (c.pipeline_flushless_ahead < 0) fail(where, "pipeline.flushless_ahead", "must be >= 0");
+    const int slots = plan::flushless_slots(c.pipeline_stages, std::max(0, c.pipeline_flushless_ahead));
+    if (c.gradient_accumulation < slots) {
+      fail(where, "train.gradient_accumulation",
+           "must be >= (1 + pipeline.flushless_ahead) x (pipeline.stages - 1) + 1 = " + std::to_string(slots) +
+               " with pipeline.flushless (the micro-batches in flight at the first stage); got " +
+               std::to_string(c.gradient_accumulation));
     }
     if (!c.checkpoint_dir.empty() || !c.checkpoint_resume.empty()) {
       fail(where, key, std::string("cannot be combined with ") +
@@ -364,6 +369,9 @@ void check(const Config& c) {
     if (c.outer_fragments > 1) fail(where, key, "cannot be combined with outer.fragments > 1 yet (streamed fragments)");
     if (c.tensor_parallel != 1) fail(where, key, "needs pipeline.tensor_parallel = 1");
     if (c.transport == Transport::nccl) fail(where, key, "needs network.transport = mpi");
+  }
+  if (!c.pipeline_flushless && c.pipeline_flushless_ahead != 0) {
+    fail(where, "pipeline.flushless_ahead", "needs pipeline.flushless = true");
   }
   if (c.outer_sync_within_site && c.outer_local_steps == 0) {
     fail(where, "outer.sync_within_site", "needs outer.local_steps >= 1 (without local steps every replica sums every step)");

@@ -42,9 +42,9 @@ std::vector<Step> pipeline_program(Schedule schedule, int stage, int stages, int
   return program;
 }
 
-std::vector<Step> flushless_program(int stage, int stages, int m, bool fresh, bool drains) {
+std::vector<Step> flushless_program(int stage, int stages, int m, bool fresh, bool drains, int ahead) {
   std::vector<Step> program;
-  const int warmup = stages - 1 - stage;
+  const int warmup = (stages - 1 - stage) * (1 + ahead);
   if (fresh) {
     for (int i = 0; i < warmup; ++i) append_forward(program, stage, stages, 0, i);
   }
@@ -56,6 +56,8 @@ std::vector<Step> flushless_program(int stage, int stages, int m, bool fresh, bo
   }
   return program;
 }
+
+int flushless_slots(int stages, int ahead) { return (stages - 1) * (1 + ahead) + 1; }
 
 std::string to_string(const Step& step) {
   static const char* names[] = {"F", "B", "recvA", "sendA", "recvG", "sendG"};

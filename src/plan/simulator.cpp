@@ -216,6 +216,8 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   w.micro_batches_per_flush = flush;
   w.flushes = micro_batches / flush;
   w.schedule = c.schedule;
+  w.flushless = c.flushless;
+  w.flushless_ahead = c.flushless_ahead;
   w.dp_scheme = c.dp_scheme;
   w.overlap_communication = c.overlap_communication;
   const double b = c.micro_batch_sequences;
@@ -577,8 +579,90 @@ void add_tied_exchange(const Network& net, const Plan& plan, const PipelineWork&
 
 }  // namespace
 
+namespace {
+
+// The replicas' pipeline phase under `programs`: each stage's last backward,
+// compute and sending (the slowest replica's), and every device's compute.
+struct PipelinePhase {
+  std::vector<double> last_backward_s, compute_s, sending_s;
+  double total_compute = 0;
+  std::vector<double> device_compute;  // one per (replica, stage)
+};
+
+PipelinePhase play_replicas(const Network& net, const Plan& plan, const PipelineWork& w,
+                            const std::vector<std::vector<Step>>& programs, std::vector<TraceEvent>* trace) {
+  const int p = plan.pipeline_stages, d = plan.data_parallel;
+  PipelinePhase phase;
+  phase.last_backward_s.assign(p, 0.0);
+  phase.compute_s.assign(p, 0.0);
+  phase.sending_s.assign(p, 0.0);
+  // Replicas whose devices and links are alike time alike: play each kind once.
+  std::map<std::vector<double>, std::vector<double>> played;
+  for (int r = 0; r < d; ++r) {
+    std::vector<double>& times = played[trace ? std::vector<double>{double(r)} : replica_signature(net, plan, w, r)];
+    if (times.empty()) {
+      ReplicaRun replica(net, plan, w, programs, r, trace);
+      replica.run();
+      for (int s = 0; s < p; ++s) times.insert(times.end(), {replica.finish_s(s), replica.compute_s(s), replica.sending_s(s)});
+    }
+    for (int s = 0; s < p; ++s) {
+      phase.last_backward_s[s] = std::max(phase.last_backward_s[s], times[3 * s]);
+      phase.compute_s[s] = std::max(phase.compute_s[s], times[3 * s + 1]);
+      phase.sending_s[s] = std::max(phase.sending_s[s], times[3 * s + 2]);
+      phase.total_compute += times[3 * s + 1];
+      phase.device_compute.push_back(times[3 * s + 1]);
+    }
+  }
+  return phase;
+}
+
+// One flushless step: what kFlushlessSteps steps of the stream take beyond
+// half as many, per step (the fill and the drain cancel out).
+PipelinePhase flushless_step(const Network& net, const Plan& plan, const PipelineWork& w) {
+  const int p = plan.pipeline_stages, m = w.micro_batches_per_flush;
+  auto stream = [&](int steps) {  // the runtime's slices joined, their micro-batches numbered through
+    PipelineWork joined = w;
+    joined.micro_batches_per_flush = steps * m;
+    joined.flushes = 1;
+    std::vector<std::vector<Step>> programs(static_cast<std::size_t>(p));
+    for (int s = 0; s < p; ++s) {
+      for (int t = 0; t < steps; ++t) {
+        for (Step step : flushless_program(s, p, m, t == 0, t + 1 == steps, w.flushless_ahead)) {
+          step.micro_batch += (t + step.flush) * m;
+          step.flush = 0;
+          programs[static_cast<std::size_t>(s)].push_back(step);
+        }
+      }
+    }
+    return play_replicas(net, plan, joined, programs, nullptr);
+  };
+  const PipelinePhase shorter = stream(kFlushlessSteps / 2), longer = stream(kFlushlessSteps);
+  const double steps = kFlushlessSteps - kFlushlessSteps / 2;
+  PipelinePhase step = longer;
+  auto per_step = [&](double a, double b) { return (b - a) / steps; };
+  for (int s = 0; s < p; ++s) {
+    step.last_backward_s[s] = per_step(shorter.last_backward_s[s], longer.last_backward_s[s]);
+    step.compute_s[s] = per_step(shorter.compute_s[s], longer.compute_s[s]);
+    step.sending_s[s] = per_step(shorter.sending_s[s], longer.sending_s[s]);
+  }
+  step.total_compute = per_step(shorter.total_compute, longer.total_compute);
+  for (std::size_t k = 0; k < step.device_compute.size(); ++k) {
+    step.device_compute[k] = per_step(shorter.device_compute[k], longer.device_compute[k]);
+  }
+  return step;
+}
+
+}  // namespace
+
 SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWork& w, bool record_trace) {
   check_plan_fits(net, plan, w);
+  if (w.flushless && (w.schedule != Schedule::one_f_one_b || w.flushes != 1 || w.flushless_ahead < 0 ||
+                      w.micro_batches_per_flush < flushless_slots(plan.pipeline_stages, w.flushless_ahead))) {
+    throw std::invalid_argument("a flushless pipeline runs 1F1B in one flush per step of at least (1 + ahead) x "
+                                "(stages - 1) + 1 = " +
+                                std::to_string(flushless_slots(plan.pipeline_stages, std::max(0, w.flushless_ahead))) +
+                                " micro-batches");
+  }
   const int p = plan.pipeline_stages, d = plan.data_parallel, m = w.micro_batches_per_flush;
   std::vector<std::vector<Step>> programs;
   for (int s = 0; s < p; ++s) programs.push_back(pipeline_program(w.schedule, s, p, m, w.flushes));
@@ -587,32 +671,26 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
   result.micro_batches = m * w.flushes;
   result.micro_batches_per_flush = m;
   result.flushes = w.flushes;
-  result.stage_last_backward_s.assign(p, 0.0);
-  double total_compute = 0, least_compute = std::numeric_limits<double>::infinity();
-  // Replicas whose devices and links are alike time alike: play each kind once.
-  std::map<std::vector<double>, std::vector<double>> played;
-  for (int r = 0; r < d; ++r) {
-    std::vector<double>& times = played[record_trace ? std::vector<double>{double(r)} : replica_signature(net, plan, w, r)];
-    if (times.empty()) {
-      ReplicaRun replica(net, plan, w, programs, r, record_trace ? &result.trace : nullptr);
-      replica.run();
-      for (int s = 0; s < p; ++s) times.insert(times.end(), {replica.finish_s(s), replica.compute_s(s), replica.sending_s(s)});
-    }
-    for (int s = 0; s < p; ++s) {
-      const double finish = times[3 * s], compute = times[3 * s + 1], sending = times[3 * s + 2];
-      result.stage_last_backward_s[s] = std::max(result.stage_last_backward_s[s], finish);
-      result.pipeline_phase_s = std::max(result.pipeline_phase_s, finish);
-      result.compute_s = std::max(result.compute_s, compute);
-      result.pipeline_comm_s = std::max(result.pipeline_comm_s, sending);
-      total_compute += compute;
-      least_compute = std::min(least_compute, compute);
-    }
+  const PipelinePhase phase = w.flushless ? flushless_step(net, plan, w)
+                                          : play_replicas(net, plan, w, programs, record_trace ? &result.trace : nullptr);
+  result.stage_last_backward_s = phase.last_backward_s;
+  for (int s = 0; s < p; ++s) {
+    result.pipeline_phase_s = std::max(result.pipeline_phase_s, phase.last_backward_s[s]);
+    result.compute_s = std::max(result.compute_s, phase.compute_s[s]);
+    result.pipeline_comm_s = std::max(result.pipeline_comm_s, phase.sending_s[s]);
   }
+  const double total_compute = phase.total_compute;
+  const double least_compute = *std::min_element(phase.device_compute.begin(), phase.device_compute.end());
   if (w.outer.enabled()) {
     simulation::add_outer_sync(net, plan, w, &result);
   } else {
     add_datap_exchanges(net, plan, w, &result);
-    add_tied_exchange(net, plan, w, &result);
+    if (!w.flushless) add_tied_exchange(net, plan, w, &result);
+  }
+  if (w.flushless) {  // the tied embedding's swap and the norm travel during the next step
+    const simulation::TiedTransfer tied = simulation::tied_transfer_s(net, plan, w);
+    result.tied_exchange_s = std::max(tied.down_s, tied.up_s);
+    result.iteration_s = std::max(result.iteration_s, result.tied_exchange_s);
   }
   simulation::add_cross_site_traffic(net, plan, w, &result);
   if (result.iteration_s > 0) {

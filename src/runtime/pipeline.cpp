@@ -59,10 +59,10 @@ double PipelineStep::run_flushless(int step, const std::vector<MicroBatch>& batc
   if (static_cast<int>(batches.size()) != m || (!drains && static_cast<int>(next.size()) != m)) {
     throw std::invalid_argument("PipelineStep::run_flushless: expected one batch per micro-batch of both steps");
   }
-  if (slots_ < stages_ || m < stages_ - 1 - stage_index_) {
-    throw std::invalid_argument("PipelineStep::run_flushless: needs 1F1B with a slot per stage and m >= p - 1");
+  if (slots_ != plan::flushless_slots(stages_, ahead_) || m < slots_) {
+    throw std::invalid_argument("PipelineStep::run_flushless: needs set_flushless() and m >= its slots");
   }
-  const std::vector<plan::Step> program = plan::flushless_program(stage_index_, stages_, m, fresh, drains);
+  const std::vector<plan::Step> program = plan::flushless_program(stage_index_, stages_, m, fresh, drains, ahead_);
   std::size_t last_backward = 0;
   for (std::size_t k = 0; k < program.size(); ++k) {
     if (program[k].kind == plan::StepKind::backward) last_backward = k;

@@ -119,6 +119,12 @@ RunEnd run_end(const TrainResult& r) {
   return e;
 }
 
+// Activation sets a stage keeps: its schedule's, or the flushless stream's.
+int activation_slots(const io::Config& c, int micro_batches_per_flush, int stages) {
+  if (c.pipeline_flushless) return plan::flushless_slots(stages, c.pipeline_flushless_ahead);
+  return plan::activation_slots(c.pipeline_schedule, micro_batches_per_flush, stages);
+}
+
 // The signal that asked this rank to stop (0: none).
 volatile std::sig_atomic_t termination_requested = 0;
 extern "C" void request_termination(int signal_number) {
@@ -146,7 +152,7 @@ class RankTrainer {
         m_(config_.gradient_accumulation),
         flushes_(config_.micro_batches_per_flush > 0 ? m_ / config_.micro_batches_per_flush : 1),
         stage_(model_, role.spec, with.backend, B_,
-               plan::activation_slots(config_.pipeline_schedule, m_ / flushes_, role.stages), with.tensor_group,
+               activation_slots(config_, m_ / flushes_, role.stages), with.tensor_group,
                config_.activation_storage),
         optimizer_(with.backend, initialized(stage_, config_.seed), optimizer_settings(config_)),
         pipeline_(stage_, with.backend, config_.pipeline_schedule, role.stage, role.stages, m_, flushes_),
@@ -397,7 +403,7 @@ class RankTrainer {
     settings.activation_storage = config_.activation_storage;
     settings.tensor_parallel = role_.spec.tensor_parallel;
     const model::StageSpec& spec = role_.spec;
-    const int slots = plan::activation_slots(config_.pipeline_schedule, m_ / flushes_, role_.stages);
+    const int slots = activation_slots(config_, m_ / flushes_, role_.stages);
     const plan::StageMemory memory = plan::stage_memory(
         model_, {spec.last_layer - spec.first_layer, spec.has_embedding, spec.has_head}, B_, slots, settings);
     const auto mib = [](double bytes) {
@@ -408,7 +414,12 @@ class RankTrainer {
     progress_.text() << "  memory of stage " << role_.stage + 1 << " of " << role_.stages << ": weights, gradients, AdamW "
                      << mib(memory.state_bytes) << " MiB; activations " << mib(memory.activation_bytes) << " MiB ("
                      << to_string(config_.activation_storage) << " storage, " << slots
-                     << (slots == 1 ? " micro-batch" : " micro-batches") << " in flight); workspace " << mib(memory.workspace_bytes) << " MiB\n";
+                     << (slots == 1 ? " micro-batch" : " micro-batches") << " in flight); workspace " << mib(memory.workspace_bytes) << " MiB"
+                     << (config_.pipeline_flushless
+                             ? "; flushless: a second weight version and gradient buffer " +
+                                   mib(2.0 * sizeof(float) * static_cast<double>(stage_.parameter_count())) + " MiB"
+                             : std::string())
+                     << "\n";
   }
 
   void start_timeline() {
@@ -474,11 +485,13 @@ class RankTrainer {
   // flight, and a second set of batches (a slice runs the next step's first
   // forwards).
   void start_flushless() {
-    if (m_ < role_.stages) {
+    const int ahead = config_.pipeline_flushless_ahead;
+    if (m_ < plan::flushless_slots(role_.stages, ahead)) {
       throw InputError(config_.origin_of("pipeline.flushless") + ": pipeline.flushless: needs "
-                       "train.gradient_accumulation >= the pipeline's stages (" + std::to_string(role_.stages) +
-                       "), got " + std::to_string(m_));
+                       "train.gradient_accumulation >= (1 + pipeline.flushless_ahead) x (stages - 1) + 1 = " +
+                       std::to_string(plan::flushless_slots(role_.stages, ahead)) + ", got " + std::to_string(m_));
     }
+    pipeline_.set_flushless(ahead);
     versions_.emplace(stage_, with_.backend);
     sums_.emplace(with_.backend);
     for (int parity = 0; parity < 2; ++parity) {

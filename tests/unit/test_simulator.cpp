@@ -204,6 +204,45 @@ TEST(Simulator, OneFOneBHasTheSameBubbleAsGPipe) {
   }
 }
 
+TEST(Simulator, FlushlessStepIsTheStreamsSteadyAdvance) {
+  // Infinite bandwidth, equal stages, m >= p - 1: the unbroken 1F1B stream
+  // of M micro-batches takes (M + p - 1)(t_f + t_b), so a step advances it
+  // by m (t_f + t_b): no fill or drain, every device busy all the time.
+  const double tf = 1.0, tb = 2.0;
+  for (int p : {1, 2, 4, 8}) {
+    for (int m : {p, p + 1, 16}) {
+      const Network net = uniform_network(p * 2, std::numeric_limits<double>::infinity());
+      PipelineWork w = equal_stages(p, m, 1, tf, tb, Schedule::one_f_one_b);
+      w.flushless = true;
+      const SimulationResult r = simulate(net, grid_plan(p, 2), w);
+      const double expected = m * (tf + tb);
+      EXPECT_NEAR(r.iteration_s, expected, expected * kRel) << "p " << p << " m " << m;
+      EXPECT_NEAR(r.utilisation_mean, 1.0, 1e-12) << "p " << p << " m " << m;
+      EXPECT_NEAR(r.compute_s, m * (tf + tb), 1e-9);
+    }
+  }
+  // With a latency between stages the stream still drops the flushed
+  // step's fill and drain ((m + p - 1)(t_f + t_b) plus the latencies),
+  // but cannot beat the compute: 12 s <= flushless < flushed; more
+  // forwards ahead never make it slower.
+  Network net = uniform_network(4, std::numeric_limits<double>::infinity());
+  for (int a = 0; a < 4; ++a) {
+    for (int b = 0; b < 4; ++b) net.latency_s[static_cast<std::size_t>(a) * 4 + b] = a == b ? 0.0 : 0.5;
+  }
+  PipelineWork w = equal_stages(2, 4, 1, tf, tb, Schedule::one_f_one_b);
+  const double flushed = simulate(net, grid_plan(2, 2), w).iteration_s;
+  w.flushless = true;
+  const double flushless = simulate(net, grid_plan(2, 2), w).iteration_s;
+  EXPECT_GE(flushed, (4 + 1) * 3.0 + 2 * 0.5);
+  EXPECT_GE(flushless, 12.0 - 1e-9);
+  EXPECT_LT(flushless, flushed - 2.0);
+  w.flushless_ahead = 2;
+  const double ahead = simulate(net, grid_plan(2, 2), w).iteration_s;
+  EXPECT_GE(ahead, 12.0 - 1e-9);
+  EXPECT_LE(ahead, flushless + 1e-9);
+  std::printf("2 stages, 0.5 s latency, m = 4: flushed %.3f s, flushless %.3f s, 2 ahead %.3f s\n", flushed, flushless, ahead);
+}
+
 TEST(Simulator, ZeroComputeIsPureCommunication) {
   // Three stages in a line, one replica, one micro-batch, no compute.
   // Links (directed): 0->1 latency 0.01, 1e8 B/s; 1->2 0.02, 2e8 B/s;
@@ -316,9 +355,9 @@ TEST(Simulator, ProgramsReadAsTheSchedules) {
 // runs p - 1 - s = 2 forwards ahead of its backwards, so the slice after
 // its warm-up ends with the next step's first two forwards (@1); the last
 // stage runs none ahead.
-std::string slice_text(int stage, int stages, int m, bool fresh, bool drains) {
+std::string slice_text(int stage, int stages, int m, bool fresh, bool drains, int ahead = 0) {
   std::string text;
-  for (const Step& step : flushless_program(stage, stages, m, fresh, drains)) {
+  for (const Step& step : flushless_program(stage, stages, m, fresh, drains, ahead)) {
     if (!text.empty()) text += ' ';
     text += to_string(step);
   }
@@ -362,6 +401,49 @@ TEST(Simulator, FlushlessSlicesJoinIntoOneFlush) {
           }
         }
       }
+    }
+  }
+}
+
+// With `ahead`, a stage s hops before the last leads by (1 + ahead) x s
+// forwards; the last stage's backward still follows its forward at once.
+TEST(Simulator, FlushlessAheadLeadsByTheHops) {
+  // By hand: 2 stages, m = 4, ahead 1: the first stage warms up with 2.
+  EXPECT_EQ(slice_text(0, 2, 4, true, false, 1),
+            "F0 sendA0 F1 sendA1 F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 F0@1 sendA0@1 recvG2 B2 F1@1 sendA1@1 recvG3 B3");
+  EXPECT_EQ(slice_text(1, 2, 4, false, false, 1),
+            "recvA0 F0 B0 sendG0 recvA1 F1 B1 sendG1 recvA2 F2 B2 sendG2 recvA3 F3 B3 sendG3");
+  EXPECT_EQ(flushless_slots(4, 1), 7);
+  // Streams of 3 steps on every stage: each micro-batch's forward before its
+  // backward, all of them once, at most flushless_slots alive at the first
+  // stage; and the simulator plays them to the end (no stage waits forever).
+  for (int stages : {2, 3, 4}) {
+    for (int ahead : {0, 1, 2}) {
+      const int m = flushless_slots(stages, ahead), steps = 3;
+      for (int stage = 0; stage < stages; ++stage) {
+        std::vector<int> forwarded(static_cast<std::size_t>(steps * m), 0), backwarded = forwarded;
+        int alive = 0, most = 0;
+        for (int t = 0; t < steps; ++t) {
+          for (const Step& step : flushless_program(stage, stages, m, t == 0, t + 1 == steps, ahead)) {
+            const auto k = static_cast<std::size_t>((t + step.flush) * m + step.micro_batch);
+            if (step.kind == StepKind::forward) ++forwarded[k], most = std::max(most, ++alive);
+            if (step.kind == StepKind::backward) {
+              EXPECT_EQ(forwarded[k], 1) << "backward before forward: stage " << stage << " micro-batch " << k;
+              ++backwarded[k], --alive;
+            }
+          }
+        }
+        for (std::size_t k = 0; k < forwarded.size(); ++k) {
+          EXPECT_EQ(forwarded[k], 1) << stages << " stages, ahead " << ahead << ", stage " << stage << ", " << k;
+          EXPECT_EQ(backwarded[k], 1) << stages << " stages, ahead " << ahead << ", stage " << stage << ", " << k;
+        }
+        EXPECT_EQ(most, (stages - 1 - stage) * (1 + ahead) + 1) << stages << " stages, ahead " << ahead;
+      }
+      PipelineWork w = equal_stages(stages, m, 1, 1.0, 2.0, Schedule::one_f_one_b);
+      w.flushless = true;
+      w.flushless_ahead = ahead;
+      const SimulationResult r = simulate(uniform_network(stages, 1e9), grid_plan(stages, 1), w);
+      EXPECT_NEAR(r.compute_s, m * 3.0, 1e-6) << stages << " stages, ahead " << ahead;
     }
   }
 }

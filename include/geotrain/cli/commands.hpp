@@ -92,6 +92,8 @@ struct SimulateCommandOptions {
   std::string placement = "planned";
   std::string system = "dtfm";     // preset for the four runtime choices below
   std::string schedule;            // "" = by --system
+  bool flushless = false;          // pipeline.flushless: 1F1B, no flush between steps
+  int flushless_ahead = 0;         // pipeline.flushless_ahead
   std::string dp_scheme;
   std::string overlap;             // "on" / "off"
   std::string recompute = "on";

@@ -70,6 +70,11 @@ struct Config {
   // next step. Numerics differ from synchronous training (one-step-stale
   // gradients): analysis/results/flushless.md measures the loss.
   bool pipeline_flushless = false;
+  // Flushless: each stage runs this many forwards ahead of its backwards
+  // beyond 1F1B's p - 1 - s (as many more activation sets): a round trip
+  // over a slow link then finds work waiting. Needs gradient_accumulation
+  // >= stages + this.
+  int pipeline_flushless_ahead = 0;
   // Tensor parallelism: each pipeline stage's device is a group of this many
   // consecutive ranks of one node, splitting every layer (Megatron-style);
   // ranks = tensor_parallel x stages x replicas. Must divide model.heads.

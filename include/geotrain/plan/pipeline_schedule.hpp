@@ -35,10 +35,20 @@ std::string to_string(const Step& step);  // "F3", "B0", "recvA3", "sendG0"; flu
 // its forwards are this step's and, at stages before the last, the first
 // p - 1 - stage of the next step's (flush = 1 marks them). `fresh`: the
 // stream starts here (the warm-up forwards come first); `drains`: it stops
-// after this step (no forward of the next step). Needs m >= p - 1 - stage.
-// Concatenated from a fresh step to a draining one, the slices are the
-// 1F1B program of one flush of all their micro-batches.
-std::vector<Step> flushless_program(int stage, int pipeline_stages, int micro_batches, bool fresh, bool drains);
+// after this step (no forward of the next step). `ahead`: a stage s hops
+// before the last runs (1 + ahead)(p - 1 - s) forwards ahead of its
+// backwards instead of 1F1B's p - 1 - s, so that a round trip over slow
+// links finds work waiting (the round trip grows with the hops, so does
+// the lead; the last stage's backward follows its forward at once). With
+// ahead = 0, concatenated from a fresh step to a draining one, the slices
+// are the 1F1B program of one flush of all their micro-batches. Needs
+// m >= flushless_slots(p, ahead).
+std::vector<Step> flushless_program(int stage, int pipeline_stages, int micro_batches, bool fresh, bool drains,
+                                    int ahead = 0);
+
+// Activation sets the first stage keeps alive in the flushless stream (the
+// most of any stage): (1 + ahead)(p - 1) + 1.
+int flushless_slots(int pipeline_stages, int ahead);
 
 // Activation sets a stage keeps alive for `schedule` with m micro-batches per
 // flush and p stages: GPipe all m; 1F1B at most p in flight.

@@ -54,6 +54,8 @@ struct SimulationConfig {
   double peak_tflops = kV100PeakTflops;
   double efficiency = kCalibratedEfficiency;
   Schedule schedule = Schedule::gpipe;
+  bool flushless = false;            // PipelineWork::flushless (1F1B, one flush)
+  int flushless_ahead = 0;
   DataParallelScheme dp_scheme = DataParallelScheme::paper;
   bool recompute = true;             // activation checkpointing: backward = 2x forward + 1x forward again
   // true (DT-FM): sends on their own stream, receives posted ahead, compute
@@ -133,7 +135,15 @@ struct PipelineWork {
   // outer.within_site: per stage, the fp32 gradient the replicas of one site
   // sum every step (in buckets as bucket_bytes says, over layer_gradient_bytes).
   std::vector<double> site_gradient_bytes;
+  // pipeline.flushless (PipeDream-2BW; needs 1F1B): no flush between steps.
+  // A step is the steady-state advance of the unbroken stream (timed over
+  // kFlushlessSteps steps against half as many); the data-parallel sum
+  // still follows each step's last backward, the tied embedding's swap runs
+  // during the next step (it only has to fit in one).
+  bool flushless = false;
+  int flushless_ahead = 0;  // pipeline.flushless_ahead
 };
+inline constexpr int kFlushlessSteps = 4;
 
 // Per-micro-batch compute of one stage from FLOPs: layers as
 // config.layers_per_stage says, or split as evenly as possible (the first L

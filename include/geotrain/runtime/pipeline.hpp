@@ -92,9 +92,15 @@ class PipelineStep {
   // weights that step reads. The sends are completed only when the slice
   // `drains` (until then the next stage has not asked for all of them).
   // Returns what run() does.
+  // set_flushless(ahead) first: the stage must hold plan::flushless_slots.
   double run_flushless(int step, const std::vector<MicroBatch>& batches, const std::vector<MicroBatch>& next,
                        PipelineLinks& links, float loss_scale, bool fresh, bool drains,
                        const std::function<void(int ahead)>& before_compute);
+  // pipeline.flushless_ahead: forwards run ahead beyond 1F1B's (the stream's slots).
+  void set_flushless(int ahead) {
+    ahead_ = ahead;
+    slots_ = plan::flushless_slots(stages_, ahead);
+  }
 
   // Forward only (validation): batch `index` through this stage, activations
   // over the same links. Returns the batch's mean loss on the last stage, 0
@@ -131,6 +137,7 @@ class PipelineStep {
   model::GradientReady gradient_ready_;
   std::function<void()> poll_;
   double slowdown_ = 1.0;
+  int ahead_ = 0;  // flushless: forwards ahead beyond 1F1B's
   std::size_t last_backward_ = 0;  // index in program_ of the step's last backward
 
   // Where a program step's micro-batch lives: its batch, its activation

@@ -13,7 +13,8 @@ and the gradients are one update stale.
      updated weights).
 2. Layouts: the flushless run alone (one stage) against pipelines of 2 and
    4 stages and 2 x 2 (pipelines with replicas summing every step, with
-   and without buckets), the same global batch; the validation every 5
+   and without buckets), with forwards run further ahead
+   (pipeline.flushless_ahead), the same global batch; the validation every 5
    steps drains the stream and starts it again, so restarts are covered.
    Every step's loss and the final validation loss within 1e-5 (the
    replicas' sum changes the order of additions, as in
@@ -82,8 +83,9 @@ def main():
     if not reference[1] < 0.9 * initial[0]:
         failures.append(f"the flushless run does not learn: final validation loss {reference[1]}")
 
-    for pp, dp, extra in ((2, 1, []), (4, 1, []), (2, 2, ["--network.gradient_bucket_mb=0"]),
-                          (2, 2, ["--network.gradient_bucket_mb=0.0625"])):
+    for pp, dp, extra in ((2, 1, []), (4, 1, []), (4, 1, ["--pipeline.flushless_ahead=1"]),
+                          (2, 2, ["--network.gradient_bucket_mb=0"]),
+                          (2, 2, ["--network.gradient_bucket_mb=0.0625", "--pipeline.flushless_ahead=2"])):
         command = [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
                    f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}", "--pipeline.flushless=true",
                    "--pipeline.placement=rank-order", *extra]
