@@ -22,7 +22,9 @@
 # -inside-s16 runs). LAYOUT=pipelines4x2: 8 ranks, 4 stages x 2 replicas,
 # each SEQUENCES (8) micro-batches of 1 sequence (16 per step): the layout the
 # planner picks with local steps on the emulation (its planned-m8 runs;
-# SEQUENCES=32: 64 per step, its tokyo-london runs).
+# SEQUENCES=32: 64 per step, its tokyo-london runs). The flushless cases
+# (pipeline.flushless: gradients one update stale) are the emulation's
+# flushless runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/bench-local-steps/summary.json}
@@ -50,7 +52,10 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10 --outer.momentum=0.5
   [H20-F5-int4-momentum0.9]="--outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
   [H20-F5-int4-act8-momentum0.9]="--outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --compression.activations=int8 --compression.activation_gradients=int8 --outer.momentum=0.9"
   [H40-F5-int4-momentum0.9]="--outer.local_steps=40 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
-  [H50]="--outer.local_steps=50 --outer.momentum=0.5" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8 --outer.momentum=0.5")
+  [H50]="--outer.local_steps=50 --outer.momentum=0.5" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8 --outer.momentum=0.5"
+  [flushless]="--pipeline.flushless=true"
+  [flushless-int8all]="--pipeline.flushless=true --compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
+  [H20-int8all-momentum0.9-flushless]="--pipeline.flushless=true --outer.local_steps=20 --compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8 --outer.momentum=0.9")
 geotrain=build/release/geotrain
 work=$(dirname "$out")
 mkdir -p "$work"

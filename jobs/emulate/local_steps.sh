@@ -77,7 +77,7 @@ options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scal
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
-sections=" ${SECTIONS:-short long inside-long planned-local two-sites flushless} "
+sections=" ${SECTIONS:-short long inside-long planned-local two-sites flushless two-sites-flushless} "
 # shellcheck disable=SC2086  # option lists are words
 if [[ $sections == *" short "* ]]; then
   if [[ ${PEERS:-1} != 0 ]]; then
@@ -156,6 +156,10 @@ fi
 #                                       gradients, activations, their gradients)
 #   planned-m8-H20-int8all-flushless    local steps on top (H = 20, momentum 0.9)
 #   planned-m8-fp32-flushless           nothing compressed, summing every step
+# each as 1F1B leads (flushless_ahead = 0) and with one more forward per hop
+# ahead at the stages before the last (-ahead1: 7 micro-batches in flight at
+# the first stage, 1F1B's 4).
+# AHEADS ("0 1") picks the leads to run.
 steps=${1:-40}
 if [[ $sections == *" flushless "* ]]; then
   m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
@@ -166,9 +170,27 @@ if [[ $sections == *" flushless "* ]]; then
     run world-wide "$file" "$options" planned gpipe -m8-H20-int8all $m8 $all8 --network.gradient_bucket_mb=0 \
       --outer.local_steps=20 --outer.momentum=0.9
   fi
-  run world-wide "$file" "$options" planned 1f1b -m8-int8all-flushless $m8 $all8 --pipeline.flushless=true
-  run world-wide "$file" "$options" planned 1f1b -m8-H20-int8all-flushless $m8 $all8 --pipeline.flushless=true \
-    --network.gradient_bucket_mb=0 --outer.local_steps=20 --outer.momentum=0.9
-  run world-wide "$file" "$options" planned 1f1b -m8-fp32-flushless $m8 --pipeline.flushless=true
+  # 1F1B's lead (ahead = 0) keeps 4 micro-batches in flight at the first stage, too few for
+  # a round trip over three ocean hops; ahead = 1 keeps 7.
+  for ahead in ${AHEADS:-0 1}; do
+    lead="--pipeline.flushless=true --pipeline.flushless_ahead=$ahead"
+    suffix=$([[ $ahead == 0 ]] && echo "" || echo "-ahead$ahead")
+    run world-wide "$file" "$options" planned 1f1b "-m8-int8all-flushless$suffix" $m8 $all8 $lead
+    run world-wide "$file" "$options" planned 1f1b "-m8-H20-int8all-flushless$suffix" $m8 $all8 $lead \
+      --network.gradient_bucket_mb=0 --outer.local_steps=20 --outer.momentum=0.9
+    run world-wide "$file" "$options" planned 1f1b "-m8-fp32-flushless$suffix" $m8 $lead
+  done
+fi
+# The same on two continents (the two-sites layout, a 4-stage pipeline in each
+# site, 32 micro-batches of 1 per replica), H = 20 unstreamed at int4 (the
+# flushless stream takes no fragments yet), activations at int8: flushed
+# GPipe beside the flushless stream one forward per hop ahead.
+if [[ $sections == *" two-sites-flushless "* ]]; then
+  pairs="--sites Tokyo,London --devices 4,4 --bandwidth-scale 0.05"
+  m32="--train.gradient_accumulation=32 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
+  act8="--outer.local_steps=20 --compression.gradients=int4 --outer.momentum=0.9 --compression.activations=int8 --compression.activation_gradients=int8"
+  run tokyo-london "$file" "$pairs" planned gpipe -H20-int4-act8 $m32 $act8
+  run tokyo-london "$file" "$pairs" planned 1f1b -H20-int4-act8-flushless-ahead1 $m32 $act8 \
+    --pipeline.flushless=true --pipeline.flushless_ahead=1
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"

@@ -118,6 +118,12 @@ Resolved resolve(const SimulateCommandOptions& o) {
                      " (see --layers, --batch, --micro-batch, --pipeline-micro-batches, --pp, --dp)");
   }
 
+  if (c.flushless && r.work.micro_batches_per_flush < plan::flushless_slots(pp, c.flushless_ahead)) {
+    throw InputError("command line: --flushless: needs at least (1 + ahead) x (pp - 1) + 1 = " +
+                     std::to_string(plan::flushless_slots(pp, c.flushless_ahead)) + " micro-batches per replica, got " +
+                     std::to_string(r.work.micro_batches_per_flush) + " (raise --batch or lower --micro-batch)");
+  }
+
   // The placement is planned for the model simulated (its compression
   // included), not the scenario's.
   r.scenario.workload = plan::workload_from_model(c.model, pp, dp);
@@ -128,7 +134,8 @@ Resolved resolve(const SimulateCommandOptions& o) {
   r.placed = plan::make_placement(cost_model, r.placement, search);
   r.plan_cost_s = r.placed.plan.cost.total_s();
   r.result = plan::simulate(r.scenario.network, r.placed.plan, c, o.timeline);
-  if (!o.timeline) r.flush = plan::recommend_flush(r.scenario.network, r.placed.plan, c, o.flush_tolerance);
+  // A flushless stream has no flush to size.
+  if (!o.timeline && !c.flushless) r.flush = plan::recommend_flush(r.scenario.network, r.placed.plan, c, o.flush_tolerance);
   return r;
 }
 
@@ -258,6 +265,7 @@ void add_extension_json(const Resolved& r, nlohmann::json& j) {
   j["utilisation_mean"] = r.result.utilisation_mean;
   j["utilisation_min"] = r.result.utilisation_min;
   const plan::FlushRecommendation& f = r.flush;
+  if (f.candidates.empty()) return;  // flushless: no flush to recommend
   nlohmann::json candidates = nlohmann::json::array();
   for (const auto& c : f.candidates) {
     candidates.push_back({{"micro_batches_per_flush", c.micro_batches_per_flush}, {"iteration_s", c.iteration_s},

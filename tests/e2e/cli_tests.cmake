@@ -261,3 +261,11 @@ add_test(NAME cli.simulate.geotrain-system
   COMMAND sh -c "f='--pp 4 --dp 4 --batch 64 --candidates 200 --seed 3 --json --system geotrain'; \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/geotrain-buckets.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f --gradient-bucket-mb 0 > \"$5/geotrain-after.json\" && \"$4\" -c \"import json,sys; b=json.load(open(sys.argv[1])); a=json.load(open(sys.argv[2])); assert b['gradient_bucket_mb']==25 and a['gradient_bucket_mb']==0, (b['gradient_bucket_mb'], a['gradient_bucket_mb']); assert b['dp_scheme']=='direct' and b['schedule']=='1f1b' and b['lm_head'], b; assert b['iteration_s'] < a['iteration_s'], (b['iteration_s'], a['iteration_s'])\" \"$5/geotrain-buckets.json\" \"$5/geotrain-after.json\""
           _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
           ${CMAKE_CURRENT_BINARY_DIR})
+
+# simulate --flushless: the JSON says so and has no flush to recommend; too
+# few micro-batches for the stream's lead exits 2 naming the flag.
+add_test(NAME cli.simulate.flushless
+  COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --batch 16 --flushless --flushless-ahead 1 --json --candidates 50 | \"$4\" -c \"import json, sys; d = json.load(sys.stdin); assert d['flushless'] and d['flushless_ahead'] == 1 and d['schedule'] == '1f1b' and 'recommendation' not in d and d['iteration_s'] > 0, d\""
+          _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE})
+expect_input_error(simulate-flushless-too-few "--flushless: needs at least \\(1 \\+ ahead\\) x \\(pp - 1\\) \\+ 1 = 3 micro-batches per replica, got 2"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 4 --flushless --flushless-ahead 1)
