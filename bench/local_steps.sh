@@ -54,6 +54,7 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10 --outer.momentum=0.5
   [H40-F5-int4-momentum0.9]="--outer.local_steps=40 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
   [H50]="--outer.local_steps=50 --outer.momentum=0.5" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8 --outer.momentum=0.5"
   [flushless]="--pipeline.flushless=true"
+  [flushless-lr5e-4]="--pipeline.flushless=true --optimizer.learning_rate=5e-4"
   [flushless-int8all]="--pipeline.flushless=true --compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
   [H20-int8all-momentum0.9-flushless]="--pipeline.flushless=true --outer.local_steps=20 --compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8 --outer.momentum=0.9")
 geotrain=build/release/geotrain
