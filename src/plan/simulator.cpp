@@ -617,10 +617,12 @@ PipelinePhase play_replicas(const Network& net, const Plan& plan, const Pipeline
 }
 
 // One flushless step: what kFlushlessSteps steps of the stream take beyond
-// half as many, per step (the fill and the drain cancel out).
-PipelinePhase flushless_step(const Network& net, const Plan& plan, const PipelineWork& w) {
+// half as many, per step (the fill and the drain cancel out). `trace`
+// receives the longer stream, its micro-batches numbered through.
+PipelinePhase flushless_step(const Network& net, const Plan& plan, const PipelineWork& w,
+                             std::vector<TraceEvent>* trace) {
   const int p = plan.pipeline_stages, m = w.micro_batches_per_flush;
-  auto stream = [&](int steps) {  // the runtime's slices joined, their micro-batches numbered through
+  auto stream = [&](int steps, std::vector<TraceEvent>* events) {  // the runtime's slices joined, their micro-batches numbered through
     PipelineWork joined = w;
     joined.micro_batches_per_flush = steps * m;
     joined.flushes = 1;
@@ -634,9 +636,9 @@ PipelinePhase flushless_step(const Network& net, const Plan& plan, const Pipelin
         }
       }
     }
-    return play_replicas(net, plan, joined, programs, nullptr);
+    return play_replicas(net, plan, joined, programs, events);
   };
-  const PipelinePhase shorter = stream(kFlushlessSteps / 2), longer = stream(kFlushlessSteps);
+  const PipelinePhase shorter = stream(kFlushlessSteps / 2, nullptr), longer = stream(kFlushlessSteps, trace);
   const double steps = kFlushlessSteps - kFlushlessSteps / 2;
   PipelinePhase step = longer;
   auto per_step = [&](double a, double b) { return (b - a) / steps; };
@@ -664,15 +666,19 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
                                 " micro-batches");
   }
   const int p = plan.pipeline_stages, d = plan.data_parallel, m = w.micro_batches_per_flush;
-  std::vector<std::vector<Step>> programs;
-  for (int s = 0; s < p; ++s) programs.push_back(pipeline_program(w.schedule, s, p, m, w.flushes));
-
   SimulationResult result;
   result.micro_batches = m * w.flushes;
   result.micro_batches_per_flush = m;
   result.flushes = w.flushes;
-  const PipelinePhase phase = w.flushless ? flushless_step(net, plan, w)
-                                          : play_replicas(net, plan, w, programs, record_trace ? &result.trace : nullptr);
+  std::vector<TraceEvent>* trace = record_trace ? &result.trace : nullptr;
+  PipelinePhase phase;
+  if (w.flushless) {
+    phase = flushless_step(net, plan, w, trace);
+  } else {
+    std::vector<std::vector<Step>> programs;
+    for (int s = 0; s < p; ++s) programs.push_back(pipeline_program(w.schedule, s, p, m, w.flushes));
+    phase = play_replicas(net, plan, w, programs, trace);
+  }
   result.stage_last_backward_s = phase.last_backward_s;
   for (int s = 0; s < p; ++s) {
     result.pipeline_phase_s = std::max(result.pipeline_phase_s, phase.last_backward_s[s]);

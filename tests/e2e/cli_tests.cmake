@@ -267,5 +267,11 @@ add_test(NAME cli.simulate.geotrain-system
 add_test(NAME cli.simulate.flushless
   COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --batch 16 --flushless --flushless-ahead 1 --json --candidates 50 | \"$4\" -c \"import json, sys; d = json.load(sys.stdin); assert d['flushless'] and d['flushless_ahead'] == 1 and d['schedule'] == '1f1b' and 'recommendation' not in d and d['iteration_s'] > 0, d\""
           _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE})
+# --timeline with --flushless: the unbroken stream of 4 steps, every device
+# running each of the 4 x 8 micro-batches (16 sequences / 2 replicas) forward
+# and backward once.
+add_test(NAME cli.simulate.flushless-timeline
+  COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --batch 16 --flushless --timeline --candidates 50 | \"$4\" -c \"import collections, csv, sys; rows = [r for r in csv.DictReader(sys.stdin) if r['step'][0] in 'FB']; seen = collections.Counter((r['replica'], r['stage'], r['step']) for r in rows); expected = {(str(r), str(s), k + str(i)) for r in range(2) for s in range(2) for k in 'FB' for i in range(32)}; assert set(seen) == expected and set(seen.values()) == {1}, sorted(set(seen) ^ expected)[:5]\""
+          _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE})
 expect_input_error(simulate-flushless-too-few "--flushless: needs at least \\(1 \\+ ahead\\) x \\(pp - 1\\) \\+ 1 = 3 micro-batches per replica, got 2"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 4 --flushless --flushless-ahead 1)
