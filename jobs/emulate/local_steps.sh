@@ -51,6 +51,7 @@
 #                               local steps
 #   -1f1b-H20-F5-int4           1F1B instead of GPipe
 #   -H20-F5-int4-act8           activations and their gradients at int8
+#   -1f1b-H20-F5-int4-act8      both: 1F1B and int8 activations
 #   -pp2-sites-H20-F5-int4      2-stage pipelines, a site's 2 summing every
 #                               step (outer.sync_within_site)
 #   -pp1-mb8-sites-H20-F5-int4  whole models, one micro-batch of 8, a site's
@@ -138,15 +139,21 @@ if [[ $sections == *" two-sites "* ]]; then
   run tokyo-london "$file" "$pairs" planned 1f1b -1f1b-H20-F5-int4 $m32 --outer.local_steps=20 $local_f5
   run tokyo-london "$file" "$pairs" planned gpipe -H20-F5-int4-act8 $m32 --outer.local_steps=20 $local_f5 \
     --compression.activations=int8 --compression.activation_gradients=int8
+  run tokyo-london "$file" "$pairs" planned 1f1b -1f1b-H20-F5-int4-act8 $m32 --outer.local_steps=20 $local_f5 \
+    --compression.activations=int8 --compression.activation_gradients=int8
   run tokyo-london "$file" "$pairs" planned gpipe -pp2-sites-H20-F5-int4 --pipeline.stages=2 \
     --train.gradient_accumulation=16 --train.micro_batch_sequences=1 $sites
   run tokyo-london "$file" "$pairs" planned gpipe -pp1-mb8-sites-H20-F5-int4 --pipeline.stages=1 \
     --train.gradient_accumulation=1 --train.micro_batch_sequences=8 $sites
-  OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
-    --pipeline.stages=1 --train.micro_batch_sequences=8 --train.gradient_accumulation=1 --train.steps=12 \
-    --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
-    --timing.file="$out/calibration-whole-model-8-sequences.h5" > /dev/null
-  echo "{\"cores\": $(nproc), \"ranks\": 8}" > "$out/calibration-whole-model-8-sequences.json"
+  rm -f "$out"/calibration-whole-model-8-sequences*.h5
+  for repeat in 1 2 3; do  # the report takes the fastest: a run right after the emulation's teardown can be slowed
+    OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
+      --pipeline.stages=1 --train.micro_batch_sequences=8 --train.gradient_accumulation=1 --train.steps=12 \
+      --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
+      --timing.file="$out/calibration-whole-model-8-sequences-$repeat.h5" > /dev/null
+  done
+  # getconf, not nproc: nproc follows the OMP_NUM_THREADS=1 exported above
+  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": 8}" > "$out/calibration-whole-model-8-sequences.json"
 fi
 # The planner's placement with a flushless pipeline (pipeline.flushless,
 # PipeDream-2BW: one unbroken 1F1B stream, gradients one update stale), 8
