@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/common/errors.hpp"
@@ -425,8 +426,9 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   sim->add_option("--seed", o.seed, "seed of the planner and of the random placement");
   sim->add_option("--candidates", o.candidates, "planner: evaluated candidates")->check(CLI::Range(2, 100000000));
   sim->add_flag("--json", o.json, "print one JSON object instead of the table");
-  sim->add_flag("--timeline", o.timeline, "print every timed step as CSV (replica,stage,device,step,start_s,end_s); with --flushless, the "
-              "stream of 4 steps, its micro-batches numbered through");
+  sim->add_flag("--timeline", o.timeline,
+                "print every timed step as CSV (replica,stage,device,step,start_s,end_s); with --flushless, the "
+                "stream of " + std::to_string(plan::kFlushlessSteps) + " steps, its micro-batches numbered through");
 }
 
 int run_simulate_command(const SimulateCommandOptions& o) {

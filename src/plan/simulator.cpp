@@ -622,7 +622,8 @@ PipelinePhase play_replicas(const Network& net, const Plan& plan, const Pipeline
 PipelinePhase flushless_step(const Network& net, const Plan& plan, const PipelineWork& w,
                              std::vector<TraceEvent>* trace) {
   const int p = plan.pipeline_stages, m = w.micro_batches_per_flush;
-  auto stream = [&](int steps, std::vector<TraceEvent>* events) {  // the runtime's slices joined, their micro-batches numbered through
+  // The runtime's slices joined, their micro-batches numbered through.
+  auto stream = [&](int steps, std::vector<TraceEvent>* events) {
     PipelineWork joined = w;
     joined.micro_batches_per_flush = steps * m;
     joined.flushes = 1;
