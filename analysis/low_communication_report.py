@@ -210,11 +210,11 @@ def emulation_table(rows):
     return lines
 
 
-def device_compute_s(run_dir):
+def device_compute_s(run_dir, calibration=CALIBRATION):
     """The compute of one rank's step on an emulated device: alone on a core it takes t; the ranks
     share the machine's cores, so a device is cores / ranks of one and takes t * ranks / cores.
     t is the fastest of the calibration's repeats (the least disturbed by whatever else ran)."""
-    path = os.path.join(run_dir, CALIBRATION)
+    path = os.path.join(run_dir, calibration)
     repeats = sorted(glob.glob(path + "*.h5"))
     if not (repeats and os.path.exists(path + ".json")):
         return None
@@ -334,13 +334,13 @@ def convergence(summary_path, emulated, plot_path):
 KEPT = ("## Outer step settings", "## Reading", "## Simulated at the paper's scale")
 
 
-def kept_sections(report):
+def kept_sections(report, headings=KEPT):
     if not os.path.exists(report):
         return []
     with open(report) as f:
         text = f.read()
     kept = []
-    for heading in KEPT:
+    for heading in headings:
         start = text.find(heading)
         if start < 0:
             continue

@@ -58,8 +58,8 @@
 #                               4 summing every step
 # and the calibration: one rank alone (no emulation) training 8 sequences of
 # the whole model per step, the compute every rank above does per step.
-# SECTIONS ("short long inside-long planned-local two-sites") picks the
-# groups to run.
+# SECTIONS (default: every group below but "busy", which repeats the peers
+# for issue 23's report) picks the groups to run.
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
 # Root; ~70 minutes on 2 cores, nothing else running. PEERS=0 skips the
@@ -199,5 +199,38 @@ if [[ $sections == *" two-sites-flushless "* ]]; then
   run tokyo-london "$file" "$pairs" planned gpipe -H20-int4-act8 $m32 $act8
   run tokyo-london "$file" "$pairs" planned 1f1b -H20-int4-act8-flushless-ahead1 $m32 $act8 \
     --pipeline.flushless=true --pipeline.flushless_ahead=1
+fi
+# Issue 23's utilisation, in one session: its peers (the planned and
+# rank-order synchronous fp32 runs), the planner's 4 x 2 layout with local
+# steps (planned-m8-H20-int8all, the layout whose loss holds), and pipelines
+# inside sites (4 replicas of 2 stages, 4 micro-batches of 1 sequence each),
+# streamed int4 pseudo-gradients, with and without int8 activations and
+# activation gradients inside the site, at H = 20 and H = 10:
+#   inside-H20-F5-int4, inside-H20-F5-int4-act8, inside-H10-F5-int4,
+#   inside-H10-F5-int4-act8
+# then the calibration of a device: one rank alone training the whole model
+# on 2 sequences per step (2 micro-batches of 1), what every rank of these
+# runs computes per step. analysis/busy_devices_report.py reads them.
+if [[ $sections == *" busy "* ]]; then
+  m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
+  all8="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
+  act8="--compression.activations=int8 --compression.activation_gradients=int8"
+  run world-wide "$file" "$options" planned gpipe "" --network.gradient_bucket_mb=0
+  run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
+  run world-wide "$file" "$options" planned gpipe -m8-H20-int8all $m8 $all8 --network.gradient_bucket_mb=0 \
+    --outer.local_steps=20 --outer.momentum=0.9
+  for h in 20 10; do
+    streamed="--outer.local_steps=$h --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
+    run world-wide "$file" "$options" rank-order gpipe "-inside-H$h-F5-int4" $inside $streamed
+    run world-wide "$file" "$options" rank-order gpipe "-inside-H$h-F5-int4-act8" $inside $streamed $act8
+  done
+  rm -f "$out"/calibration-whole-model-2-sequences*.h5
+  for repeat in 1 2 3; do
+    OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
+      --pipeline.stages=1 --train.micro_batch_sequences=1 --train.gradient_accumulation=2 --train.steps=12 \
+      --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
+      --timing.file="$out/calibration-whole-model-2-sequences-$repeat.h5" > /dev/null
+  done
+  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": 8}" > "$out/calibration-whole-model-2-sequences.json"
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"

@@ -98,6 +98,7 @@ std::vector<Field> fields(Config& c) {
       {"compression.gradients", &c.gradient_wire},
       {"compression.activations", &c.activation_wire},
       {"compression.activation_gradients", &c.activation_gradient_wire},
+      {"compression.tied_embedding", &c.tied_embedding_wire},
       {"compression.group_size", &c.compression_group_size},
       {"compression.topk_fraction", &c.compression_topk_fraction},
       {"checkpoint.dir", &c.checkpoint_dir},
@@ -288,8 +289,11 @@ void check(const Config& c) {
   if (!(c.compression_topk_fraction > 0) || c.compression_topk_fraction > 1) {
     fail(where, "compression.topk_fraction", "must be in (0, 1], got " + std::to_string(c.compression_topk_fraction));
   }
-  if (c.gradient_wire != WireFormat::fp32 && c.transport == Transport::nccl) {
-    fail(where, "compression.gradients", "needs network.transport = mpi (NCCL sums fp32 on the GPU)");
+  for (const auto& [key, format] : {std::pair{"compression.gradients", c.gradient_wire},
+                                    std::pair{"compression.tied_embedding", c.tied_embedding_wire}}) {
+    if (format != WireFormat::fp32 && c.transport == Transport::nccl) {
+      fail(where, key, "needs network.transport = mpi (NCCL sums fp32 on the GPU)");
+    }
   }
   for (const auto& [key, format] : {std::pair{"compression.activations", c.activation_wire},
                                     std::pair{"compression.activation_gradients", c.activation_gradient_wire}}) {

@@ -248,10 +248,11 @@ class RankTrainer {
             role_.replicas};
   }
 
-  // FNV-1a of this rank's parameters (ranks of one stage must agree bit for bit).
-  std::uint64_t parameter_fingerprint() {
-    std::vector<float> host(stage_.parameter_count());
-    with_.backend.download(host.data(), stage_.params(), host.size());
+  // FNV-1a of `count` parameters from `offset` (the whole stage by default; ranks of one stage must agree
+  // bit for bit, and so must a pipeline's two copies of a tied embedding).
+  std::uint64_t parameter_fingerprint(std::size_t offset = 0, std::size_t count = 0) {
+    std::vector<float> host(count ? count : stage_.parameter_count());
+    with_.backend.download(host.data(), stage_.params() + offset, host.size());
     std::uint64_t hash = 1469598103934665603ull;
     const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
     for (std::size_t i = 0; i < host.size() * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
@@ -281,8 +282,16 @@ class RankTrainer {
 
   // What the error-feedback residuals depend on besides the pipeline cut
   // (which their names carry): the same string, the same meaning.
+  // The tied embedding's gradient is summed between a pipeline's two ends (on every rank: the same answer).
+  bool splits_tied_embedding() const { return role_.stages > 1 && model_.tied_head; }
+  bool tied_embedding_encoded() const {
+    return splits_tied_embedding() && config_.tied_embedding_wire != WireFormat::fp32;
+  }
+
   std::string residual_layout() const {
-    return to_string(config_.gradient_wire) + " group_size=" + std::to_string(config_.compression_group_size) +
+    return to_string(config_.gradient_wire) +
+           (tied_embedding_encoded() ? " tied_embedding=" + to_string(config_.tied_embedding_wire) : std::string()) +
+           " group_size=" + std::to_string(config_.compression_group_size) +
            " topk_fraction=" + std::to_string(config_.compression_topk_fraction) +
            " bucket_mb=" + std::to_string(config_.gradient_bucket_mb) +
            " replicas=" + std::to_string(role_.replicas) +
@@ -304,7 +313,9 @@ class RankTrainer {
   // This rank's residuals from the checkpoint when it was written for the
   // same wire format, replicas and pipeline cut; otherwise they start at zero.
   void restore_residuals(const io::Checkpoint& checkpoint, const std::string& path) {
-    if (config_.gradient_wire == WireFormat::fp32 || role_.replicas == 1) return;
+    const bool gradient_residuals = config_.gradient_wire != WireFormat::fp32 && role_.replicas > 1;
+    const bool tied_residuals = tied_embedding_encoded() && (role_.spec.has_embedding || role_.spec.has_head);
+    if (!gradient_residuals && !tied_residuals) return;
     const std::string restart = ": they restart at zero, so this resume is not bit-exact with an uninterrupted run\n";
     if (checkpoint.residual_layout != residual_layout()) {
       resume_notes_ += "note: the checkpoint's gradient error-feedback residuals are for \"" +
@@ -725,13 +736,24 @@ class RankTrainer {
     const int ranks = role_.job_ranks;
     constexpr int kMeans = 5, kFingerprintParts = 3;
     std::vector<double> sums = {own_.step_s, own_.compute_s, own_.pipeline_s, own_.data_parallel_s, own_.optimizer_s};
-    sums.resize(kMeans + static_cast<std::size_t>(ranks) * (1 + kFingerprintParts), 0.0);
+    // Then, per replica, the tied embedding's fingerprint on its first and on its last stage.
+    const std::size_t tied_at = kMeans + static_cast<std::size_t>(ranks) * (1 + kFingerprintParts);
+    sums.resize(tied_at + 2 * static_cast<std::size_t>(role_.replicas) * kFingerprintParts, 0.0);
     sums[kMeans + role_.job_index] = own_.step_s > 0 ? own_.compute_s / own_.step_s : 0.0;
     const std::uint64_t fingerprint = parameter_fingerprint();
     // Fingerprints by (stage, tensor rank, replica): the replicas of one slice of the model must agree.
     const int position = (role_.stage * role_.spec.tensor_parallel + role_.spec.tensor_rank) * role_.replicas + role_.replica;
     for (int part = 0; part < kFingerprintParts; ++part) {  // 21 bits each: exact in a double's sum
       sums[kMeans + ranks * (1 + part) + position] = static_cast<double>((fingerprint >> (21 * part)) & 0x1FFFFF);
+    }
+    const model::ParameterView* wte = stage_.find("wte");
+    if (splits_tied_embedding() && wte != nullptr) {
+      const std::uint64_t tied = parameter_fingerprint(wte->offset, wte->count);
+      const std::size_t end = role_.spec.has_head ? 1 : 0;  // a stage with both ends is not split (stages > 1)
+      for (int part = 0; part < kFingerprintParts; ++part) {
+        sums[tied_at + (2 * static_cast<std::size_t>(role_.replica) + end) * kFingerprintParts + part] =
+            static_cast<double>((tied >> (21 * part)) & 0x1FFFFF);
+      }
     }
     with_.collectives.sum_over_pipeline_values(sums.data(), static_cast<int>(sums.size()));
     with_.collectives.sum_data_parallel_values(sums.data(), static_cast<int>(sums.size()));
@@ -746,6 +768,14 @@ class RankTrainer {
       const double* of = sums.data() + kMeans + ranks * (1 + part);
       for (int at = 0; at < ranks; ++at) {
         if (of[at] != of[at - at % role_.replicas]) result_.replicas_identical = false;  // vs replica 0
+      }
+    }
+    for (int replica = 0; replica < role_.replicas; ++replica) {
+      const double* first = sums.data() + tied_at + 2 * static_cast<std::size_t>(replica) * kFingerprintParts;
+      if (!std::equal(first, first + kFingerprintParts, first + kFingerprintParts)) {
+        throw RunError("the tied embedding's two copies diverged: replica " + std::to_string(replica) +
+                       "'s first and last stage hold different bits after step " +
+                       std::to_string(result_.first_step + done_steps) + " (their gradient sum is not the same on both)");
       }
     }
     if (!result_.replicas_identical && must_agree) {

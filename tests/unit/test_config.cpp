@@ -168,6 +168,20 @@ TEST(Config, ActivationStorage) {
             "command line: device.activation_storage: must be one of fp32, bf16, got 'fp16'");
 }
 
+// compression.tied_embedding: any gradient format, encoded on the host (not with NCCL).
+TEST(Config, TiedEmbeddingWire) {
+  EXPECT_EQ(default_config().tied_embedding_wire, WireFormat::fp32);
+  const Config c = default_config({"--compression.tied_embedding=int4"});
+  EXPECT_EQ(c.tied_embedding_wire, WireFormat::int4);
+  EXPECT_NE(describe(c).find("compression.tied_embedding = \"int4\""), std::string::npos);
+  EXPECT_EQ(default_config({"--compression.tied_embedding=topk"}).tied_embedding_wire, WireFormat::topk);
+  EXPECT_EQ(error_of([] { default_config({"--compression.tied_embedding=int8", "--network.transport=nccl"}); }),
+            "command line: compression.tied_embedding: needs network.transport = mpi (NCCL sums fp32 on the GPU)");
+  EXPECT_NE(error_of([] { default_config({"--compression.tied_embedding=int2"}); })
+                .find("compression.tied_embedding: must be one of"),
+            std::string::npos);
+}
+
 // pipeline.layout and the emulation's per-rank slowdown (a list of numbers).
 TEST(Config, LayoutChoiceAndComputeSlowdown) {
   const Config c = default_config({"--pipeline.layout=auto", "--emulation.compute_slowdown=[1, 2.5, 4]"});

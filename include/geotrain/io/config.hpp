@@ -32,6 +32,9 @@ struct Config {
   // Pipeline messages (runtime/encoded_links.hpp), without error feedback.
   WireFormat activation_wire = WireFormat::fp32;           // fp32 | int8 | int4
   WireFormat activation_gradient_wire = WireFormat::fp32;  // fp32 | int8 | int4
+  // The tied embedding's gradient, summed every step between a pipeline's
+  // first and last stage (with error feedback).
+  WireFormat tied_embedding_wire = WireFormat::fp32;  // fp32 | int8 | int4 | topk
   int compression_group_size = kDefaultWireGroupSize;        // int8 / int4: values per fp32 scale (64)
   double compression_topk_fraction = kDefaultTopkFraction;   // topk: share of the values sent (0.01)
   double device_peak_tflops = 0;           // for MFU; 0: the backend's default

@@ -59,9 +59,11 @@ class MpiPipelineLinks : public PipelineLinks {
 // each wait with the deadline and the group's ranks named.
 class MpiCollectives : public Collectives {
  public:
-  // `gradient_codec`: how sum_data_parallel* put gradients on the wire
-  // (fp32: exactly; lossy formats keep their error feedback here).
-  MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec = {});
+  // `gradient_codec`: how sum_data_parallel* put gradients on the wire,
+  // `tied_codec` the tied embedding's sums (fp32: exactly; lossy formats
+  // keep their error feedback here).
+  MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec = {},
+                 WireCodec tied_codec = {});
   // The same, but the data-parallel sums go over this rank's site group only
   // (topology.site_comm): local steps' per-step sum inside a site.
   struct WithinSite {};
@@ -82,7 +84,8 @@ class MpiCollectives : public Collectives {
   void progress_data_parallel() override;
   void finish_data_parallel_buckets() override;
   void start_data_parallel_fragment(int fragment, float* host_data, std::size_t count) override;
-  // The whole-tensor sum's as "shard_<k>" / "owned", bucket b's as "bucket_<b>.shard_<k>" ...
+  // The whole-tensor sum's as "shard_<k>" / "owned", bucket b's as "bucket_<b>.shard_<k>" ...,
+  // the tied embedding's as "tied_embedding.shard_0".
   NamedResiduals gradient_residuals() const override;
   void restore_gradient_residuals(const NamedResiduals& residuals) override;
 
@@ -96,6 +99,8 @@ class MpiCollectives : public Collectives {
   EncodedSumState gradient_state_;              // the sum of a whole tensor
   std::vector<EncodedSumState> bucket_states_;  // bucket b's, by its place in the step
   std::deque<ExchangeInFlight> buckets_;         // this step's, in flight (a deque: they must not move)
+  WireCodec tied_codec_;
+  EncodedSumState tied_state_;
   ExchangeInFlight tied_in_flight_;  // the last stage's half of the tied embedding
   ExchangeInFlight pipeline_values_in_flight_;
 };

@@ -319,7 +319,7 @@ WireCodec gradient_codec(const io::Config& config) { return wire_codec(config, c
 // runs there: MPI carries them.
 [[maybe_unused]] bool exchanges_on_host(const io::Config& config) {  // used where NCCL is built
   return config.outer_local_steps > 0 || config.gradient_wire != WireFormat::fp32 || config.activation_wire != WireFormat::fp32 ||
-         config.activation_gradient_wire != WireFormat::fp32;
+         config.activation_gradient_wire != WireFormat::fp32 || config.tied_embedding_wire != WireFormat::fp32;
 }
 
 // The rank's backend, pipeline links and collectives: NCCL on GPUs where
@@ -363,7 +363,8 @@ class JobConnections {
  public:
   JobConnections(const io::Config& config, const Topology& topology, std::unique_ptr<kernels::Backend> backend,
                  const CheckpointSetup* checkpoints, bool talk, std::ostream& log)
-      : backend_(std::move(backend)), mpi_collectives_(topology, config.network_deadline_s, gradient_codec(config)) {
+      : backend_(std::move(backend)), mpi_collectives_(topology, config.network_deadline_s, gradient_codec(config),
+                                                      wire_codec(config, config.tied_embedding_wire)) {
     const double deadline_s = config.network_deadline_s;
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
 #ifdef GEOTRAIN_HAVE_NCCL

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
@@ -125,7 +126,8 @@ ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double
 
 }  // namespace
 
-MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec)
+MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec,
+                               WireCodec tied_codec)
     : topology_(topology),
       data_parallel_(exchange_group(topology.dp_comm.get(), topology.dp_ranks, deadline_s,
                                     "summing over the data-parallel group of stage " + std::to_string(topology.stage),
@@ -137,7 +139,8 @@ MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, Wire
                            {topology.pipeline_ranks.front(), topology.pipeline_ranks.back()}, deadline_s,
                            "joining the tied embedding of replica " + std::to_string(topology.replica),
                            topology.rank)),
-      gradient_codec_(gradient_codec) {}
+      gradient_codec_(gradient_codec),
+      tied_codec_(tied_codec) {}
 
 MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WithinSite)
     : MpiCollectives(topology, deadline_s) {
@@ -188,6 +191,10 @@ void MpiCollectives::finish_data_parallel_buckets() {
   buckets_.clear();
 }
 
+namespace {
+constexpr std::string_view kTiedPrefix = "tied_embedding.";
+}  // namespace
+
 NamedResiduals MpiCollectives::gradient_residuals() const {
   NamedResiduals named = gradient_state_.residuals();
   for (std::size_t b = 0; b < bucket_states_.size(); ++b) {
@@ -195,13 +202,19 @@ NamedResiduals MpiCollectives::gradient_residuals() const {
       named.emplace_back("bucket_" + std::to_string(b) + "." + part, std::move(residual));
     }
   }
+  for (auto& [part, residual] : tied_state_.residuals()) named.emplace_back(std::string(kTiedPrefix) + part, std::move(residual));
   return named;
 }
 
 void MpiCollectives::restore_gradient_residuals(const NamedResiduals& residuals) {
   NamedResiduals whole;
   std::vector<NamedResiduals> by_bucket;
+  NamedResiduals tied;
   for (const auto& [name, residual] : residuals) {
+    if (name.rfind(kTiedPrefix, 0) == 0) {
+      tied.emplace_back(name.substr(kTiedPrefix.size()), residual);
+      continue;
+    }
     if (name.rfind("bucket_", 0) != 0) {
       whole.emplace_back(name, residual);
       continue;
@@ -215,6 +228,7 @@ void MpiCollectives::restore_gradient_residuals(const NamedResiduals& residuals)
   gradient_state_.restore(gradient_codec_, whole);
   if (bucket_states_.size() < by_bucket.size()) bucket_states_.resize(by_bucket.size());
   for (std::size_t b = 0; b < by_bucket.size(); ++b) bucket_states_[b].restore(gradient_codec_, by_bucket[b]);
+  tied_state_.restore(tied_codec_, tied);
 }
 
 const ExchangeGroup& MpiCollectives::tied_group() const {
@@ -222,10 +236,17 @@ const ExchangeGroup& MpiCollectives::tied_group() const {
   return tied_;
 }
 
-void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) { exchange_sum(tied_group(), data, count); }
+void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
+  if (tied_codec_.format == WireFormat::fp32) {
+    exchange_sum(tied_group(), data, count);
+  } else {
+    exchange_sum_encoded(tied_group(), tied_codec_, tied_state_, data, count);
+  }
+}
 
 void MpiCollectives::start_tied_embedding(float* data, std::size_t count) {
-  tied_in_flight_.start(tied_group(), 0, data, count, nullptr, 0, nullptr, nullptr);
+  const bool exact = tied_codec_.format == WireFormat::fp32;
+  tied_in_flight_.start(tied_group(), 0, data, count, nullptr, 0, exact ? nullptr : &tied_codec_, &tied_state_);
 }
 
 void MpiCollectives::finish_tied_embedding() { tied_in_flight_.finish(); }

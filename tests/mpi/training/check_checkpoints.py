@@ -51,6 +51,9 @@ checkpoint every 10 steps); each case then reaches step 20 another way:
                 checkpoint.form = parallel (every rank writes its own residuals
                 into the one file; sharded without parallel HDF5).
   compressed-single  the same with checkpoint.form = single.
+  compressed-tied    the same on 2 stages x 1 replica with only the tied
+                embedding's per-step sum at int8 (compression.tied_embedding):
+                each end of the pipeline keeps its own residual.
   interop       analysis/load_checkpoint.py (h5py + PyTorch) on the step-20
                 checkpoint gives geotrain's final validation loss within 1e-5,
                 in both forms; the sharded run's tensors equal the single
@@ -267,11 +270,12 @@ def strip_residuals(path, copy):
                 del f["error_feedback"]
 
 
-def check_compressed_resume(r, form):
-    """The 'compressed' cases: their own golden run under mpirun."""
-    int8 = ["--compression.gradients=int8", f"--checkpoint.form={form}"]
-    golden = r.run(r.command("int8", ranks=4, stages=2, extra=int8))
-    half = checkpoint(r.dir("int8"), HALF)
+def check_compressed_resume(r, form, name="int8", ranks=4, wire=("--compression.gradients=int8",), layout="int8 "):
+    """The 'compressed' cases: their own golden run under mpirun, 2 stages of `ranks` ranks, `wire` the
+    lossy options, `layout` how /error_feedback's layout attribute begins."""
+    int8 = [*wire, f"--checkpoint.form={form}"]
+    golden = r.run(r.command(name, ranks=ranks, stages=2, extra=int8))
+    half = checkpoint(r.dir(name), HALF)
     if os.path.isdir(half) != (form in ("sharded", "per_site")):
         fail(f"{half}: not of checkpoint.form = {form}")
     parts, layouts = set(), set()
@@ -282,18 +286,19 @@ def check_compressed_resume(r, form):
                 layouts.add(text(f["error_feedback"].attrs["layout"]))
     if not parts:
         fail(f"{half}: no /error_feedback group")
-    # Two replicas swap whole tensors: one residual ("shard_0") per rank.
-    if (len(parts) != 4 or not all(p.endswith(".shard_0") for p in parts) or len(layouts) != 1
-            or not layouts.pop().startswith("int8 ")):
-        fail(f"{half}: /error_feedback holds {sorted(parts)}; expected one int8 shard_0 per rank of 4")
-    done = r.run(r.command("int8-resumed", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={half}"]))
+    # Two replicas swap whole tensors, and so do a pipeline's two ends their tied embedding: one residual
+    # ("shard_0") per rank.
+    if (len(parts) != ranks or not all(p.endswith(".shard_0") for p in parts) or len(layouts) != 1
+            or not layouts.pop().startswith(layout)):
+        fail(f"{half}: /error_feedback holds {sorted(parts)}; expected one '{layout}' shard_0 per rank of {ranks}")
+    done = r.run(r.command(f"{name}-resumed", ranks=ranks, stages=2, extra=[*int8, f"--checkpoint.resume={half}"]))
     if "restart at zero" in done.stdout + done.stderr:
         fail("the residuals were not restored:\n" + done.stdout)
     compare_losses(losses_of(done.stdout), losses_of(golden.stdout), HALF + 1, 0.0)
-    compare_tensors(checkpoint(r.dir("int8-resumed"), STEPS), checkpoint(r.dir("int8"), STEPS), exact=True)
+    compare_tensors(checkpoint(r.dir(f"{name}-resumed"), STEPS), checkpoint(r.dir(name), STEPS), exact=True)
     stripped = os.path.join(r.workdir, "without-residuals" + ("" if os.path.isdir(half) else ".h5"))
     strip_residuals(half, stripped)
-    done = r.run(r.command("int8-stripped", ranks=4, stages=2, extra=[*int8, f"--checkpoint.resume={stripped}"]))
+    done = r.run(r.command(f"{name}-stripped", ranks=ranks, stages=2, extra=[*int8, f"--checkpoint.resume={stripped}"]))
     if "restart at zero" not in done.stdout + done.stderr:
         fail("no note that the residuals restart at zero:\n" + done.stdout + done.stderr)
     if losses_of(done.stdout) == {s: l for s, l in losses_of(golden.stdout).items() if s > HALF}:
@@ -470,6 +475,11 @@ def main():
         r.common.append("--model.lm_head=untied")
     if case in ("compressed", "compressed-single"):
         check_compressed_resume(r, "single" if case.endswith("single") else COLLECTIVE_FORM)
+        print("ok: " + case)
+        return
+    if case == "compressed-tied":  # only the tied embedding's sum encoded: each end keeps its residual
+        check_compressed_resume(r, COLLECTIVE_FORM, "tied-int8", 2, ("--compression.tied_embedding=int8",),
+                                "fp32 tied_embedding=int8 ")
         print("ok: " + case)
         return
     if case == "write-error":

@@ -13,7 +13,11 @@ makes up the difference over more steps, measured in
 analysis/results/communication.md).
 
 Pipeline messages (compression.activations and .activation_gradients,
-int8 and int4) are checked the same way on the layouts with two stages.
+int8 and int4) are checked the same way on the layouts with two stages, and
+so is the tied embedding's per-step sum between a pipeline's two ends
+(compression.tied_embedding, every format): there the trainer compares the
+two copies' fingerprints and fails otherwise ("the tied embedding's two
+copies diverged").
 
 usage: check_compression.py GEOTRAIN CONFIG FORMATS -- MPIRUN...
   FORMATS: "int8,int4,topk" (gradients; activations: those of int8, int4)
@@ -59,6 +63,8 @@ def main():
             cases += [(f"activations {name}", name, [f"--compression.activations={name}",
                                                      f"--compression.activation_gradients={name}"])
                       for name in formats.split(",") if name in ("int8", "int4")]
+            cases += [(f"tied embedding {name}", name, [f"--compression.tied_embedding={name}"])
+                      for name in formats.split(",")]
         for label, name, options in cases:
             losses, end = run([*layout, *options])
             case = f"{pp}x{dp} {label}"
@@ -66,13 +72,13 @@ def main():
                   f"{end['replicas_identical']}")
             if not end["replicas_identical"]:
                 failures.append(f"{case}: replicas differ")
-            if label.startswith("gradients") and losses[0] != exact[0]:
+            if not label.startswith("activations") and losses[0] != exact[0]:
                 failures.append(f"{case}: the first step's loss differs from fp32's (no update has happened yet)")
             if losses[1:] == exact[1:]:
                 failures.append(f"{case}: the losses equal fp32's: the format changed nothing")
             if not losses[-1] < losses[0] or abs(losses[-1] - exact[-1]) > CLOSE_TO_FP32[name] * exact[-1]:
                 failures.append(f"{case}: last loss {losses[-1]:.4f}, fp32 {exact[-1]:.4f}, first {losses[0]:.4f}")
-    conclude(failures, "compressed gradients: every replica identical, training learns")
+    conclude(failures, "compressed gradients: every replica and tied copy identical, training learns")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Issue 23's utilisation goal on the emulated world-wide network: the
+`busy` section of jobs/emulate/local_steps.sh (its peers, the planner's 4 x 2
+layout with local steps, pipelines inside sites) beside the convergence of
+the same settings at equal tokens (bench/local_steps.sh LAYOUT=inside8).
+
+Per run: the step time, the speedups over the synchronous peers of the same
+session, compute utilisation (forward + backward time over the step time,
+mean and least over ranks), device-time utilisation (what a rank computes
+per step, timed alone and spread over the machine's cores, over the step
+time) and the validation loss at equal tokens against synchronous training.
+The "## Reading" section, written by hand, is kept when the tables are
+regenerated.
+
+usage: busy_devices_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emulation_report  # noqa: E402
+import low_communication_report as lc  # noqa: E402
+
+CALIBRATION = "calibration-whole-model-2-sequences"
+RUNS = (  # (file stem, what it is, its convergence case in the summary)
+    ("planned", "4 stages x 2 replicas, planned, synchronous fp32 (issue 23's baseline)", None),
+    ("rank-order", "4 stages x 2 replicas, rank order, synchronous fp32", None),
+    ("planned-m8-H20-int8all", "the planner's 4 x 2, 8 micro-batches of 1, H = 20, all int8 (low_communication.md)", None),
+    ("rank-order-inside-H20-F5-int4", "pipelines inside sites (2 x 4), H = 20, 5 fragments streamed at int4",
+     "H20-F5-int4-momentum0.9"),
+    ("rank-order-inside-H20-F5-int4-act8", "the same, activations and their gradients at int8",
+     "H20-F5-int4-act8-momentum0.9"),
+    ("rank-order-inside-H10-F5-int4", "pipelines inside sites, H = 10, 5 fragments streamed at int4",
+     "H10-F5-int4-momentum0.9"),
+    ("rank-order-inside-H10-F5-int4-act8", "the same, activations and their gradients at int8",
+     "H10-F5-int4-act8-momentum0.9"),
+)
+
+
+def final_losses(summary_path):
+    with open(summary_path) as f:
+        summary = json.load(f)
+    folder = os.path.dirname(summary_path)
+    finals = {}
+    for case in summary["cases"]:
+        _, validation = lc.read_metrics(os.path.join(folder, case["metrics"]))
+        finals[case["case"]] = max(validation.items())[1]
+    return finals
+
+
+def table(rows, device_s, finals):
+    by = {r["stem"]: r["summary"]["measured_iteration_s"] for r in rows}
+    sync = finals.get("sync")
+    lines = ["| run | s/step | vs planned synchronous | vs rank order | compute utilisation mean (min) | "
+             "device-time utilisation | validation loss at equal tokens vs synchronous |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        s = r["summary"]
+        measured = s["measured_iteration_s"]
+        versus = [f"{by[k] / measured:.2f}x" if k in by else "" for k in ("planned", "rank-order")]
+        device = f"{100 * device_s / measured:.0f}%" if device_s else "n/a"
+        loss = f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
+        lines.append(f"| {r['what']} | {measured:.3f} | {versus[0]} | {versus[1]} | "
+                     f"{100 * s['compute_utilisation_mean']:.1f}% ({100 * s['compute_utilisation_min']:.1f}%) | "
+                     f"{device} | {loss} |")
+    return lines
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__.strip().splitlines()[-1])
+    run_dir, summary_path, report = sys.argv[1:]
+    rows = lc.emulation_rows(run_dir, RUNS)
+    device_s = lc.device_compute_s(run_dir, CALIBRATION)
+    measured = {r["case"]: r["summary"]["measured_iteration_s"] for r in rows if r["case"]}
+    if "planned" in {r["stem"] for r in rows}:
+        measured["sync"] = next(r for r in rows if r["stem"] == "planned")["summary"]["measured_iteration_s"]
+    lines = ["# Keeping the devices busy: which layout reaches 60% on the world-wide emulation\n",
+             "Regenerate (root, nothing else running): `SECTIONS=busy bash jobs/emulate/local_steps.sh` (about 12 "
+             "minutes on 2 cores), `STEPS=1000 LAYOUT=inside8 CASES=\"sync H20-F5-int4-momentum0.9 "
+             "H10-F5-int4-momentum0.9 H20-F5-int4-act8-momentum0.9 H10-F5-int4-act8-momentum0.9\" bash "
+             "bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 12 minutes), then "
+             "`python3 analysis/busy_devices_report.py runs/emulate-local-steps runs/bench-inside8-1000/summary.json "
+             "analysis/results/busy_devices.md`.\n",
+             f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md) and "
+             "[communication-emulation.md](communication-emulation.md): 8 ranks in Oregon, Virginia, Tokyo and "
+             "London (2 each), bandwidth x0.05, `inputs/models/emulation.toml`, 16 sequences of 128 tokens per "
+             "step, 40 steps, every run in one session. Peers: the planned and rank-order synchronous fp32 runs of "
+             "the same session (issue 23's baselines).\n",
+             "Compute utilisation: forward + backward time over the step time per rank, the warm-up step left out. "
+             "Device-time utilisation: what each rank computes per step (2 sequences' worth of the whole model in "
+             "every layout here), timed on one rank alone "
+             + (f"({CALIBRATION}: {device_s:.3f} s per step on a device of cores/ranks of a core)" if device_s else "")
+             + ", over the step time: 8 ranks share 2 cores, so a rank's own compute time stretches with whatever "
+             "else runs at the same moment.\n",
+             "Loss: the same settings in `bench/local_steps.sh` (model `tiny`, 1000 steps, 8 ranks = 2 stages x 4 "
+             "replicas, 16 sequences per step, the same tokens in every case), final validation loss against "
+             "synchronous training; the planner's 4 x 2 row's loss is in low_communication.md (-1.60%).\n"]
+    lines += table(rows, device_s, final_losses(summary_path)) + [""]
+    lines += ["## Convergence at equal tokens, pipelines inside sites\n"]
+    lines += lc.convergence(summary_path, measured, os.path.join(os.path.dirname(report), "busy_devices.png"))
+    lines += lc.kept_sections(report, ("## Reading",))
+    with open(report, "w") as f:
+        f.write("\n".join(lines).rstrip() + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
