@@ -126,6 +126,7 @@ def cross_site_bytes_per_step(run):
     sites = run.sites
     devices = run.plan["devices"]  # [stages, replicas]
     ratio = gt.wire_bytes_per_value(config_value(run, "compression.gradients") or "fp32") / 4
+    tied_ratio = gt.wire_bytes_per_value(config_value(run, "compression.tied_embedding") or "fp32") / 4
     steps = max(len(set(e["step"].tolist())), 1)
     total = 0.0
     send = e["kind"] == run.kinds["send"]
@@ -149,7 +150,7 @@ def cross_site_bytes_per_step(run):
         if size == tied and devices.shape[0] > 1:
             ends = devices[[0, -1], replica_of[rank]]
             other = ends[1] if ends[0] == rank else ends[0]
-            total += float(size) if sites[rank] != sites[other] else 0.0
+            total += float(size) * tied_ratio if sites[rank] != sites[other] else 0.0
             continue
         group = list(devices[stage_of[rank]])
         if within_site and (rank, step) not in seen:

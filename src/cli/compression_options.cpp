@@ -38,6 +38,10 @@ void add_compression_options(CLI::App* command, CompressionOptions& o) {
   command->add_option("--compress-gradients", o.gradients,
                       "data-parallel gradients: fp32, int8, int4, topk (default: fp32)")
       ->check(CLI::IsMember({"fp32", "int8", "int4", "topk"}));
+  command->add_option("--compress-tied-embedding", o.tied_embedding,
+                      "the tied embedding's gradient summed every step between a pipeline's first and last stage: "
+                      "fp32, int8, int4, topk (compression.tied_embedding; default fp32)")
+      ->check(CLI::IsMember({"fp32", "int8", "int4", "topk"}));
   command->add_option("--topk-fraction", o.topk_fraction, "topk: the share of the values sent (default 0.01)")
       ->check(CLI::Range(1e-9, 1.0));
   command->add_option("--group-size", o.group_size, "int8 / int4: values per fp32 scale (default 64)")
@@ -107,7 +111,8 @@ std::string describe_outer(const plan::OuterSync& outer) {
 }
 
 plan::TrafficEncoding traffic_encoding(const CompressionOptions& o) {
-  return {encoding_of(o.activations, o), encoding_of(o.activation_gradients, o), encoding_of(o.gradients, o)};
+  return {encoding_of(o.activations, o), encoding_of(o.activation_gradients, o), encoding_of(o.gradients, o),
+          encoding_of(o.tied_embedding, o)};
 }
 
 std::string describe_traffic(const plan::TrainingShape& m, double message, double gradient) {

@@ -258,7 +258,8 @@ void add_extension_json(const Resolved& r, nlohmann::json& j) {
   const auto& wire = r.config.model.wire;
   j["compression"] = {{"activations", encoding_json(wire.activations)},
                       {"activation_gradients", encoding_json(wire.activation_gradients)},
-                      {"gradients", encoding_json(wire.gradients)}};
+                      {"gradients", encoding_json(wire.gradients)},
+                      {"tied_embedding", encoding_json(wire.tied_embedding)}};
   j["activation_gradient_bytes"] = r.work.activation_gradient_bytes.value_or(r.work.activation_bytes);
   j["tied_head"] = r.config.lm_head && r.config.tied_head;
   j["tied_embedding_bytes"] = r.work.tied_embedding_bytes;

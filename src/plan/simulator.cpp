@@ -168,8 +168,10 @@ void add_traffic(const SimulationConfig& c, const std::vector<int>& layers, Pipe
       w.layer_gradient_bytes.push_back(traffic_bytes(step_wire, values, m.gradient_bytes));
     }
   }
-  // The runtime sums the tied embedding unencoded (fp32 gradients).
-  if (c.lm_head && c.tied_head && stages > 1) w.tied_embedding_bytes = (t > 1 ? head_per_rank : head) * m.gradient_bytes;
+  // The tied embedding's gradient as compression.tied_embedding encodes it (default fp32).
+  if (c.lm_head && c.tied_head && stages > 1) {
+    w.tied_embedding_bytes = traffic_bytes(m.wire.tied_embedding, t > 1 ? head_per_rank : head, m.gradient_bytes);
+  }
 }
 
 // Megatron's all-reduces per micro-batch of N = b*s tokens (f and g

@@ -273,5 +273,10 @@ add_test(NAME cli.simulate.flushless
 add_test(NAME cli.simulate.flushless-timeline
   COMMAND sh -c "\"$1\" simulate --scenario \"$2\" --model \"$3\" --batch 16 --flushless --timeline --candidates 50 | \"$4\" -c \"import collections, csv, sys; rows = [r for r in csv.DictReader(sys.stdin) if r['step'][0] in 'FB']; seen = collections.Counter((r['replica'], r['stage'], r['step']) for r in rows); expected = {(str(r), str(s), k + str(i)) for r in range(2) for s in range(2) for k in 'FB' for i in range(32)}; assert set(seen) == expected and set(seen.values()) == {1}, sorted(set(seen) ^ expected)[:5]\""
           _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE})
+# --compress-tied-embedding: tiny's wte is 256 x 128 = 32,768 values; int8 in groups of 64 is
+# 32,768 codes + 512 fp32 scales = 34,816 bytes (fp32: 131,072).
+add_test(NAME cli.simulate.tied-embedding-wire
+  COMMAND sh -c "f='--batch 16 --pp 2 --dp 2 --candidates 50 --system geotrain --json'; \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/tied-fp32.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f --compress-tied-embedding int8 > \"$5/tied-int8.json\" && \"$4\" -c \"import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:]); assert a['tied_embedding_bytes'] == 131072 and b['tied_embedding_bytes'] == 34816, (a['tied_embedding_bytes'], b['tied_embedding_bytes']); assert b['compression']['tied_embedding']['format'] == 'int8' and a['compression']['tied_embedding'] is None; assert 0 < b['tied_exchange_s'] < a['tied_exchange_s']\" \"$5/tied-fp32.json\" \"$5/tied-int8.json\""
+          _ ${GT} ${SCN}/tiny-2x2.toml ${MOD}/tiny.toml ${Python3_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR})
 expect_input_error(simulate-flushless-too-few "--flushless: needs at least \\(1 \\+ ahead\\) x \\(pp - 1\\) \\+ 1 = 3 micro-batches per replica, got 2"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 4 --flushless --flushless-ahead 1)

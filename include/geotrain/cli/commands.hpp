@@ -17,6 +17,7 @@ struct CompressionOptions {
   std::string activations;           // "": the model's bytes per value (fp16); fp32 | int8 | int4
   std::string activation_gradients;  // the same, for the activations' gradients going back
   std::string gradients;             // "": fp32; fp32 | int8 | int4 | topk
+  std::string tied_embedding;        // the same, for the tied embedding's per-step sum
   double topk_fraction = kDefaultTopkFraction;  // as compression.topk_fraction
   int group_size = kDefaultWireGroupSize;       // as compression.group_size
 };

@@ -15,6 +15,8 @@ namespace geotrain::plan {
 // activations, fp32 gradients: the paper's assumption).
 struct TrafficEncoding {
   std::optional<WireEncoding> activations, activation_gradients, gradients;
+  // The tied embedding's gradient, summed every step between a pipeline's two ends (unset: fp32).
+  std::optional<WireEncoding> tied_embedding;
 };
 
 // Bytes of `values` values of one class: the encoding's exact size

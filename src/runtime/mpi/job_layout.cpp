@@ -94,7 +94,8 @@ std::vector<DeviceMeasurement> measure_devices(kernels::Backend& backend, Matmul
 plan::SimulationConfig job_simulation_config(const io::Config& c, const ModelShape& model, int global_batch_sequences) {
   plan::SimulationConfig s;
   s.model = plan::TrainingShape(model, static_cast<double>(global_batch_sequences) * model.sequence_length, 4, 4);
-  s.model.wire = {encoding(c, c.activation_wire), encoding(c, c.activation_gradient_wire), encoding(c, c.gradient_wire)};
+  s.model.wire = {encoding(c, c.activation_wire), encoding(c, c.activation_gradient_wire), encoding(c, c.gradient_wire),
+                  encoding(c, c.tied_embedding_wire)};
   s.model.outer = io::outer_sync(c);
   s.global_batch_sequences = global_batch_sequences;
   s.micro_batch_sequences = c.micro_batch_sequences;
