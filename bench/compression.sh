@@ -13,11 +13,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-analysis/results/communication.md}
 models=${MODELS:-"tiny:300 emulation:150"}
-cases=${CASES:-"fp32 int8 int4 topk all-int8 all-int4"}
+cases=${CASES:-"fp32 int8 int4 topk all-int8 all-int4 tied-int8 tied-int4 all-int8-tied all-int4-tied"}
 declare -A options=([fp32]="--compression.gradients=fp32" [int8]="--compression.gradients=int8"
   [int4]="--compression.gradients=int4" [topk]="--compression.gradients=topk"
   [all-int8]="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
-  [all-int4]="--compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4")
+  [all-int4]="--compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4"
+  [tied-int8]="--compression.tied_embedding=int8" [tied-int4]="--compression.tied_embedding=int4"
+  [all-int8-tied]="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8 --compression.tied_embedding=int8"
+  [all-int4-tied]="--compression.gradients=int4 --compression.activations=int4 --compression.activation_gradients=int4 --compression.tied_embedding=int4")
 work=runs/bench-compression
 mkdir -p "$work" "$(dirname "$out")"
 source bench/convergence_case.sh
@@ -25,7 +28,9 @@ source bench/convergence_case.sh
 # Bytes on the wire per gradient value of each case's format (the default
 # group of 64 values and top-k fraction of 1%).
 bytes_per_value() {
-  /usr/bin/python3 -c 'import sys; sys.path.insert(0, "analysis"); import geotrain_timing as gt; print(gt.wire_bytes_per_value(sys.argv[1]))' "${1#all-}"
+  local format=${1#all-}
+  format=${format#tied-}
+  /usr/bin/python3 -c 'import sys; sys.path.insert(0, "analysis"); import geotrain_timing as gt; print(gt.wire_bytes_per_value(sys.argv[1]))' "${format%-tied}"
 }
 
 {
@@ -36,6 +41,9 @@ bytes_per_value() {
   echo "sequences per replica, the shipped corpus, seed 1) with \`--compression.gradients=FORMAT\` (int8 / int4:"
   echo "groups of 64 values with one fp32 scale; top-k: 1% of the values) and error feedback; \`all-int8\` /"
   echo "\`all-int4\` also encode the activations and their gradients between the stages (no error feedback);"
+  echo "\`tied-int8\` / \`tied-int4\` encode only the tied embedding's gradient, summed every step between the"
+  echo "first and the last stage (\`--compression.tied_embedding\`, error feedback), \`all-int8-tied\` /"
+  echo "\`all-int4-tied\` all four classes;"
   echo "same tokens in the same order for every case. Peer: the exact (fp32) run of the same binary, in the"
   echo "same script."
   echo "Wire: bytes per gradient value of one encoded pass (with 2 replicas there is one pass; with more,"

@@ -195,7 +195,11 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
                                     ? plan::counterpart_network(job.network, job.plan.tensor_groups)
                                     : job.network;
     const plan::SimulationResult predicted = plan::simulate(units, job.plan, work);
-    const double embedding_bytes = model.tied_head ? 4.0 * model.vocabulary * model.hidden : 0.0;
+    const double embedding_bytes =
+        model.tied_head ? wire_encoded_bytes(WireEncoding{config.tied_embedding_wire, config.compression_group_size,
+                                                          config.compression_topk_fraction},
+                                             1.0 * model.vocabulary * model.hidden)
+                        : 0.0;
     run.predicted_iteration_s = step_end_s(units, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }
