@@ -27,6 +27,7 @@ RUNS = (  # (file stem, what it is, its convergence case in the summary)
     ("planned", "4 stages x 2 replicas, planned, synchronous fp32 (issue 23's baseline)", None),
     ("rank-order", "4 stages x 2 replicas, rank order, synchronous fp32", None),
     ("planned-m8-H20-int8all", "the planner's 4 x 2, 8 micro-batches of 1, H = 20, all int8 (low_communication.md)", None),
+    ("planned-m8-H20-int8all-tied8", "the same, the tied embedding's per-step sum at int8 too", None),
     ("rank-order-inside-H20-F5-int4", "pipelines inside sites (2 x 4), H = 20, 5 fragments streamed at int4",
      "H20-F5-int4-momentum0.9"),
     ("rank-order-inside-H20-F5-int4-act8", "the same, activations and their gradients at int8",
@@ -50,20 +51,13 @@ def final_losses(summary_path):
 
 
 def table(rows, device_s, finals):
-    by = {r["stem"]: r["summary"]["measured_iteration_s"] for r in rows}
     sync = finals.get("sync")
     lines = ["| run | s/step | vs planned synchronous | vs rank order | compute utilisation mean (min) | "
              "device-time utilisation | validation loss at equal tokens vs synchronous |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        s = r["summary"]
-        measured = s["measured_iteration_s"]
-        versus = [f"{by[k] / measured:.2f}x" if k in by else "" for k in ("planned", "rank-order")]
-        device = f"{100 * device_s / measured:.0f}%" if device_s else "n/a"
         loss = f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
-        lines.append(f"| {r['what']} | {measured:.3f} | {versus[0]} | {versus[1]} | "
-                     f"{100 * s['compute_utilisation_mean']:.1f}% ({100 * s['compute_utilisation_min']:.1f}%) | "
-                     f"{device} | {loss} |")
+        lines.append(f"{lc.versus_peers(rows, r, device_s, digits=1)} {loss} |")
     return lines
 
 
@@ -79,8 +73,9 @@ def main():
     lines = ["# Keeping the devices busy: which layout reaches 60% on the world-wide emulation\n",
              "Regenerate (root, nothing else running): `SECTIONS=busy bash jobs/emulate/local_steps.sh` (about 12 "
              "minutes on 2 cores), `STEPS=1000 LAYOUT=inside8 CASES=\"sync H20-F5-int4-momentum0.9 "
-             "H10-F5-int4-momentum0.9 H20-F5-int4-act8-momentum0.9 H10-F5-int4-act8-momentum0.9\" bash "
-             "bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 12 minutes), then "
+             "H10-F5-int4-momentum0.9 H20-F5-int4-act8-momentum0.9 H10-F5-int4-act8-momentum0.9 "
+             "H20-F5-int4-lr1-momentum0.9 H10-int8-momentum0.9 H20-int8-lr0.5-momentum0.9 H20-int8-momentum0.9\" "
+             "bash bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 20 minutes), then "
              "`python3 analysis/busy_devices_report.py runs/emulate-local-steps runs/bench-inside8-1000/summary.json "
              "analysis/results/busy_devices.md`.\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md) and "

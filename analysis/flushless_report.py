@@ -49,20 +49,12 @@ def device_seconds(run_dir):
 
 
 def emulation_table(rows, device_s):
-    by = {r["stem"]: r for r in rows}
-    base = {k: by[k]["summary"]["measured_iteration_s"] for k in ("planned", "rank-order") if k in by}
     lines = ["| run | s/step | vs planned synchronous | vs rank order | compute utilisation mean (min) | "
              "device-time utilisation | bytes between sites / step (router, on the wire) |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        s = r["summary"]
-        measured = s["measured_iteration_s"]
-        versus = [f"{base[k] / measured:.2f}x" if k in base else "" for k in ("planned", "rank-order")]
-        device = f"{100 * device_s / measured:.0f}%" if device_s else "n/a"
         router = f"{r['router_bytes'] / 1e6:.1f} MB" if r["router_bytes"] is not None else "n/a"
-        lines.append(f"| {r['what']} | {measured:.3f} | {versus[0]} | {versus[1]} | "
-                     f"{100 * s['compute_utilisation_mean']:.0f}% ({100 * s['compute_utilisation_min']:.0f}%) | "
-                     f"{device} | {router} |")
+        lines.append(f"{lc.versus_peers(rows, r, device_s)} {router} |")
     return lines
 
 

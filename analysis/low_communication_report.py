@@ -211,6 +211,19 @@ def emulation_table(rows):
     return lines
 
 
+def versus_peers(rows, r, device_s, digits=0):
+    """A row's first cells: what, s/step, the speedups over the session's planned and rank-order
+    synchronous runs, compute utilisation mean (min) and device-time utilisation."""
+    base = {x["stem"]: x["summary"]["measured_iteration_s"] for x in rows if x["stem"] in ("planned", "rank-order")}
+    s = r["summary"]
+    measured = s["measured_iteration_s"]
+    versus = [f"{base[k] / measured:.2f}x" if k in base else "" for k in ("planned", "rank-order")]
+    device = f"{100 * device_s / measured:.0f}%" if device_s else "n/a"
+    return (f"| {r['what']} | {measured:.3f} | {versus[0]} | {versus[1]} | "
+            f"{100 * s['compute_utilisation_mean']:.{digits}f}% ({100 * s['compute_utilisation_min']:.{digits}f}%) | "
+            f"{device} |")
+
+
 def device_compute_s(run_dir, calibration=CALIBRATION):
     """The compute of one rank's step on an emulated device: alone on a core it takes t; the ranks
     share the machine's cores, so a device is cores / ranks of one and takes t * ranks / cores.

@@ -78,6 +78,23 @@ options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scal
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
+# The calibration of a device: one rank alone, no emulation, training the
+# whole model on SEQUENCES x MICRO_BATCHES sequences per step (`calibrate
+# SEQUENCES MICRO_BATCHES`), 3 times: the report takes the fastest (a run right
+# after the emulation's teardown can be slowed). Writes
+# $out/calibration-whole-model-N-sequences-{1,2,3}.h5 and .json (cores, ranks).
+calibrate() {
+  local name="calibration-whole-model-$(($1 * $2))-sequences"
+  rm -f "$out/$name"*.h5
+  for repeat in 1 2 3; do
+    OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
+      --pipeline.stages=1 --train.micro_batch_sequences="$1" --train.gradient_accumulation="$2" --train.steps=12 \
+      --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
+      --timing.file="$out/$name-$repeat.h5" > /dev/null
+  done
+  # getconf, not nproc: nproc follows the OMP_NUM_THREADS=1 exported above
+  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": 8}" > "$out/$name.json"
+}
 sections=" ${SECTIONS:-short long inside-long planned-local two-sites flushless two-sites-flushless} "
 # shellcheck disable=SC2086  # option lists are words
 if [[ $sections == *" short "* ]]; then
@@ -145,15 +162,7 @@ if [[ $sections == *" two-sites "* ]]; then
     --train.gradient_accumulation=16 --train.micro_batch_sequences=1 $sites
   run tokyo-london "$file" "$pairs" planned gpipe -pp1-mb8-sites-H20-F5-int4 --pipeline.stages=1 \
     --train.gradient_accumulation=1 --train.micro_batch_sequences=8 $sites
-  rm -f "$out"/calibration-whole-model-8-sequences*.h5
-  for repeat in 1 2 3; do  # the report takes the fastest: a run right after the emulation's teardown can be slowed
-    OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
-      --pipeline.stages=1 --train.micro_batch_sequences=8 --train.gradient_accumulation=1 --train.steps=12 \
-      --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
-      --timing.file="$out/calibration-whole-model-8-sequences-$repeat.h5" > /dev/null
-  done
-  # getconf, not nproc: nproc follows the OMP_NUM_THREADS=1 exported above
-  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": 8}" > "$out/calibration-whole-model-8-sequences.json"
+  calibrate 8 1
 fi
 # The planner's placement with a flushless pipeline (pipeline.flushless,
 # PipeDream-2BW: one unbroken 1F1B stream, gradients one update stale), 8
@@ -202,7 +211,8 @@ if [[ $sections == *" two-sites-flushless "* ]]; then
 fi
 # Issue 23's utilisation, in one session: its peers (the planned and
 # rank-order synchronous fp32 runs), the planner's 4 x 2 layout with local
-# steps (planned-m8-H20-int8all, the layout whose loss holds), and pipelines
+# steps (planned-m8-H20-int8all, the layout whose loss holds; -tied8: its
+# tied embedding's per-step sum across the ocean at int8 too), and pipelines
 # inside sites (4 replicas of 2 stages, 4 micro-batches of 1 sequence each),
 # streamed int4 pseudo-gradients, with and without int8 activations and
 # activation gradients inside the site, at H = 20 and H = 10:
@@ -219,18 +229,13 @@ if [[ $sections == *" busy "* ]]; then
   run world-wide "$file" "$options" rank-order gpipe "" --network.gradient_bucket_mb=0
   run world-wide "$file" "$options" planned gpipe -m8-H20-int8all $m8 $all8 --network.gradient_bucket_mb=0 \
     --outer.local_steps=20 --outer.momentum=0.9
+  run world-wide "$file" "$options" planned gpipe -m8-H20-int8all-tied8 $m8 $all8 --network.gradient_bucket_mb=0 \
+    --outer.local_steps=20 --outer.momentum=0.9 --compression.tied_embedding=int8
   for h in 20 10; do
     streamed="--outer.local_steps=$h --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
     run world-wide "$file" "$options" rank-order gpipe "-inside-H$h-F5-int4" $inside $streamed
     run world-wide "$file" "$options" rank-order gpipe "-inside-H$h-F5-int4-act8" $inside $streamed $act8
   done
-  rm -f "$out"/calibration-whole-model-2-sequences*.h5
-  for repeat in 1 2 3; do
-    OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
-      --pipeline.stages=1 --train.micro_batch_sequences=1 --train.gradient_accumulation=2 --train.steps=12 \
-      --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
-      --timing.file="$out/calibration-whole-model-2-sequences-$repeat.h5" > /dev/null
-  done
-  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": 8}" > "$out/calibration-whole-model-2-sequences.json"
+  calibrate 1 2
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"
