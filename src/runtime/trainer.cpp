@@ -280,14 +280,14 @@ class RankTrainer {
     }
   }
 
-  // What the error-feedback residuals depend on besides the pipeline cut
-  // (which their names carry): the same string, the same meaning.
   // The tied embedding's gradient is summed between a pipeline's two ends (on every rank: the same answer).
   bool splits_tied_embedding() const { return role_.stages > 1 && model_.tied_head; }
   bool tied_embedding_encoded() const {
     return splits_tied_embedding() && config_.tied_embedding_wire != WireFormat::fp32;
   }
 
+  // What the error-feedback residuals depend on besides the pipeline cut
+  // (which their names carry): the same string, the same meaning.
   std::string residual_layout() const {
     return to_string(config_.gradient_wire) +
            (tied_embedding_encoded() ? " tied_embedding=" + to_string(config_.tied_embedding_wire) : std::string()) +
