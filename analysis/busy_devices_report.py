@@ -52,13 +52,10 @@ def final_losses(summary_path):
 
 def table(rows, device_s, finals):
     sync = finals.get("sync")
-    lines = ["| run | s/step | vs planned synchronous | vs rank order | compute utilisation mean (min) | "
-             "device-time utilisation | validation loss at equal tokens vs synchronous |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        loss = f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
-        lines.append(f"{lc.versus_peers(rows, r, device_s, digits=1)} {loss} |")
-    return lines
+
+    def loss(r):
+        return f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
+    return lc.versus_peers_table(rows, device_s, "validation loss at equal tokens vs synchronous", loss, digits=1)
 
 
 def main():

@@ -49,13 +49,9 @@ def device_seconds(run_dir):
 
 
 def emulation_table(rows, device_s):
-    lines = ["| run | s/step | vs planned synchronous | vs rank order | compute utilisation mean (min) | "
-             "device-time utilisation | bytes between sites / step (router, on the wire) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        router = f"{r['router_bytes'] / 1e6:.1f} MB" if r["router_bytes"] is not None else "n/a"
-        lines.append(f"{lc.versus_peers(rows, r, device_s)} {router} |")
-    return lines
+    def router(r):
+        return f"{r['router_bytes'] / 1e6:.1f} MB" if r["router_bytes"] is not None else "n/a"
+    return lc.versus_peers_table(rows, device_s, "bytes between sites / step (router, on the wire)", router)
 
 
 def main():

@@ -224,6 +224,13 @@ def versus_peers(rows, r, device_s, digits=0):
             f"{device} |")
 
 
+def versus_peers_table(rows, device_s, last_column, last_cell, digits=0):
+    """versus_peers' columns, then one more: `last_column` its header, last_cell(row) its text."""
+    lines = ["| run | s/step | vs planned synchronous | vs rank order | compute utilisation mean (min) | "
+             f"device-time utilisation | {last_column} |", "|---|---:|---:|---:|---:|---:|---:|"]
+    return lines + [f"{versus_peers(rows, r, device_s, digits)} {last_cell(r)} |" for r in rows]
+
+
 def device_compute_s(run_dir, calibration=CALIBRATION):
     """The compute of one rank's step on an emulated device: alone on a core it takes t; the ranks
     share the machine's cores, so a device is cores / ranks of one and takes t * ranks / cores.
