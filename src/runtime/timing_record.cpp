@@ -11,6 +11,11 @@
 namespace geotrain::runtime {
 namespace {
 
+// Bytes of `values` values on the wire in `format`, with the run's group size and top-k share.
+double encoded_bytes(const io::Config& config, WireFormat format, double values) {
+  return wire_encoded_bytes(WireEncoding{format, config.compression_group_size, config.compression_topk_fraction}, values);
+}
+
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
@@ -60,9 +65,7 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
   work.flushes = config.gradient_accumulation / per_flush;
   work.forward_s = measured.forward_s;
   work.backward_s = measured.backward_s;
-  auto encoded = [&](WireFormat format, double values) {
-    return wire_encoded_bytes(WireEncoding{format, config.compression_group_size, config.compression_topk_fraction}, values);
-  };
+  auto encoded = [&](WireFormat format, double values) { return encoded_bytes(config, format, values); };
   const double values = 1.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
   work.activation_bytes = encoded(config.activation_wire, values);
   work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
@@ -196,10 +199,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
                                     : job.network;
     const plan::SimulationResult predicted = plan::simulate(units, job.plan, work);
     const double embedding_bytes =
-        model.tied_head ? wire_encoded_bytes(WireEncoding{config.tied_embedding_wire, config.compression_group_size,
-                                                          config.compression_topk_fraction},
-                                             1.0 * model.vocabulary * model.hidden)
-                        : 0.0;
+        model.tied_head ? encoded_bytes(config, config.tied_embedding_wire, 1.0 * model.vocabulary * model.hidden) : 0.0;
     run.predicted_iteration_s = step_end_s(units, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }

@@ -114,6 +114,19 @@ std::string members_except(const std::vector<int>& ranks, int self) {
   return " (waiting for rank" + std::string(text.find(',') == std::string::npos ? " " : "s ") + text + ")";
 }
 
+// The codec a sum encodes with, or nullptr where the format is fp32 (an exact sum).
+const WireCodec* lossy(const WireCodec& codec) { return codec.format == WireFormat::fp32 ? nullptr : &codec; }
+
+// A blocking sum of `data` over `group`: exact, or encoded with `codec` and its error feedback in `state`.
+void sum_on_wire(const ExchangeGroup& group, const WireCodec& codec, EncodedSumState& state, float* data,
+                 std::size_t count, double* values = nullptr, int value_count = 0) {
+  if (lossy(codec) == nullptr) {
+    exchange_sum(group, data, count, values, value_count);
+  } else {
+    exchange_sum_encoded(group, codec, state, data, count, values, value_count);
+  }
+}
+
 ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double deadline_s, const std::string& what,
                              int self) {
   ExchangeGroup group;
@@ -155,11 +168,7 @@ void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
 }
 
 void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t count, double* values, int value_count) {
-  if (gradient_codec_.format == WireFormat::fp32) {
-    exchange_sum(data_parallel_, data, count, values, value_count);
-  } else {
-    exchange_sum_encoded(data_parallel_, gradient_codec_, gradient_state_, data, count, values, value_count);
-  }
+  sum_on_wire(data_parallel_, gradient_codec_, gradient_state_, data, count, values, value_count);
 }
 
 void MpiCollectives::start_data_parallel_bucket(float* data, std::size_t count, double* values, int value_count) {
@@ -177,9 +186,8 @@ void MpiCollectives::start_bucket(std::size_t b, float* data, std::size_t count,
   // Tag bases past the whole-tensor sum's (0); reused after 4000 buckets,
   // which is safe: both members post them in the same order (MPI keeps it).
   const int tag_base = 8 * (1 + static_cast<int>(b % 4000));
-  const bool exact = gradient_codec_.format == WireFormat::fp32;
-  buckets_.emplace_back().start(data_parallel_, tag_base, data, count, values, value_count,
-                                exact ? nullptr : &gradient_codec_, &bucket_states_[b]);
+  buckets_.emplace_back().start(data_parallel_, tag_base, data, count, values, value_count, lossy(gradient_codec_),
+                                &bucket_states_[b]);
 }
 
 void MpiCollectives::progress_data_parallel() {
@@ -237,16 +245,11 @@ const ExchangeGroup& MpiCollectives::tied_group() const {
 }
 
 void MpiCollectives::sum_tied_embedding(float* data, std::size_t count) {
-  if (tied_codec_.format == WireFormat::fp32) {
-    exchange_sum(tied_group(), data, count);
-  } else {
-    exchange_sum_encoded(tied_group(), tied_codec_, tied_state_, data, count);
-  }
+  sum_on_wire(tied_group(), tied_codec_, tied_state_, data, count);
 }
 
 void MpiCollectives::start_tied_embedding(float* data, std::size_t count) {
-  const bool exact = tied_codec_.format == WireFormat::fp32;
-  tied_in_flight_.start(tied_group(), 0, data, count, nullptr, 0, exact ? nullptr : &tied_codec_, &tied_state_);
+  tied_in_flight_.start(tied_group(), 0, data, count, nullptr, 0, lossy(tied_codec_), &tied_state_);
 }
 
 void MpiCollectives::finish_tied_embedding() { tied_in_flight_.finish(); }
