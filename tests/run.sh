@@ -37,6 +37,12 @@ if [[ $(id -u) -eq 0 ]]; then
   "$python" tests/emulate/check_probe_accuracy.py build/release/geotrain build/release/emulate-test
   # A link cut (100% loss) between two pipeline peers: deadline abort naming them, no hang.
   "$python" tests/emulate/check_link_cut.py build/release/geotrain build/release/link-cut-test
+  # Devices of fixed speed (emulate.py --cpus-per-rank): ranks in capped CPU cgroups.
+  if [[ -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]] || grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    "$python" tests/emulate/check_cpu_cap.py
+  else
+    echo "tests/run.sh: no cgroup cpu controller mounted: emulate.py --cpus-per-rank (tests/emulate/check_cpu_cap.py) skipped"
+  fi
 else
   echo "tests/run.sh: not root: the Slurm job tests (tests/slurm) and the WAN emulation test (tests/emulate) need root; skipped"
 fi

@@ -10,10 +10,18 @@ only. Everything is torn down afterwards, also on failure or Ctrl-C.
                 [--latency-scale F] [--matrix-out FILE] [--timeout S] -- COMMAND...
   emulate.py up SCENARIO.toml ... / emulate.py down
   emulate.py cut A B / emulate.py heal A B   (while a network is up or a run is on)
+  emulate.py device --cpus-per-rank F -- COMMAND...   (one device, no network)
 
 cut drops every packet between ranks A and B, both ways (a 100%-loss link
 failure: the two ranks stay alive, everything else still flows); heal
 restores the link.
+
+--cpus-per-rank F makes every rank a device of fixed speed: its processes
+run in a CPU cgroup capped at F of one core (CFS quota), so a rank cannot
+borrow the cores its idle neighbours leave, as a GPU cannot. Keep F x ranks
+below the machine's cores: the emulator's packet delay and the kernel's
+networking need the rest. `device` runs COMMAND alone under the same cap
+(the calibration of a device).
 
 --matrix-out writes the emulated network at rank level in the scenario
 format (what a perfect probe would measure), for `network.matrix`.
@@ -304,6 +312,104 @@ def cut(a, b, on):
             in_ns(ROUTER, "iptables-legacy", "-D", *rule)
 
 
+# ---- devices of fixed speed (CPU cgroups)
+
+CGROUP_V1, CGROUP_V2 = "/sys/fs/cgroup/cpu", "/sys/fs/cgroup"
+GROUP = "geotrain-emulate"
+
+
+def cap_period_us(cpus):
+    """CFS periods of 2 ms where the quota allows (>= 1 ms): a rank that has spent its quota waits
+    at most the rest of one period, which short periods keep small next to a step."""
+    return max(2000, -(-1000 * 1000 // int(cpus * 1000)))
+
+
+def capped_groups(names, cpus):
+    """One cgroup per name capped at `cpus` of a core; returns {name: its cgroup.procs path} and the
+    `mount` arguments of its hierarchy (for a mount namespace that lacks it)."""
+    period = cap_period_us(cpus)
+    quota = int(cpus * period)
+    if os.path.exists(os.path.join(CGROUP_V1, "cpu.cfs_quota_us")):
+        base = os.path.join(CGROUP_V1, GROUP)
+        limits = {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(quota)}
+        mount = "-t cgroup -o cpu none"
+    elif "cpu" in open_text(os.path.join(CGROUP_V2, "cgroup.controllers")).split():
+        base = os.path.join(CGROUP_V2, GROUP)
+        limits = {"cpu.max": f"{quota} {period}"}
+        mount = "-t cgroup2 none"
+    else:
+        raise EmulationError("--cpus-per-rank needs the cgroup cpu controller (cgroup v1 cpu or v2 with cpu "
+                             "enabled); none is mounted here")
+    v2 = "cpu.max" in limits
+    try:
+        if v2:  # the cpu controller must be enabled down to the groups' parent
+            write_text(os.path.join(CGROUP_V2, "cgroup.subtree_control"), "+cpu")
+        os.makedirs(base, exist_ok=True)
+        if v2:
+            write_text(os.path.join(base, "cgroup.subtree_control"), "+cpu")
+        procs = {}
+        for name in names:
+            group = os.path.join(base, name)
+            os.makedirs(group, exist_ok=True)
+            for file, value in limits.items():
+                write_text(os.path.join(group, file), value)
+            procs[name] = os.path.join(group, "cgroup.procs")
+        return procs, mount
+    except OSError as error:
+        raise EmulationError(f"--cpus-per-rank: cannot set up the CPU cgroups under {base}: {error}") from error
+
+
+def remove_capped_groups():
+    """Removes the cgroups of capped_groups once their processes are gone (idempotent)."""
+    for root in (CGROUP_V1, CGROUP_V2):
+        base = os.path.join(root, GROUP)
+        if not os.path.isdir(base):
+            continue
+        for name in os.listdir(base):
+            group = os.path.join(base, name)
+            if not os.path.isdir(group):
+                continue
+            for _ in range(50):  # the ranks' daemons may take a moment to exit
+                try:
+                    os.rmdir(group)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        try:
+            os.rmdir(base)
+        except OSError:
+            pass
+
+
+def open_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def write_text(path, value):
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def run_device(cpus, command, timeout_s):
+    """COMMAND alone in one cgroup capped at `cpus` of a core."""
+    procs = capped_groups(["device"], cpus)[0]["device"]
+    try:
+        child = subprocess.Popen(["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "device", *command])
+        try:
+            return child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            print(f"emulate.py: error: the command ran past --timeout {timeout_s:g} s and was killed", file=sys.stderr)
+            return 1
+    finally:
+        remove_capped_groups()
+
+
 # ---- running ranks in their sites
 
 # Messages up to 16 MiB (a stage's gradient in the experiment) go eagerly:
@@ -318,13 +424,34 @@ AGENT = """#!/bin/sh
 # its own host name (<site>-<rank>, from the hostnames file).
 host=$1; shift
 name=$(sed -n "s/^$host //p" "$(dirname "$0")/hostnames")
+# --cpus-per-rank: the rank's daemon and everything it starts join the rank's
+# capped cgroup. mpirun runs under `ip netns exec`, which mounts a fresh /sys
+# without the cgroup file systems: mount the hierarchy again (the same tree),
+# one mount point per rank (mpirun starts the ranks' agents at once).
+group=$(sed -n "s/^$host //p" "$(dirname "$0")/cgroups")
+if [ -n "$group" ]; then
+  tree="$(dirname "$0")/cgroup-$host"
+  mkdir -p "$tree"
+  mount $(cat "$(dirname "$0")/cgroup-mount") "$tree" || exit 1
+  echo $$ > "$tree/$group/cgroup.procs" || exit 1
+fi
 exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "${name:-$host}" "$@"
 """
 
 
-def run(names, counts, command, timeout_s, log):
+def run(names, counts, command, timeout_s, log, cpus_per_rank=None):
     site = rank_sites(counts)
     with tempfile.TemporaryDirectory(prefix="geotrain-emulate-") as scratch:
+        procs, mount = capped_groups([rank_ns(r) for r in range(len(site))], cpus_per_rank) if cpus_per_rank \
+            else ({}, "")
+        with open(os.path.join(scratch, "cgroups"), "w") as f:
+            for ns, path in procs.items():  # the group's path inside its hierarchy
+                f.write(f"{ns} {GROUP}/{ns}\n")
+        with open(os.path.join(scratch, "cgroup-mount"), "w") as f:
+            f.write(mount)
+        if procs:
+            print(f"emulate: every rank a device of {cpus_per_rank:g} of a core (CFS quota, period "
+                  f"{cap_period_us(cpus_per_rank) / 1000:g} ms)", file=log, flush=True)
         hostfile = os.path.join(scratch, "hosts")
         with open(hostfile, "w") as f:
             for r in range(len(site)):
@@ -351,7 +478,7 @@ def run(names, counts, command, timeout_s, log):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "up", "down", "cut", "heal"])
+    parser.add_argument("action", choices=["run", "up", "down", "cut", "heal", "device"])
     parser.add_argument("scenario", nargs="?", help="the scenario (run, up); cut, heal: rank A")
     parser.add_argument("rank_b", nargs="?", type=int, help="cut, heal: rank B")
     parser.add_argument("--sites", help="comma-separated site names to keep (default: all)")
@@ -363,11 +490,23 @@ def main():
                         help="MTU of every link (larger: fewer packets through the user-space delay)")
     parser.add_argument("--matrix-out", help="write the rank-level matrix of the emulated network here")
     parser.add_argument("--traffic-out", help="run: write the bytes sent between every pair of ranks (JSON) here")
+    parser.add_argument("--cpus-per-rank", type=float,
+                        help="run, device: cap every rank at this many cores (a device of fixed speed)")
     args, rest = parser.parse_known_args()
     if rest and rest[0] == "--":
         rest = rest[1:]
     if os.geteuid() != 0:
         sys.exit("emulate.py: error: run as root (network namespaces)")
+    cores = os.cpu_count() or 1
+    if args.cpus_per_rank is not None and not 0.001 <= args.cpus_per_rank <= cores:
+        sys.exit(f"emulate.py: error: --cpus-per-rank must be in [0.001, {cores}] (this machine's cores)")
+    if args.action == "device":
+        if not (rest and args.cpus_per_rank):
+            sys.exit("emulate.py: error: device needs --cpus-per-rank F -- COMMAND ...")
+        try:
+            return run_device(args.cpus_per_rank, rest, args.timeout)
+        except EmulationError as error:
+            sys.exit(f"emulate.py: error: {error}")
     if args.action == "down":
         down()
         return 0
@@ -418,7 +557,10 @@ def main():
             delay = None  # leave it running
             return 0
         started = time.monotonic()
-        code = run(names, counts, rest, args.timeout, sys.stderr)
+        if args.cpus_per_rank and args.cpus_per_rank * sum(counts) > cores:
+            print(f"emulate: warning: {sum(counts)} ranks x {args.cpus_per_rank:g} cores exceed this machine's "
+                  f"{cores}: the devices will not get their share", file=sys.stderr, flush=True)
+        code = run(names, counts, rest, args.timeout, sys.stderr, args.cpus_per_rank)
         print(f"emulate: command done in {time.monotonic() - started:.1f} s (exit {code})", file=sys.stderr, flush=True)
         if args.traffic_out:
             with open(args.traffic_out, "w") as f:
@@ -438,6 +580,7 @@ def main():
                 except subprocess.TimeoutExpired:
                     delay.kill()
             down()
+            remove_capped_groups()
     return code
 
 
