@@ -234,7 +234,8 @@ def versus_peers_table(rows, device_s, last_column, last_cell, digits=0):
 def device_compute_s(run_dir, calibration=CALIBRATION):
     """The compute of one rank's step on an emulated device: alone on a core it takes t; the ranks
     share the machine's cores, so a device is cores / ranks of one and takes t * ranks / cores.
-    t is the fastest of the calibration's repeats (the least disturbed by whatever else ran)."""
+    A calibration run as a capped device (cpus_per_rank in its .json) took the device's time
+    already. t is the fastest of the calibration's repeats (the least disturbed by whatever else ran)."""
     path = os.path.join(run_dir, calibration)
     repeats = sorted(glob.glob(path + "*.h5"))
     if not (repeats and os.path.exists(path + ".json")):
@@ -242,25 +243,32 @@ def device_compute_s(run_dir, calibration=CALIBRATION):
     with open(path + ".json") as f:
         machine = json.load(f)
     alone = min(gt.summarize(gt.load(h5))["ranks"][0]["compute_per_step_s"] for h5 in repeats)
+    if machine.get("cpus_per_rank"):
+        return alone
     return alone * machine["ranks"] / machine["cores"]
 
 
-def two_sites_table(rows, device_s):
+def two_sites_table(rows, device_s, last_column=None, last_cell=None, digits=0):
+    """Runs against the synchronous one of the same session (stem planned-sync); last_column and
+    last_cell(row), when given, add one more column."""
     by = {r["stem"]: r for r in rows}
     peer = by.get("planned-sync")
-    lines = ["| run | s/step | vs synchronous | compute utilisation mean (min) | device-time utilisation | "
-             "bytes crossing sites / step (timing files) | less than synchronous | router: bytes between sites / step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    extra = [last_column] if last_column else []
+    lines = ["| " + " | ".join(["run", "s/step", "vs synchronous", "compute utilisation mean (min)",
+                                "device-time utilisation", "bytes crossing sites / step (timing files)",
+                                "less than synchronous", "router: bytes between sites / step"] + extra) + " |",
+             "|---|" + "---:|" * (7 + len(extra))]
     for r in rows:
         s = r["summary"]
         measured = s["measured_iteration_s"]
         fewer = f"{peer['timing_bytes'] / r['timing_bytes']:.1f}x" if peer and r["timing_bytes"] > 0 else ""
         router = f"{r['router_bytes'] / 1e6:.1f} MB" if r["router_bytes"] is not None else "n/a"
         faster = f"{peer['summary']['measured_iteration_s'] / measured:.2f}x" if peer else ""
-        device = f"{100 * device_s / measured:.0f}%" if device_s else "n/a"
-        lines.append(f"| {r['what']} | {measured:.3f} | {faster} | {100 * s['compute_utilisation_mean']:.0f}% "
-                     f"({100 * s['compute_utilisation_min']:.0f}%) | {device} | {r['timing_bytes'] / 1e6:.2f} MB | "
-                     f"{fewer} | {router} |")
+        device = f"{100 * device_s / measured:.{digits}f}%" if device_s else "n/a"
+        cells = [r["what"], f"{measured:.3f}", faster,
+                 f"{100 * s['compute_utilisation_mean']:.{digits}f}% ({100 * s['compute_utilisation_min']:.{digits}f}%)",
+                 device, f"{r['timing_bytes'] / 1e6:.2f} MB", fewer, router] + ([last_cell(r)] if last_cell else [])
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 

@@ -22,7 +22,9 @@
 # -inside-s16 runs). LAYOUT=pipelines4x2: 8 ranks, 4 stages x 2 replicas,
 # each SEQUENCES (8) micro-batches of 1 sequence (16 per step): the layout the
 # planner picks with local steps on the emulation (its planned-m8 runs;
-# SEQUENCES=32: 64 per step, its tokyo-london runs). The flushless cases
+# SEQUENCES=32: 64 per step, its tokyo-london runs). LAYOUT=pipelines2x2: 4
+# ranks, 2 stages x 2 replicas of SEQUENCES (8) micro-batches of 1 sequence
+# (SEQUENCES=32: the emulation's tokyo-london-4 runs). The flushless cases
 # (pipeline.flushless: gradients one update stale) are the emulation's
 # flushless runs.
 set -euo pipefail
@@ -56,6 +58,7 @@ declare -A options=([sync]="" [H10]="--outer.local_steps=10 --outer.momentum=0.5
   [H10-int8-momentum0.9]="--outer.local_steps=10 --compression.gradients=int8 --outer.momentum=0.9"
   [H20-int8-lr0.5-momentum0.9]="--outer.local_steps=20 --compression.gradients=int8 --outer.learning_rate=0.5 --outer.momentum=0.9"
   [H20-F5-int4-lr1-momentum0.9]="--outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --outer.learning_rate=1 --outer.momentum=0.9"
+  [H40-F5-int4-act8-momentum0.9]="--outer.local_steps=40 --outer.fragments=5 --compression.gradients=int4 --compression.activations=int8 --compression.activation_gradients=int8 --outer.momentum=0.9"
   [H40-F5-int4-momentum0.9]="--outer.local_steps=40 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
   [H50]="--outer.local_steps=50 --outer.momentum=0.5" [H50-int8]="--outer.local_steps=50 --compression.gradients=int8 --outer.momentum=0.5"
   [flushless]="--pipeline.flushless=true"
@@ -75,6 +78,9 @@ elif [[ ${LAYOUT:-} == inside8 ]]; then
   sequences_per_step=$((4 * ${SEQUENCES:-4}))
 elif [[ ${LAYOUT:-} == pipelines4x2 ]]; then
   ranks=8 stages=4 layout=(--pipeline.stages=4 --train.gradient_accumulation="${SEQUENCES:-8}" --train.micro_batch_sequences=1)
+  sequences_per_step=$((2 * ${SEQUENCES:-8}))
+elif [[ ${LAYOUT:-} == pipelines2x2 ]]; then
+  layout=(--pipeline.stages=2 --train.gradient_accumulation="${SEQUENCES:-8}" --train.micro_batch_sequences=1)
   sequences_per_step=$((2 * ${SEQUENCES:-8}))
 fi
 mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 -n "$ranks")

@@ -59,10 +59,11 @@
 # and the calibration: one rank alone (no emulation) training 8 sequences of
 # the whole model per step, the compute every rank above does per step.
 # SECTIONS (default: every group below but "busy", which repeats the peers
-# for issue 23's report) picks the groups to run.
+# for issue 23's report, and the -capped ones, which need the cgroup cpu
+# controller) picks the groups to run.
 # The timing files and the router's per-pair byte counts go to
 # runs/emulate-local-steps/; analysis/low_communication_report.py reads them.
-# Root; ~70 minutes on 2 cores, nothing else running. PEERS=0 skips the
+# Root; ~80 minutes on 2 cores, nothing else running. PEERS=0 skips the
 # synchronous runs (keeping earlier ones in the folder).
 #
 #   bash jobs/emulate/local_steps.sh [STEPS]
@@ -80,22 +81,26 @@ whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_s
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"
 # The calibration of a device: one rank alone, no emulation, training the
 # whole model on SEQUENCES x MICRO_BATCHES sequences per step (`calibrate
-# SEQUENCES MICRO_BATCHES`), 3 times: the report takes the fastest (a run right
-# after the emulation's teardown can be slowed). Writes
-# $out/calibration-whole-model-N-sequences-{1,2,3}.h5 and .json (cores, ranks).
+# SEQUENCES MICRO_BATCHES [RANKS [CPUS]]`), 3 times: the report takes the
+# fastest (a run right after the emulation's teardown can be slowed). Writes
+# $out/calibration-whole-model-N-sequences-{1,2,3}.h5 and .json (cores, the
+# RANKS that share them in the runs it calibrates: 8 unless given). CPUS: the
+# rank runs as one device of fixed speed (emulate.py device --cpus-per-rank),
+# the files named -capped.
 calibrate() {
-  local name="calibration-whole-model-$(($1 * $2))-sequences"
+  local name="calibration-whole-model-$(($1 * $2))-sequences${4:+-capped}" device=()
+  [[ -n ${4:-} ]] && device=(python3 jobs/emulate/emulate.py device --cpus-per-rank "$4" --)
   rm -f "$out/$name"*.h5
   for repeat in 1 2 3; do
-    OMP_NUM_THREADS=1 build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
+    OMP_NUM_THREADS=1 "${device[@]}" build/release/geotrain train inputs/quickstart.toml --model.file=inputs/models/emulation.toml \
       --pipeline.stages=1 --train.micro_batch_sequences="$1" --train.gradient_accumulation="$2" --train.steps=12 \
       --optimizer.warmup_steps=2 --train.eval_every_steps=0 --checkpoint.dir= \
       --timing.file="$out/$name-$repeat.h5" > /dev/null
   done
   # getconf, not nproc: nproc follows the OMP_NUM_THREADS=1 exported above
-  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": 8}" > "$out/$name.json"
+  echo "{\"cores\": $(getconf _NPROCESSORS_ONLN), \"ranks\": ${3:-8}${4:+, \"cpus_per_rank\": $4}}" > "$out/$name.json"
 }
-sections=" ${SECTIONS:-short long inside-long planned-local two-sites flushless two-sites-flushless} "
+sections=" ${SECTIONS:-short long inside-long planned-local two-sites two-sites-pp2 flushless two-sites-flushless} "
 # shellcheck disable=SC2086  # option lists are words
 if [[ $sections == *" short "* ]]; then
   if [[ ${PEERS:-1} != 0 ]]; then
@@ -163,6 +168,38 @@ if [[ $sections == *" two-sites "* ]]; then
   run tokyo-london "$file" "$pairs" planned gpipe -pp1-mb8-sites-H20-F5-int4 --pipeline.stages=1 \
     --train.gradient_accumulation=1 --train.micro_batch_sequences=8 $sites
   calibrate 8 1
+fi
+# Issue 17's utilisation on two continents with 2 ranks per site (4 ranks: a
+# device is half a core, not a quarter), 64 sequences per step, 32
+# micro-batches of 1 per replica: the planner's synchronous layout (the peer),
+# then local steps (5 fragments streamed at int4, momentum 0.9), where the
+# planner puts a 2-stage pipeline inside each site:
+#   tokyo-london-4-planned-sync, -H20-F5-int4, -H20-F5-int4-act8,
+#   -H40-F5-int4-act8, -1f1b-H20-F5-int4-act8
+# and the calibration of a device: one rank alone training the whole model on
+# 16 sequences per step, what every rank of these runs computes per step.
+# analysis/two_continents_report.py reads them.
+# two-sites-pp2-capped: the same with every rank a device of fixed speed, 0.45
+# of a core (emulate.py --cpus-per-rank: no rank borrows another's idle core),
+# as tokyo-london-4-capped-*, and its calibration under the same cap.
+two_sites_pp2() {  # NAME [EMULATE OPTIONS...]
+  local name=$1 pairs="--sites Tokyo,London --devices 2,2 --bandwidth-scale 0.05 ${*:2}"
+  local m32="--pipeline.stages=2 --train.gradient_accumulation=32 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
+  local local_f5="--outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9"
+  local act8="--compression.activations=int8 --compression.activation_gradients=int8"
+  run "$name" "$file" "$pairs" planned gpipe -sync $m32
+  run "$name" "$file" "$pairs" planned gpipe -H20-F5-int4 $m32 --outer.local_steps=20 $local_f5
+  run "$name" "$file" "$pairs" planned gpipe -H20-F5-int4-act8 $m32 --outer.local_steps=20 $local_f5 $act8
+  run "$name" "$file" "$pairs" planned gpipe -H40-F5-int4-act8 $m32 --outer.local_steps=40 $local_f5 $act8
+  run "$name" "$file" "$pairs" planned 1f1b -1f1b-H20-F5-int4-act8 $m32 --outer.local_steps=20 $local_f5 $act8
+}
+if [[ $sections == *" two-sites-pp2 "* ]]; then
+  two_sites_pp2 tokyo-london-4
+  calibrate 1 16 4
+fi
+if [[ $sections == *" two-sites-pp2-capped "* ]]; then
+  two_sites_pp2 tokyo-london-4-capped --cpus-per-rank 0.45
+  calibrate 1 16 4 0.45
 fi
 # The planner's placement with a flushless pipeline (pipeline.flushless,
 # PipeDream-2BW: one unbroken 1F1B stream, gradients one update stale), 8
@@ -237,5 +274,23 @@ if [[ $sections == *" busy "* ]]; then
     run world-wide "$file" "$options" rank-order gpipe "-inside-H$h-F5-int4-act8" $inside $streamed $act8
   done
   calibrate 1 2
+fi
+# busy-capped: the same runs' essentials with every rank a device of fixed
+# speed, 0.22 of a core (emulate.py --cpus-per-rank; 8 ranks take 1.76 of the
+# 2 cores, the emulator the rest), as world-wide-capped-*: the two peers, the
+# planner's layout with the tied embedding at int8, and pipelines inside sites
+# with int8 activations; then the calibration under the same cap.
+if [[ $sections == *" busy-capped "* ]]; then
+  capped="$options --cpus-per-rank 0.22"
+  m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
+  all8="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"
+  act8="--compression.activations=int8 --compression.activation_gradients=int8"
+  run world-wide-capped "$file" "$capped" planned gpipe "" --network.gradient_bucket_mb=0
+  run world-wide-capped "$file" "$capped" rank-order gpipe "" --network.gradient_bucket_mb=0
+  run world-wide-capped "$file" "$capped" planned gpipe -m8-H20-int8all-tied8 $m8 $all8 --network.gradient_bucket_mb=0 \
+    --outer.local_steps=20 --outer.momentum=0.9 --compression.tied_embedding=int8
+  run world-wide-capped "$file" "$capped" rank-order gpipe -inside-H20-F5-int4-act8 $inside --outer.local_steps=20 \
+    --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9 $act8
+  calibrate 1 2 8 0.22
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"
