@@ -9,8 +9,9 @@ session, compute utilisation (forward + backward time over the step time,
 mean and least over ranks), device-time utilisation (what a rank computes
 per step, timed alone and spread over the machine's cores, over the step
 time) and the validation loss at equal tokens against synchronous training.
-The "## Reading" section, written by hand, is kept when the tables are
-regenerated.
+With the `busy-capped` runs present (every rank a device of fixed speed:
+emulate.py --cpus-per-rank), the same table for them. The "## Reading"
+section, written by hand, is kept when the tables are regenerated.
 
 usage: busy_devices_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
 """
@@ -89,13 +90,18 @@ def main():
              "Loss: the same settings in `bench/local_steps.sh` (model `tiny`, 1000 steps, 8 ranks = 2 stages x 4 "
              "replicas, 16 sequences per step, the same tokens in every case), final validation loss against "
              "synchronous training; the planner's 4 x 2 row's loss is in low_communication.md (-1.60%).\n"]
-    lines += table(rows, device_s, final_losses(summary_path)) + [""]
+    finals = final_losses(summary_path)
+    lines += table(rows, device_s, finals) + [""]
+    capped = lc.emulation_rows(run_dir, RUNS, "world-wide-capped")
+    if capped:
+        capped_device_s = lc.device_compute_s(run_dir, CALIBRATION + "-capped")
+        lines += ["## Devices of fixed speed\n",
+                  lc.fixed_speed_note("SECTIONS=busy-capped bash jobs/emulate/local_steps.sh", 0.22, 8,
+                                      CALIBRATION + "-capped", capped_device_s) + " Peers: the capped synchronous runs.\n"]
+        lines += table(capped, capped_device_s, finals) + [""]
     lines += ["## Convergence at equal tokens, pipelines inside sites\n"]
     lines += lc.convergence(summary_path, measured, os.path.join(os.path.dirname(report), "busy_devices.png"))
-    lines += lc.kept_sections(report, ("## Reading",))
-    with open(report, "w") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
-    print("\n".join(lines))
+    lc.finish_report(report, lines)
 
 
 if __name__ == "__main__":

@@ -363,6 +363,24 @@ def convergence(summary_path, emulated, plot_path):
 KEPT = ("## Outer step settings", "## Reading", "## Simulated at the paper's scale")
 
 
+def fixed_speed_note(command, cpus, ranks, calibration, device_s):
+    """The paragraph before a table of runs on devices of fixed speed (emulate.py --cpus-per-rank)."""
+    return (f"The same runs with every rank a device of fixed speed (`{command}`): `emulate.py --cpus-per-rank "
+            f"{cpus:g}` runs each rank pinned to one core in a CPU cgroup capped at {cpus:g} of it ({ranks} ranks: "
+            f"{ranks * cpus:g} cores in all, the emulator the rest), so no rank borrows the core another leaves "
+            "idle, as a GPU cannot. Compute utilisation then means what it means on dedicated devices; the "
+            "device-time column takes the calibration run under the same cap"
+            + (f" ({calibration}: {device_s:.3f} s per step)" if device_s else "") + ".")
+
+
+def finish_report(report, lines, headings=("## Reading",)):
+    """Appends the hand-written sections the report already has, writes it and prints it."""
+    lines = lines + kept_sections(report, headings)
+    with open(report, "w") as f:
+        f.write("\n".join(lines).rstrip() + "\n")
+    print("\n".join(lines))
+
+
 def kept_sections(report, headings=KEPT):
     if not os.path.exists(report):
         return []
@@ -443,10 +461,7 @@ def main():
         by_stages = {1: emulated_whole, 2: emulated_inside, 4: emulated_planned}
         lines += convergence(more, by_stages.get(layout["stages"], {}).get(sequences, {}),
                              os.path.join(os.path.dirname(report), f"low_communication-{name}.png"))
-    lines += kept_sections(report)
-    with open(report, "w") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
-    print("\n".join(lines))
+    finish_report(report, lines, KEPT)
 
 
 if __name__ == "__main__":

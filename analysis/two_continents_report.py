@@ -77,20 +77,13 @@ def main():
     if capped:
         capped_device_s = lc.device_compute_s(run_dir, CALIBRATION + "-capped")
         lines += ["", "## Devices of fixed speed\n",
-                  "The same runs with every rank a device of fixed speed (`SECTIONS=two-sites-pp2-capped bash "
-                  "jobs/emulate/local_steps.sh`): `emulate.py --cpus-per-rank 0.45` runs each rank in a CPU "
-                  "cgroup capped at 0.45 of a core (4 ranks: 1.8 of the 2 cores, the emulator the rest), so no rank "
-                  "borrows the core another leaves idle, as a GPU cannot. Compute utilisation then means what it "
-                  "means on dedicated devices; the device-time column takes the calibration run under the same cap"
-                  + (f" ({CALIBRATION}-capped: {capped_device_s:.3f} s per step)" if capped_device_s else "") + ".\n"]
+                  lc.fixed_speed_note("SECTIONS=two-sites-pp2-capped bash jobs/emulate/local_steps.sh", 0.45, 4,
+                                      CALIBRATION + "-capped", capped_device_s) + "\n"]
         lines += lc.two_sites_table(capped, capped_device_s, "validation loss at equal tokens vs synchronous", loss,
                                     digits=1)
     lines += ["", "## Convergence at equal tokens\n"]
     lines += lc.convergence(summary_path, measured, os.path.join(os.path.dirname(report), "two_continents.png"))
-    lines += lc.kept_sections(report, ("## Reading",))
-    with open(report, "w") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
-    print("\n".join(lines))
+    lc.finish_report(report, lines)
 
 
 if __name__ == "__main__":
