@@ -39,6 +39,15 @@ RUNS = (  # (file stem, what it is, its convergence case in the summary)
      "H10-F5-int4-act8-momentum0.9"),
 )
 
+# The busy-capped section's runs (devices of fixed speed), named in full: the rows they follow above are
+# not among them.
+CAPPED_RUNS = RUNS[:2] + (
+    ("planned-m8-H20-int8all-tied8", "the planner's 4 x 2, 8 micro-batches of 1, H = 20, all int8, the tied "
+     "embedding's per-step sum at int8 too", None),
+    ("rank-order-inside-H20-F5-int4-act8", "pipelines inside sites (2 x 4), H = 20, 5 fragments streamed at int4, "
+     "activations and their gradients at int8", "H20-F5-int4-act8-momentum0.9"),
+)
+
 
 def final_losses(summary_path):
     with open(summary_path) as f:
@@ -92,7 +101,7 @@ def main():
              "synchronous training; the planner's 4 x 2 row's loss is in low_communication.md (-1.60%).\n"]
     finals = final_losses(summary_path)
     lines += table(rows, device_s, finals) + [""]
-    capped = lc.emulation_rows(run_dir, RUNS, "world-wide-capped")
+    capped = lc.emulation_rows(run_dir, CAPPED_RUNS, "world-wide-capped")
     if capped:
         capped_device_s = lc.device_compute_s(run_dir, CALIBRATION + "-capped")
         lines += ["## Devices of fixed speed\n",

@@ -366,7 +366,7 @@ KEPT = ("## Outer step settings", "## Reading", "## Simulated at the paper's sca
 def fixed_speed_note(command, cpus, ranks, calibration, device_s):
     """The paragraph before a table of runs on devices of fixed speed (emulate.py --cpus-per-rank)."""
     return (f"The same runs with every rank a device of fixed speed (`{command}`): `emulate.py --cpus-per-rank "
-            f"{cpus:g}` runs each rank pinned to one core in a CPU cgroup capped at {cpus:g} of it ({ranks} ranks: "
+            f"{cpus:g}` runs each rank in a CPU cgroup capped at {cpus:g} of a core ({ranks} ranks: "
             f"{ranks * cpus:g} cores in all, the emulator the rest), so no rank borrows the core another leaves "
             "idle, as a GPU cannot. Compute utilisation then means what it means on dedicated devices; the "
             "device-time column takes the calibration run under the same cap"

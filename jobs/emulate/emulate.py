@@ -17,12 +17,12 @@ failure: the two ranks stay alive, everything else still flows); heal
 restores the link.
 
 --cpus-per-rank F makes every rank a device of fixed speed: its processes
-run pinned to one core (rank i to core i mod cores) in a CPU cgroup capped at
-F of it (CFS quota), so a rank cannot
+run in a CPU cgroup capped at F of one core (CFS quota; the rank may run on
+any core, mpirun binds it as usual), so a rank cannot
 borrow the cores its idle neighbours leave, as a GPU cannot. Keep F x ranks
 below the machine's cores: the emulator's packet delay and the kernel's
-networking need the rest. `device` runs COMMAND alone under the same cap
-(the calibration of a device).
+networking need the rest. `device` runs COMMAND alone under the same cap,
+on core 0 (the calibration of a device).
 
 --matrix-out writes the emulated network at rank level in the scenario
 format (what a perfect probe would measure), for `network.matrix`.
@@ -429,17 +429,14 @@ name=$(sed -n "s/^$host //p" "$(dirname "$0")/hostnames")
 # capped cgroup. mpirun runs under `ip netns exec`, which mounts a fresh /sys
 # without the cgroup file systems: mount the hierarchy again (the same tree),
 # one mount point per rank (mpirun starts the ranks' agents at once).
-group=$(sed -n "s/^$host //p" "$(dirname "$0")/cgroups") pin=
+group=$(sed -n "s/^$host //p" "$(dirname "$0")/cgroups")
 if [ -n "$group" ]; then
   tree="$(dirname "$0")/cgroup-$host"
   mkdir -p "$tree"
   mount $(cat "$(dirname "$0")/cgroup-mount") "$tree" || exit 1
   echo $$ > "$tree/$group/cgroup.procs" || exit 1
-  # Pinned, each rank to one core (rank i to core i mod cores): a quota spent
-  # on one core's run queue, not stranded in slices on another's.
-  pin="taskset -c $(( ${host#gt-d} % $(getconf _NPROCESSORS_ONLN) ))"
 fi
-exec $pin ip netns exec "$host" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "${name:-$host}" "$@"
+exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "${name:-$host}" "$@"
 """
 
 

@@ -6,9 +6,8 @@
   0.3 / 0.2 = 1.5 s of wall time (asserted: >= 1.0 s, a margin for the
   quota's first period; uncapped it takes 0.3 s);
 - `emulate.py run --cpus-per-rank 0.3` puts every rank in its own capped
-  cgroup, pinned to one core (each rank prints /proc/self/cgroup and its
-  allowed cores: 4 ranks, 4 groups named after their namespaces, rank i on
-  core i mod cores);
+  cgroup (each rank prints /proc/self/cgroup: 4 ranks, 4 different groups
+  named after their namespaces);
 - bad input (a cap above the machine's cores, `device` without a cap) exits
   non-zero with one line naming the option;
 - nothing is left under the cgroup mount afterwards.
@@ -44,18 +43,14 @@ def main():
         failures.append(f"0.3 s of CPU at 0.2 of a core took {wall:.2f} s of wall time: the cap was not applied")
     print(f"device: 0.3 s of CPU capped at 0.2 of a core took {wall:.2f} s")
 
-    done = emulate("run", SCENARIO, "--cpus-per-rank", "0.3", "--", "/bin/sh", "-c",
-                   "cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status")
+    done = emulate("run", SCENARIO, "--cpus-per-rank", "0.3", "--", "/bin/cat", "/proc/self/cgroup")
     groups = set(re.findall(r"geotrain-emulate/(gt-d\d+)", done.stdout))
     if done.returncode != 0 or groups != {"gt-d0", "gt-d1", "gt-d2", "gt-d3"}:
         failures.append(f"run: ranks in groups {sorted(groups)} (exit {done.returncode}), want gt-d0..gt-d3: "
                         f"{done.stderr.strip()[-500:]}")
+    print(f"run: ranks in capped groups {sorted(groups)}")
+
     cores = os.cpu_count() or 1
-    pinned = sorted(re.findall(r"Cpus_allowed_list:\s*(\S+)", done.stdout))
-    want = sorted(str(r % cores) for r in range(4))
-    if pinned != want:
-        failures.append(f"run: ranks allowed on cores {pinned}, want one core each, rank i on i mod {cores}: {want}")
-    print(f"run: ranks in capped groups {sorted(groups)}, on cores {pinned}")
 
     for args, field in ((("device", "--cpus-per-rank", str(cores + 1), "--", "true"), "--cpus-per-rank"),
                         (("device", "--", "true"), "--cpus-per-rank")):
