@@ -15,7 +15,6 @@ section, written by hand, is kept when the tables are regenerated.
 
 usage: busy_devices_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
 """
-import json
 import os
 import sys
 
@@ -49,23 +48,9 @@ CAPPED_RUNS = RUNS[:2] + (
 )
 
 
-def final_losses(summary_path):
-    with open(summary_path) as f:
-        summary = json.load(f)
-    folder = os.path.dirname(summary_path)
-    finals = {}
-    for case in summary["cases"]:
-        _, validation = lc.read_metrics(os.path.join(folder, case["metrics"]))
-        finals[case["case"]] = max(validation.items())[1]
-    return finals
-
-
 def table(rows, device_s, finals):
-    sync = finals.get("sync")
-
-    def loss(r):
-        return f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
-    return lc.versus_peers_table(rows, device_s, "validation loss at equal tokens vs synchronous", loss, digits=1)
+    return lc.versus_peers_table(rows, device_s, "validation loss at equal tokens vs synchronous",
+                                 lc.loss_versus_sync(finals), digits=1)
 
 
 def main():
@@ -99,7 +84,7 @@ def main():
              "Loss: the same settings in `bench/local_steps.sh` (model `tiny`, 1000 steps, 8 ranks = 2 stages x 4 "
              "replicas, 16 sequences per step, the same tokens in every case), final validation loss against "
              "synchronous training; the planner's 4 x 2 row's loss is in low_communication.md (-1.60%).\n"]
-    finals = final_losses(summary_path)
+    finals = lc.final_losses(summary_path)
     lines += table(rows, device_s, finals) + [""]
     capped = lc.emulation_rows(run_dir, CAPPED_RUNS, "world-wide-capped")
     if capped:

@@ -363,6 +363,27 @@ def convergence(summary_path, emulated, plot_path):
 KEPT = ("## Outer step settings", "## Reading", "## Simulated at the paper's scale")
 
 
+def final_losses(summary_path):
+    """The final validation loss of every case of a bench/local_steps.sh summary."""
+    with open(summary_path) as f:
+        summary = json.load(f)
+    folder = os.path.dirname(summary_path)
+    finals = {}
+    for case in summary["cases"]:
+        _, validation = read_metrics(os.path.join(folder, case["metrics"]))
+        finals[case["case"]] = max(validation.items())[1]
+    return finals
+
+
+def loss_versus_sync(finals):
+    """A table cell per run: its case's final loss against the `sync` case's, or empty."""
+    sync = finals.get("sync")
+
+    def cell(r):
+        return f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
+    return cell
+
+
 def fixed_speed_note(command, cpus, ranks, calibration, device_s):
     """The paragraph before a table of runs on devices of fixed speed (emulate.py --cpus-per-rank)."""
     return (f"The same runs with every rank a device of fixed speed (`{command}`): `emulate.py --cpus-per-rank "

@@ -20,7 +20,6 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import busy_devices_report  # noqa: E402
 import emulation_report  # noqa: E402
 import low_communication_report as lc  # noqa: E402
 
@@ -43,11 +42,7 @@ def main():
     run_dir, summary_path, report = sys.argv[1:]
     rows = lc.emulation_rows(run_dir, RUNS, NETWORK)
     device_s = lc.device_compute_s(run_dir, CALIBRATION)
-    finals = busy_devices_report.final_losses(summary_path)
-    sync = finals.get("sync")
-
-    def loss(r):
-        return f"{100 * (finals[r['case']] - sync) / sync:+.2f}%" if sync and r["case"] in finals else ""
+    loss = lc.loss_versus_sync(lc.final_losses(summary_path))
     # The wall-time curves take the GPipe runs (the 1F1B row shares its case).
     measured = {r["case"]: r["summary"]["measured_iteration_s"] for r in rows if r["case"] and "1f1b" not in r["stem"]}
     lines = ["# Two continents, two ranks per site: local steps against issue 17's 85%\n",

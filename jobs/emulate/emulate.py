@@ -341,13 +341,11 @@ def capped_groups(names, cpus):
     else:
         raise EmulationError("--cpus-per-rank needs the cgroup cpu controller (cgroup v1 cpu or v2 with cpu "
                              "enabled); none is mounted here")
-    v2 = "cpu.max" in limits
     try:
-        if v2:  # the cpu controller must be enabled down to the groups' parent
-            write_text(os.path.join(CGROUP_V2, "cgroup.subtree_control"), "+cpu")
         os.makedirs(base, exist_ok=True)
-        if v2:
-            write_text(os.path.join(base, "cgroup.subtree_control"), "+cpu")
+        if mount == "-t cgroup2 none":  # the cpu controller must be enabled down to the groups' parent
+            for parent in (CGROUP_V2, base):
+                write_text(os.path.join(parent, "cgroup.subtree_control"), "+cpu")
         procs = {}
         for name in names:
             group = os.path.join(base, name)
@@ -446,7 +444,7 @@ def run(names, counts, command, timeout_s, log, cpus_per_rank=None):
         procs, mount = capped_groups([rank_ns(r) for r in range(len(site))], cpus_per_rank) if cpus_per_rank \
             else ({}, "")
         with open(os.path.join(scratch, "cgroups"), "w") as f:
-            for ns, path in procs.items():  # the group's path inside its hierarchy
+            for ns in procs:  # the group's path inside its hierarchy
                 f.write(f"{ns} {GROUP}/{ns}\n")
         with open(os.path.join(scratch, "cgroup-mount"), "w") as f:
             f.write(mount)
