@@ -18,9 +18,12 @@ int fragment_due(const LocalStepsSettings& s, int completed_steps) {
   return -1;
 }
 
-std::vector<std::size_t> fragment_bounds(std::size_t count, int fragments) {
+std::vector<std::size_t> fragment_bounds(std::size_t count, int fragments, std::size_t first_at_least) {
   std::vector<std::size_t> bounds;
-  for (int f = 0; f <= fragments; ++f) bounds.push_back(count * static_cast<std::size_t>(f) / fragments);
+  for (int f = 0; f <= fragments; ++f) {
+    const std::size_t even = count * static_cast<std::size_t>(f) / fragments;
+    bounds.push_back(f == 0 ? 0 : std::max(even, std::min(first_at_least, count)));
+  }
   return bounds;
 }
 
@@ -45,12 +48,13 @@ OuterOptimizer::OuterOptimizer(kernels::Backend& backend, model::Stage& stage, C
       stage_(stage),
       collectives_(collectives),
       settings_(settings),
-      bounds_(fragment_bounds(stage.parameter_count(), settings.fragments)),
+      bounds_(fragment_bounds(stage.parameter_count(), settings.fragments, settings.tied_values)),
       anchor_(stage.parameter_count()),
       momentum_(stage.parameter_count(), 0.0f),
       parameters_(stage.parameter_count()),
       exchange_(stage.parameter_count()),
-      sent_(stage.parameter_count()) {
+      sent_(stage.parameter_count()),
+      tied_slot_(settings.fragments + 1) {  // past the fragments' slots and the whole stage's
   // The anchor is the parameters as training starts (drawn, resumed or loaded).
   download_parameters(0, parameters_.size());
   anchor_ = parameters_;
@@ -97,7 +101,9 @@ void OuterOptimizer::start(int fragment) {
   }
   in_flight_ = fragment;
   on_wire_ = true;
-  collectives_.start_data_parallel_fragment(fragment, exchange_.data() + begin, end - begin);
+  const std::size_t tied = begin == 0 ? std::min(settings_.tied_values, end) : 0;
+  if (tied > 0) collectives_.start_data_parallel_fragment(tied_slot_, exchange_.data(), tied);
+  collectives_.start_data_parallel_fragment(fragment, exchange_.data() + begin + tied, end - begin - tied);
 }
 
 void OuterOptimizer::finish_and_apply(Timeline* timeline) {

@@ -243,9 +243,15 @@ class RankTrainer {
     return sum;
   }
 
-  LocalStepsSettings local_steps_settings() const {
-    return {config_.outer_local_steps, config_.outer_fragments, config_.outer_learning_rate, config_.outer_momentum,
-            role_.replicas};
+  LocalStepsSettings local_steps_settings() {
+    LocalStepsSettings s{config_.outer_local_steps, config_.outer_fragments, config_.outer_learning_rate,
+                         config_.outer_momentum, role_.replicas};
+    const model::ParameterView* wte = stage_.find("wte");
+    if (splits_tied_embedding() && wte != nullptr) {
+      if (wte->offset != 0) throw std::logic_error("the tied embedding must be the stage's first parameter");
+      s.tied_values = wte->count;
+    }
+    return s;
   }
 
   // FNV-1a of `count` parameters from `offset` (the whole stage by default; ranks of one stage must agree

@@ -32,6 +32,12 @@ struct LocalStepsSettings {
   double learning_rate = 0.7;
   double momentum = 0.5;  // Nesterov
   int replicas = 1;
+  // The stage's first `tied_values` parameters: a tied embedding whose other
+  // copy lives on the pipeline's other end (0: none). Both copies must get the
+  // same outer step, bit for bit: they sit in fragment 0 at both ends, and
+  // are summed apart from the rest of it, so that the encoded sum cuts and
+  // scales them the same way whatever else the two stages hold.
+  std::size_t tied_values = 0;
 };
 
 // Where fragment f's synchronisations fall in each round of H steps:
@@ -40,8 +46,9 @@ int fragment_offset(const LocalStepsSettings& settings, int fragment);
 // The fragment whose synchronisation starts after `completed_steps` steps
 // (-1: none). Steps before the first full round start none for offset 0.
 int fragment_due(const LocalStepsSettings& settings, int completed_steps);
-// fragments + 1 offsets cutting `count` floats into near-equal ranges.
-std::vector<std::size_t> fragment_bounds(std::size_t count, int fragments);
+// fragments + 1 offsets cutting `count` floats into near-equal ranges, the
+// first at least `first_at_least` long (the tied embedding, whole in fragment 0).
+std::vector<std::size_t> fragment_bounds(std::size_t count, int fragments, std::size_t first_at_least = 0);
 // For the log: "fragment 0 after steps 4, 8, 12; fragment 1 after steps 2, 6, 10"
 // (the first `rounds` synchronisations of each; when F > 1 each is applied
 // when the next starts).
@@ -86,6 +93,7 @@ class OuterOptimizer {
   std::vector<float> exchange_;           // pseudo-gradients in flight (their fragments' ranges)
   std::vector<float> sent_;               // the parameters they were taken from
   int in_flight_ = -1;                    // its fragment; -1: none
+  int tied_slot_;                         // the exchange slot of the tied embedding's own sum
   bool on_wire_ = false;                  // false: its sum is already in exchange_ (restored)
   bool agree_ = true;
 };

@@ -97,7 +97,9 @@ class MpiCollectives : public Collectives {
   ExchangeGroup data_parallel_, pipeline_, tied_;
   WireCodec gradient_codec_;
   EncodedSumState gradient_state_;              // the sum of a whole tensor
-  std::vector<EncodedSumState> bucket_states_;  // bucket b's, by its place in the step
+  // Bucket b's, by its place in the step: a deque, because exchanges in
+  // flight point at theirs while later buckets add slots.
+  std::deque<EncodedSumState> bucket_states_;
   std::deque<ExchangeInFlight> buckets_;         // this step's, in flight (a deque: they must not move)
   WireCodec tied_codec_;
   EncodedSumState tied_state_;

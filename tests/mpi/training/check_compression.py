@@ -2,7 +2,8 @@
 """Compressed gradients and pipeline messages (compression.*), end to end.
 
 For each lossy format and each layout with data parallelism (two replicas:
-the encoded swap; four: encoded reduce-scatter and all-gather), train a few
+the encoded swap; four: encoded reduce-scatter and all-gather, in one
+exchange and in buckets of 0.25 MiB, several in flight at once), train a few
 steps under mpirun and check that the run ends normally with every stage's
 replicas holding bit-identical parameters (the trainer compares their
 fingerprints and fails otherwise: "replicas diverged"), that the format
@@ -32,7 +33,7 @@ from conclude import conclude  # noqa: E402
 from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
 
 STEPS = 12
-LAYOUTS = ((1, 2), (2, 2), (1, 4))  # pp x dp
+LAYOUTS = ((1, 2, None), (2, 2, None), (1, 4, None), (1, 4, "0.25"))  # pp x dp, gradient buckets (MiB; None: the default)
 GLOBAL_MICRO_BATCHES = 4
 CLOSE_TO_FP32 = {"int8": 0.01, "int4": 0.02, "topk": 0.10}
 
@@ -54,9 +55,10 @@ def main():
     common = [*short_run_flags(config, STEPS, 2), "--timing.file=", "--train.metrics_file=",
               "--compression.topk_fraction=0.1"]
     failures = []
-    for pp, dp in LAYOUTS:
+    for pp, dp, bucket_mb in LAYOUTS:
         layout = [*mpirun, "-n", str(pp * dp), geotrain, "train", *common, f"--pipeline.stages={pp}",
                   f"--train.gradient_accumulation={GLOBAL_MICRO_BATCHES // dp}"]
+        layout += [f"--network.gradient_bucket_mb={bucket_mb}"] if bucket_mb else []
         exact, _ = run([*layout, "--compression.gradients=fp32"])
         cases = [(f"gradients {name}", name, [f"--compression.gradients={name}"]) for name in formats.split(",")]
         if pp > 1:
@@ -67,7 +69,7 @@ def main():
                       for name in formats.split(",")]
         for label, name, options in cases:
             losses, end = run([*layout, *options])
-            case = f"{pp}x{dp} {label}"
+            case = f"{pp}x{dp}{f' buckets of {bucket_mb} MiB' if bucket_mb else ''} {label}"
             print(f"{case}: losses {losses[0]:.4f} .. {losses[-1]:.4f} (fp32 {exact[-1]:.4f}); replicas identical: "
                   f"{end['replicas_identical']}")
             if not end["replicas_identical"]:

@@ -21,6 +21,13 @@
    training (validation within 1e-5 of the single rank); in two sites of two
    (inputs/scenarios/tiny-2x2.toml), the replicas of a site agree after
    every step and all four only after outer steps.
+6. Four replicas of two stages (the emulation's pipelines inside sites) with
+   fragments streamed at int4: the two copies of the tied embedding (first
+   and last stage) get the same outer step, bit for bit (the trainer fails
+   otherwise: "the tied embedding's two copies diverged"), and the replicas
+   agree at the end. With 4 fragments the encoded sum's shards are smaller
+   than the embedding, so the two ends would cut and scale it differently
+   were it summed with the rest of its fragment.
 
 usage: check_local_steps.py GEOTRAIN CONFIG -- MPIRUN...   (a Python with h5py)
 """
@@ -175,11 +182,21 @@ def main():
         if not inside or everywhere != (step % 2 == 0):
             failures.append(f"two sites after step {step}: {by_site}")
 
+    # 6. Four replicas of two stages, fragments at int4: the tied copies stay one.
+    records, _ = run([*mpirun, "-np", "8", geotrain, "train", *short_run_flags(config, 8, 1), "--pipeline.stages=2",
+                      "--train.gradient_accumulation=1", "--outer.local_steps=4", "--outer.fragments=4",
+                      "--compression.gradients=int4"], work)
+    (end,) = [r for r in records if r["event"] == "end"] or [{}]
+    print(f"2 stages x 4 replicas, F = 4 at int4: ended with replicas identical: {end.get('replicas_identical')}")
+    if end.get("replicas_identical") is not True:
+        failures.append(f"2x4 streamed int4: the end record {end}")
+
     if failures:
         failures.append(f"(its runs are kept in {work})")
     else:
         shutil.rmtree(work)  # ten sharded checkpoints: most of a GiB per run
-    conclude(failures, "local steps: exact at H = 1, replicas agree after outer steps, schedule, bit-exact resume, sites")
+    conclude(failures, "local steps: exact at H = 1, replicas agree after outer steps, schedule, bit-exact resume, sites, "
+                       "tied copies with 4 replicas")
 
 
 if __name__ == "__main__":
