@@ -45,6 +45,10 @@ CAPPED_RUNS = RUNS[:2] + (
      "embedding's per-step sum at int8 too", None),
     ("rank-order-inside-H20-F5-int4-act8", "pipelines inside sites (2 x 4), H = 20, 5 fragments streamed at int4, "
      "activations and their gradients at int8", "H20-F5-int4-act8-momentum0.9"),
+    ("rank-order-inside-H20-int8-momentum0.9", "pipelines inside sites, H = 20, the whole stage at int8 every 20 "
+     "steps (not streamed)", "H20-int8-momentum0.9"),
+    ("rank-order-inside-H20-int8-act8-momentum0.9", "the same, activations and their gradients at int8",
+     "H20-int8-act8-momentum0.9"),
 )
 
 
@@ -64,10 +68,13 @@ def main():
         measured["sync"] = next(r for r in rows if r["stem"] == "planned")["summary"]["measured_iteration_s"]
     lines = ["# Keeping the devices busy: which layout reaches 60% on the world-wide emulation\n",
              "Regenerate (root, nothing else running): `SECTIONS=busy bash jobs/emulate/local_steps.sh` (about 12 "
-             "minutes on 2 cores), `STEPS=1000 LAYOUT=inside8 CASES=\"sync H20-F5-int4-momentum0.9 "
+             "minutes on 2 cores), `SECTIONS=busy-capped bash jobs/emulate/local_steps.sh` (about 10 minutes), "
+             "`STEPS=1000 LAYOUT=inside8 CASES=\"sync H20-F5-int4-momentum0.9 "
              "H10-F5-int4-momentum0.9 H20-F5-int4-act8-momentum0.9 H10-F5-int4-act8-momentum0.9 "
-             "H20-F5-int4-lr1-momentum0.9 H10-int8-momentum0.9 H20-int8-lr0.5-momentum0.9 H20-int8-momentum0.9\" "
-             "bash bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 20 minutes), then "
+             "H20-F5-int4-lr1-momentum0.9 H10-int8-momentum0.9 H20-int8-lr0.5-momentum0.9 H20-int8-momentum0.9 "
+             "H4-F4-int4-averaged H20-F5-int8-momentum0.9 H8-F4-int4-averaged H20-int8-act8-momentum0.9 "
+             "H20-int8-lr0.85-momentum0.9 H20-int8-lr1-momentum0.9 H30-int8-momentum0.9\" "
+             "bash bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 40 minutes), then "
              "`python3 analysis/busy_devices_report.py runs/emulate-local-steps runs/bench-inside8-1000/summary.json "
              "analysis/results/busy_devices.md`.\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md) and "

@@ -278,8 +278,11 @@ fi
 # busy-capped: the same runs' essentials with every rank a device of fixed
 # speed, 0.22 of a core (emulate.py --cpus-per-rank; 8 ranks take 1.76 of the
 # 2 cores, the emulator the rest), as world-wide-capped-*: the two peers, the
-# planner's layout with the tied embedding at int8, and pipelines inside sites
-# with int8 activations; then the calibration under the same cap.
+# planner's layout with the tied embedding at int8, pipelines inside sites
+# with int8 activations, and the same pipelines with the setting whose loss
+# is closest to synchronous training's at 4 replicas (H = 20 unstreamed at
+# int8, momentum 0.9), without and with int8 activations; then the
+# calibration under the same cap.
 if [[ $sections == *" busy-capped "* ]]; then
   capped="$options --cpus-per-rank 0.22"
   m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
@@ -291,6 +294,10 @@ if [[ $sections == *" busy-capped "* ]]; then
     --outer.local_steps=20 --outer.momentum=0.9 --compression.tied_embedding=int8
   run world-wide-capped "$file" "$capped" rank-order gpipe -inside-H20-F5-int4-act8 $inside --outer.local_steps=20 \
     --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9 $act8
+  run world-wide-capped "$file" "$capped" rank-order gpipe -inside-H20-int8-momentum0.9 $inside --outer.local_steps=20 \
+    --compression.gradients=int8 --outer.momentum=0.9
+  run world-wide-capped "$file" "$capped" rank-order gpipe -inside-H20-int8-act8-momentum0.9 $inside --outer.local_steps=20 \
+    --compression.gradients=int8 --outer.momentum=0.9 $act8
   calibrate 1 2 8 0.22
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"
