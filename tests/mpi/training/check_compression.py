@@ -2,8 +2,8 @@
 """Compressed gradients and pipeline messages (compression.*), end to end.
 
 For each lossy format and each layout with data parallelism (two replicas:
-the encoded swap; four: encoded reduce-scatter and all-gather, in buckets
-of 0.25 MiB, several in flight at once), train a few
+the encoded swap; four: encoded reduce-scatter and all-gather, in one
+bucket and in buckets of 0.25 MiB, several in flight at once), train a few
 steps under mpirun and check that the run ends normally with every stage's
 replicas holding bit-identical parameters (the trainer compares their
 fingerprints and fails otherwise: "replicas diverged"), that the format
@@ -33,9 +33,9 @@ from conclude import conclude  # noqa: E402
 from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
 
 STEPS = 12
-# pp x dp, gradient buckets in MiB (None: the default, one bucket for this model; four replicas in
-# 0.25 MiB buckets take the same encoded path, with several exchanges in flight at once)
-LAYOUTS = ((1, 2, None), (2, 2, None), (1, 4, "0.25"))
+# pp x dp, gradient buckets in MiB (None: the default, one bucket for this model; 0.25: several
+# encoded exchanges in flight at once)
+LAYOUTS = ((1, 2, None), (2, 2, None), (1, 4, None), (1, 4, "0.25"))
 GLOBAL_MICRO_BATCHES = 4
 CLOSE_TO_FP32 = {"int8": 0.01, "int4": 0.02, "topk": 0.10}
 
@@ -63,8 +63,8 @@ def main():
         layout += [f"--network.gradient_bucket_mb={bucket_mb}"] if bucket_mb else []
         exact, _ = run([*layout, "--compression.gradients=fp32"])
         # Top-k chooses per bucket: in 0.25 MiB buckets it ends 4-5 points further from fp32 after these
-        # 12 steps than over one bucket (2 and 4 replicas alike), past CLOSE_TO_FP32; the buckets'
-        # exchanges are checked here with the quantised formats.
+        # 12 steps than over one bucket (2 and 4 replicas alike), past CLOSE_TO_FP32; the small buckets'
+        # exchanges are checked with the quantised formats, top-k at 4 replicas in one bucket.
         cases = [(f"gradients {name}", name, [f"--compression.gradients={name}"]) for name in formats.split(",")
                  if not (bucket_mb and name == "topk")]
         if pp > 1:
