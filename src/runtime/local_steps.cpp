@@ -53,8 +53,7 @@ OuterOptimizer::OuterOptimizer(kernels::Backend& backend, model::Stage& stage, C
       momentum_(stage.parameter_count(), 0.0f),
       parameters_(stage.parameter_count()),
       exchange_(stage.parameter_count()),
-      sent_(stage.parameter_count()),
-      tied_slot_(settings.fragments + 1) {  // past the fragments' slots and the whole stage's
+      sent_(stage.parameter_count()) {
   // The anchor is the parameters as training starts (drawn, resumed or loaded).
   download_parameters(0, parameters_.size());
   anchor_ = parameters_;
@@ -102,7 +101,8 @@ void OuterOptimizer::start(int fragment) {
   in_flight_ = fragment;
   on_wire_ = true;
   const std::size_t tied = begin == 0 ? std::min(settings_.tied_values, end) : 0;
-  if (tied > 0) collectives_.start_data_parallel_fragment(tied_slot_, exchange_.data(), tied);
+  // The embedding's own slot: past the fragments' (0 .. F - 1) and the whole stage's (F).
+  if (tied > 0) collectives_.start_data_parallel_fragment(settings_.fragments + 1, exchange_.data(), tied);
   collectives_.start_data_parallel_fragment(fragment, exchange_.data() + begin + tied, end - begin - tied);
 }
 

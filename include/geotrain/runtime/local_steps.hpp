@@ -93,7 +93,6 @@ class OuterOptimizer {
   std::vector<float> exchange_;           // pseudo-gradients in flight (their fragments' ranges)
   std::vector<float> sent_;               // the parameters they were taken from
   int in_flight_ = -1;                    // its fragment; -1: none
-  int tied_slot_;                         // the exchange slot of the tied embedding's own sum
   bool on_wire_ = false;                  // false: its sum is already in exchange_ (restored)
   bool agree_ = true;
 };
