@@ -117,6 +117,7 @@ std::vector<Field> fields(Config& c) {
       {"outer.momentum", &c.outer_momentum},
       {"outer.fragments", &c.outer_fragments},
       {"outer.sync_within_site", &c.outer_sync_within_site},
+      {"outer.synchronous_steps", &c.outer_synchronous_steps},
       {"emulation.compute_slowdown", &c.compute_slowdown},
       {"optimizer.kind", &c.optimizer_kind},
       {"optimizer.learning_rate", &c.learning_rate},
@@ -379,6 +380,16 @@ void check(const Config& c) {
   }
   if (c.outer_sync_within_site && c.outer_local_steps == 0) {
     fail(where, "outer.sync_within_site", "needs outer.local_steps >= 1 (without local steps every replica sums every step)");
+  }
+  if (c.outer_synchronous_steps < 0) {
+    fail(where, "outer.synchronous_steps", "must be >= 0, got " + std::to_string(c.outer_synchronous_steps));
+  }
+  if (c.outer_synchronous_steps > 0 && c.outer_local_steps == 0) {
+    fail(where, "outer.synchronous_steps", "needs outer.local_steps >= 1 (without local steps every step is synchronous)");
+  }
+  if (c.outer_synchronous_steps > 0 && c.pipeline_flushless) {
+    fail(where, "outer.synchronous_steps", "cannot be combined with pipeline.flushless yet (the stream would have to "
+         "change its per-step sum in flight)");
   }
   if (c.outer_local_steps > 0 && c.transport == Transport::nccl) {
     fail(where, "outer.local_steps", "needs network.transport = mpi (the outer step runs on the host)");

@@ -169,20 +169,11 @@ class RankTrainer {
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);
     if (config_.pipeline_flushless) start_flushless();
-    if (local_steps()) {
-      outer_.emplace(with.backend, stage_, with.collectives, local_steps_settings());
+    if (local_steps() && result_.first_step >= config_.outer_synchronous_steps) {
+      start_outer_optimizer();
       if (inputs.resume) restore_local_state(*inputs.resume, inputs.resume_path);
-      if (config_.outer_fragments > 1) pipeline_.set_poll([this] { outer_->progress(); });
     }
-    // The per-step sum (all replicas; with local steps, a site's) overlaps the
-    // last backward. With sites it runs on the site's own communicator, so its
-    // buckets never meet the outer exchange's fragments.
-    if (per_step_replicas() > 1 && config_.gradient_bucket_mb > 0) {
-      const auto bucket_floats = static_cast<std::size_t>(config_.gradient_bucket_mb * (1 << 20) / sizeof(float));
-      buckets_.emplace(per_step_sums(), with.backend, stage_.parameter_count(), bucket_floats);
-      pipeline_.set_gradient_ready(
-          [this](std::size_t begin, std::size_t end) { buckets_->ready(stage_.grads(), begin, end); });
-    }
+    arrange_per_step_sums();
     if (config_.sample_every_steps > 0) {
       tokenizer_ = io::tokenizer_from_text(tokenizer_text_, config_.data_train);
       sampler_.emplace(stage_, pipeline_, with.backend, role.stage, role.stages);
@@ -202,7 +193,12 @@ class RankTrainer {
     if (local_steps()) {
       progress_.text() << "local steps: " << config_.outer_local_steps << " inner steps per synchronisation, outer "
                        << "Nesterov lr " << config_.outer_learning_rate << " momentum " << config_.outer_momentum
-                       << "; " << fragment_schedule(local_steps_settings(), 3) << "\n";
+                       << "; " << fragment_schedule(local_steps_settings(), 3)
+                       << (config_.outer_synchronous_steps > 0
+                               ? " (counted from the end of the first " + std::to_string(config_.outer_synchronous_steps) +
+                                     " steps, synchronous)"
+                               : std::string())
+                       << "\n";
     }
     progress_.text() << "validation " << (resumed_ ? "at the checkpoint" : "before training") << ": loss "
                      << result_.initial_validation_loss << "\n"
@@ -229,11 +225,46 @@ class RankTrainer {
 
  private:
   bool local_steps() const { return config_.outer_local_steps > 0; }
-  // The replicas whose gradients are summed every step, and over which collectives.
+  // The replicas whose gradients are summed every step, and over which
+  // collectives: all of them until local steps start (outer.synchronous_steps).
   int per_step_replicas() const {
-    return !local_steps() ? role_.replicas : with_.within_site ? role_.site_replicas : 1;
+    return !outer_ ? role_.replicas : with_.within_site ? role_.site_replicas : 1;
   }
-  Collectives& per_step_sums() const { return with_.within_site ? *with_.within_site : with_.collectives; }
+  Collectives& per_step_sums() const { return outer_ && with_.within_site ? *with_.within_site : with_.collectives; }
+
+  // The outer step's anchor is the parameters as local steps start.
+  void start_outer_optimizer() {
+    outer_.emplace(with_.backend, stage_, with_.collectives, local_steps_settings());
+    if (config_.outer_fragments > 1) pipeline_.set_poll([this] { outer_->progress(); });
+  }
+
+  // The per-step sum (all replicas; with local steps, a site's) overlaps the
+  // last backward. With sites it runs on the site's own communicator, so its
+  // buckets never meet the outer exchange's fragments.
+  void arrange_per_step_sums() {
+    buckets_.reset();
+    pipeline_.set_gradient_ready({});
+    if (per_step_replicas() > 1 && config_.gradient_bucket_mb > 0) {
+      const auto bucket_floats = static_cast<std::size_t>(config_.gradient_bucket_mb * (1 << 20) / sizeof(float));
+      buckets_.emplace(per_step_sums(), with_.backend, stage_.parameter_count(), bucket_floats);
+      pipeline_.set_gradient_ready(
+          [this](std::size_t begin, std::size_t end) { buckets_->ready(stage_.grads(), begin, end); });
+    }
+  }
+
+  // After the inner step that completed `completed_steps`: the outer step's
+  // turn, or, at the end of the synchronous start, local steps begin.
+  void after_inner_step(int completed_steps) {
+    if (outer_) {
+      outer_->after_inner_step(completed_steps - config_.outer_synchronous_steps,
+                               completed_steps == config_.train_steps, &timeline_);
+    } else if (local_steps() && completed_steps == config_.outer_synchronous_steps) {
+      with_.collectives.forget_data_parallel_residuals();
+      start_outer_optimizer();
+      arrange_per_step_sums();
+      progress_.text() << "local steps start after step " << completed_steps << "\n";
+    }
+  }
 
   // A sum over every rank of the job: the replica's stages, the replicas,
   // then the tensor-parallel unit.
@@ -374,7 +405,9 @@ class RankTrainer {
     }
     if (found == 0) {
       resume_notes_ += "note: the checkpoint holds no local-steps state for " + prefix +
-                       "* (another layout or setting): the outer step restarts from its parameters with zero momentum\n";
+                       "* (another layout or setting, or written before local steps started): the outer step "
+                       "restarts from its parameters with zero momentum\n";
+      with_.collectives.forget_data_parallel_residuals();  // a synchronous step's, not a fragment's
       return;
     }
     try {
@@ -482,11 +515,8 @@ class RankTrainer {
     with_.backend.synchronize();
     const auto optimizer_end = Clock::now();
     timeline_.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
-    double outer_s = 0;
-    if (outer_) {
-      outer_->after_inner_step(step + 1, step + 1 == config_.train_steps, &timeline_);
-      outer_s = seconds_since(optimizer_end);
-    }
+    after_inner_step(step + 1);
+    const double outer_s = seconds_since(optimizer_end);
     // With local steps: this replica's loss (the others' would cost an exchange per step).
     const double loss = job_loss / (static_cast<double>(m_) * summed_replicas);
     if (!std::isfinite(loss)) {
@@ -573,11 +603,8 @@ class RankTrainer {
     with_.backend.synchronize();
     const auto optimizer_end = Clock::now();
     timeline_.record(io::EventKind::optimizer, optimizer_start, optimizer_end);
-    double outer_s = 0;
-    if (outer_) {
-      outer_->after_inner_step(p.step + 1, p.step + 1 == config_.train_steps, &timeline_);
-      outer_s = seconds_since(optimizer_end);
-    }
+    after_inner_step(p.step + 1);
+    const double outer_s = seconds_since(optimizer_end);
     versions_->end_update();
     const double loss = pending_loss_ / (static_cast<double>(m_) * per_step_replicas());
     if (!std::isfinite(loss)) {

@@ -128,6 +128,11 @@ if(TARGET geotrain_runtime)
   expect_input_error(train-pipeline-without-mpirun "pipeline.stages: 2 stages need a multiple of 2 ranks: start geotrain under mpirun"
                      train --pipeline.stages=2)
   expect_input_error(train-bad-schedule "command line: pipeline.schedule: must be one of gpipe, 1f1b" train --pipeline.schedule=zb)
+  expect_input_error(train-synchronous-steps-without-local-steps
+                     "command line: outer.synchronous_steps: needs outer.local_steps >= 1" train --outer.synchronous_steps=10)
+  expect_input_error(train-synchronous-steps-flushless
+                     "command line: outer.synchronous_steps: cannot be combined with pipeline.flushless"
+                     train --outer.local_steps=10 --outer.synchronous_steps=10 --pipeline.flushless=true)
   add_test(NAME cli.train.cuda-without-gpu
            COMMAND ${EXPECT} 1 "device = cuda: .*(without the CUDA backend|no usable GPU)" -- ${GT} train
                    --device.kind=cuda --train.steps=1 --optimizer.warmup_steps=0)

@@ -151,6 +151,13 @@ struct Config {
   // scenario's [sites], or probed host names) still sum their gradients
   // every step over their fast links; only the sites take local steps.
   bool outer_sync_within_site = false;
+  // Post-local SGD: the first synchronous_steps steps sum every replica's
+  // gradients every step, as without local steps; local steps start from
+  // the parameters they reach. From scratch a short synchronous start is
+  // what lets many replicas keep their loss: 2 x 4 replicas, H = 20, 1000
+  // steps, 100 synchronous first: 2.0% below synchronous training, against
+  // 3.7% above from the first step (analysis/results/busy_devices.md).
+  int outer_synchronous_steps = 0;
   // [emulation]: for experiments on one machine only, never for real runs.
   // compute_slowdown[r]: rank r's forward and backward (and its device
   // probe) take this many times as long, the extra spent asleep, so that

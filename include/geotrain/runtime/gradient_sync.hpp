@@ -83,6 +83,11 @@ class Collectives {
   // checkpoints, so that a resume continues bit for bit.
   virtual NamedResiduals gradient_residuals() const { return {}; }
   virtual void restore_gradient_residuals(const NamedResiduals&) {}
+  // Drops the data-parallel sums' error feedback (not the tied embedding's):
+  // local steps starting after synchronous ones reuse the buckets' slots for
+  // their fragments, and a gradient's residual must not leak into a
+  // pseudo-gradient. Nothing may be in flight.
+  virtual void forget_data_parallel_residuals() {}
 };
 
 // One rank alone: every sum is the value itself.

@@ -88,6 +88,7 @@ class MpiCollectives : public Collectives {
   // the tied embedding's as "tied_embedding.shard_0".
   NamedResiduals gradient_residuals() const override;
   void restore_gradient_residuals(const NamedResiduals& residuals) override;
+  void forget_data_parallel_residuals() override;
 
  private:
   const ExchangeGroup& tied_group() const;

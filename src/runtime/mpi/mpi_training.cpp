@@ -199,6 +199,12 @@ void MpiCollectives::finish_data_parallel_buckets() {
   buckets_.clear();
 }
 
+void MpiCollectives::forget_data_parallel_residuals() {
+  if (!buckets_.empty()) throw std::logic_error("forget_data_parallel_residuals: sums still in flight");
+  gradient_state_ = {};
+  bucket_states_.clear();
+}
+
 namespace {
 constexpr std::string_view kTiedPrefix = "tied_embedding.";
 }  // namespace

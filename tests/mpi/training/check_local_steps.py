@@ -28,6 +28,12 @@
    agree at the end. With 4 fragments the encoded sum's shards are smaller
    than the embedding, so the two ends would cut and scale it differently
    were it summed with the rest of its fragment.
+7. A synchronous start (outer.synchronous_steps = 2), 2 x 2 with int8
+   gradients in buckets: steps 1-2 equal synchronous training's bit for bit;
+   steps 3-6 equal a resume, with local steps, of the synchronous run's
+   step-2 checkpoint (its error feedback restarts at zero there, so the
+   buckets' residuals must not leak into the fragments' exchange); and the
+   run resumed from its own step-1 checkpoint ends the same.
 
 usage: check_local_steps.py GEOTRAIN CONFIG -- MPIRUN...   (a Python with h5py)
 """
@@ -74,6 +80,12 @@ def replica_parameters(folder):
                     stage, replica = key.split(".")[:2]
                     by_stage.setdefault(stage, {})[replica] = hashlib.sha256(f["error_feedback"][key][()].tobytes()).hexdigest()
     return by_stage
+
+
+def checkpoint_at(folder, step):
+    """The default form under mpirun: one file (parallel HDF5), or a folder of shards without it."""
+    path = os.path.join(folder, f"step_{step:08d}")
+    return path if os.path.isdir(path) else path + ".h5"
 
 
 def main():
@@ -124,9 +136,7 @@ def main():
                 "--outer.fragments=2", "--checkpoint.every_steps=3", "--checkpoint.keep=10"]
     whole, _ = run([*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, STEPS, 2), *streamed,
                     f"--checkpoint.dir={os.path.join(work, 'whole')}"], work)
-    # The default form under mpirun: one file (parallel HDF5), or a folder of shards without it.
-    step3 = os.path.join(work, "whole", "step_00000003")
-    step3 = step3 if os.path.isdir(step3) else step3 + ".h5"
+    step3 = checkpoint_at(os.path.join(work, "whole"), 3)
     resumed, log = run([*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, STEPS, 2), *streamed,
                         f"--checkpoint.dir={os.path.join(work, 'resumed')}",
                         f"--checkpoint.resume={step3}"], work)
@@ -191,12 +201,39 @@ def main():
     if end.get("replicas_identical") is not True:
         failures.append(f"2x4 streamed int4: the end record {end}")
 
+    # 7. Synchronous first, then local steps: as a resume of synchronous training.
+    base = [*mpirun, "-np", "4", geotrain, "train", *short_run_flags(config, STEPS, 2), "--pipeline.placement=rank-order",
+            "--pipeline.stages=2", "--train.gradient_accumulation=2", "--compression.gradients=int8",
+            "--network.gradient_bucket_mb=0.25", "--checkpoint.every_steps=1", "--checkpoint.keep=10"]
+    local = ["--outer.local_steps=2", "--outer.fragments=2"]
+    started, log = run([*base, *local, "--outer.synchronous_steps=2", f"--checkpoint.dir={os.path.join(work, 'started')}"], work)
+    printed = "local steps start after step 2" in log
+    synchronous, _ = run([*base, f"--checkpoint.dir={os.path.join(work, 'synchronous')}"], work)
+    switched, _ = run([*base, *local, f"--checkpoint.dir={os.path.join(work, 'switched')}",
+                       f"--checkpoint.resume={checkpoint_at(os.path.join(work, 'synchronous'), 2)}"], work)
+    again, _ = run([*base, *local, "--outer.synchronous_steps=2", f"--checkpoint.dir={os.path.join(work, 'again')}",
+                    f"--checkpoint.resume={checkpoint_at(os.path.join(work, 'started'), 1)}"], work)
+    got = losses(started, "step", "loss")
+    first, rest = got[:2], got[2:]
+    final = losses(started, "end", "final_validation_loss")
+    print(f"synchronous start: steps 1-2 {first} vs synchronous {losses(synchronous, 'step', 'loss')[:2]}; "
+          f"steps 3-6 {rest} vs the switched resume {losses(switched, 'step', 'loss')}; final {final} vs "
+          f"{losses(switched, 'end', 'final_validation_loss')}, resumed from step 1 {losses(again, 'end', 'final_validation_loss')}; "
+          f"start {'printed' if printed else 'NOT printed'}")
+    if first != losses(synchronous, "step", "loss")[:2] or len(first) != 2:
+        failures.append(f"synchronous start: steps 1-2 {first} differ from synchronous training's")
+    if rest != losses(switched, "step", "loss") or final != losses(switched, "end", "final_validation_loss") or not rest:
+        failures.append(f"synchronous start: steps 3-6 {rest} / {final} differ from the resume with local steps "
+                        f"{losses(switched, 'step', 'loss')} / {losses(switched, 'end', 'final_validation_loss')}")
+    if losses(again, "step", "loss") != got[1:] or losses(again, "end", "final_validation_loss") != final or not printed:
+        failures.append(f"synchronous start resumed from step 1: {losses(again, 'step', 'loss')} vs {got[1:]}\n{log}")
+
     if failures:
         failures.append(f"(its runs are kept in {work})")
     else:
         shutil.rmtree(work)  # ten sharded checkpoints: most of a GiB per run
     conclude(failures, "local steps: exact at H = 1, replicas agree after outer steps, schedule, bit-exact resume, sites, "
-                       "tied copies with 4 replicas")
+                       "tied copies with 4 replicas, a synchronous start")
 
 
 if __name__ == "__main__":
