@@ -15,11 +15,13 @@ section, written by hand, is kept when the tables are regenerated.
 
 usage: busy_devices_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
 """
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import emulation_report  # noqa: E402
+import geotrain_timing as gt  # noqa: E402
 import low_communication_report as lc  # noqa: E402
 
 CALIBRATION = "calibration-whole-model-2-sequences"
@@ -50,6 +52,50 @@ CAPPED_RUNS = RUNS[:2] + (
     ("rank-order-inside-H20-int8-act8-momentum0.9", "the same, activations and their gradients at int8",
      "H20-int8-act8-momentum0.9"),
 )
+
+# The busy-capped run with a synchronous start: its stem, its synchronous steps; and the convergence case
+# whose run of 1000 steps the projection follows, with its synchronous steps.
+STARTED = ("rank-order-inside-S10-H20-F5-int4-act8", 10, "S100-H20-F5-int4-act8-momentum0.9", 100)
+
+
+def synchronous_start(run_dir, peers, device_s, finals, total_steps):
+    """Rows for the run whose first steps are synchronous: each phase timed apart, and a run of
+    `total_steps` with the convergence case's synchronous steps, from the two phases' per-step figures."""
+    stem, synchronous, case, case_synchronous = STARTED
+    path = os.path.join(run_dir, f"world-wide-capped-{stem}.h5")
+    if not os.path.exists(path):
+        return []
+    run = gt.load(path)
+    steps = int(run.steps["wall_time"].shape[1])
+    before, after = gt.phase(run, 2, synchronous), gt.phase(run, synchronous + 1, steps)
+    weights = (case_synchronous, total_steps - case_synchronous)
+
+    def per_step(p, key, rank):
+        return p[key][rank] / (p["last"] - p["first"] + 1)
+    projected = [sum(w * per_step(p, "rank_compute_s", r) for w, p in zip(weights, (before, after)))
+                 / sum(w * per_step(p, "rank_wall_s", r) for w, p in zip(weights, (before, after)))
+                 for r in range(len(before["rank_wall_s"]))]
+    mixed = {"measured_iteration_s": sum(w * p["period_s"] for w, p in zip(weights, (before, after))) / total_steps,
+             "compute_utilisation_mean": sum(projected) / len(projected), "compute_utilisation_min": min(projected)}
+
+    def row(what, p):
+        return {"stem": stem, "what": what, "case": None, "summary": {
+            "measured_iteration_s": p["period_s"] if "period_s" in p else p["measured_iteration_s"],
+            "compute_utilisation_mean": p["compute_utilisation_mean"],
+            "compute_utilisation_min": p["compute_utilisation_min"]}}
+    rows = [r for r in peers if r["stem"] in ("planned", "rank-order")] + [
+        row(f"steps 2-{synchronous}: synchronous, the gradient summed every step at int4", before),
+        row(f"steps {synchronous + 1}-{steps}: local steps (H = 20, 5 fragments at int4)", after),
+        dict(row(f"a run of {total_steps} steps, the first {case_synchronous} synchronous (from the two phases' "
+                 "per-step figures)", mixed), case=case)]
+    return (["## A synchronous start, then local steps\n",
+             f"One run (`world-wide-capped-{stem}.h5`, in the same session as the table above): pipelines inside "
+             f"sites, activations and their gradients at int8, `outer.synchronous_steps = {synchronous}`; each "
+             "phase timed apart (`analysis/geotrain_timing.py` phase: the job's period over the phase's steps, "
+             "compute over each rank's own time in them). The last row weighs the two phases' per-step figures by "
+             f"the steps of the convergence case `{case}` ({total_steps} steps, {case_synchronous} synchronous), "
+             "whose loss it shows.\n"]
+            + table(rows, device_s, finals) + [""])
 
 
 def table(rows, device_s, finals):
@@ -100,6 +146,9 @@ def main():
                   lc.fixed_speed_note("SECTIONS=busy-capped bash jobs/emulate/local_steps.sh", 0.22, 8,
                                       CALIBRATION + "-capped", capped_device_s) + " Peers: the capped synchronous runs.\n"]
         lines += table(capped, capped_device_s, finals) + [""]
+        with open(summary_path) as f:
+            convergence_steps = json.load(f)["steps"]
+        lines += synchronous_start(run_dir, capped, capped_device_s, finals, convergence_steps)
     lines += ["## Convergence at equal tokens, pipelines inside sites\n"]
     lines += lc.convergence(summary_path, measured, os.path.join(os.path.dirname(report), "busy_devices.png"))
     lc.finish_report(report, lines)

@@ -89,6 +89,29 @@ def measured_iteration_s(run):
     return float((ends[:, -1].max() - ends[:, 0].max()) / (wall.shape[1] - 1))
 
 
+def phase(run, first, last):
+    """Steps first..last (1-based, inclusive) of a run whose steps change
+    character (outer.synchronous_steps: synchronous, then local steps): the
+    job's period over them (as measured_iteration_s: from every rank having
+    finished step first - 1 to every rank having finished step last, over
+    the steps) and compute utilisation per rank (forward + backward time
+    over the rank's own time in those steps), mean and least."""
+    wall = run.steps["wall_time"]  # [ranks, steps]
+    if not 2 <= first <= last <= wall.shape[1]:
+        raise ValueError(f"{run.path}: steps {first}..{last}: the run records steps 1..{wall.shape[1]} "
+                         "(step 1, the warm-up, has no period)")
+    ends = np.cumsum(wall, axis=1)
+    period = float((ends[:, last - 1].max() - ends[:, first - 2].max()) / (last - first + 1))
+    e = run.events
+    chosen = run.kind_mask(COMPUTE) & (e["step"] >= first) & (e["step"] <= last)
+    duration = e["end"] - e["start"]
+    compute = [float(duration[chosen & (e["rank"] == rank)].sum()) for rank in range(wall.shape[0])]
+    own = [float(wall[rank, first - 1:last].sum()) for rank in range(wall.shape[0])]
+    utilisation = [c / w for c, w in zip(compute, own)]
+    return {"first": first, "last": last, "period_s": period, "compute_utilisation_mean": float(np.mean(utilisation)),
+            "compute_utilisation_min": float(min(utilisation)), "rank_compute_s": compute, "rank_wall_s": own}
+
+
 def summarize(run):
     """Per rank: wall time of its recorded events (first start to last end)
     and the time in each group of kinds, as totals and per step; per stage:

@@ -281,8 +281,10 @@ fi
 # planner's layout with the tied embedding at int8, pipelines inside sites
 # with int8 activations, and the same pipelines with the setting whose loss
 # is closest to synchronous training's at 4 replicas (H = 20 unstreamed at
-# int8, momentum 0.9), without and with int8 activations; then the
-# calibration under the same cap.
+# int8, momentum 0.9), without and with int8 activations; the streamed
+# pipelines inside sites after a synchronous start (outer.synchronous_steps
+# = 10: steps 1-10 sum every replica's gradient every step, at int4), whose
+# two phases the report times apart; then the calibration under the same cap.
 if [[ $sections == *" busy-capped "* ]]; then
   capped="$options --cpus-per-rank 0.22"
   m8="--train.gradient_accumulation=8 --train.micro_batch_sequences=1"
@@ -298,6 +300,8 @@ if [[ $sections == *" busy-capped "* ]]; then
     --compression.gradients=int8 --outer.momentum=0.9
   run world-wide-capped "$file" "$capped" rank-order gpipe -inside-H20-int8-act8-momentum0.9 $inside --outer.local_steps=20 \
     --compression.gradients=int8 --outer.momentum=0.9 $act8
+  run world-wide-capped "$file" "$capped" rank-order gpipe -inside-S10-H20-F5-int4-act8 $inside --outer.synchronous_steps=10 \
+    --outer.local_steps=20 --outer.fragments=5 --compression.gradients=int4 --outer.momentum=0.9 $act8
   calibrate 1 2 8 0.22
 fi
 echo "written: $out (analysis/low_communication_report.py reads it)"

@@ -194,6 +194,23 @@ def main():
     tokens_per_step = MODEL["sequence_length"] * SEQUENCES * MICRO_BATCHES * REPLICAS
     check(abs(report["tokens_per_s"] * measured - tokens_per_step) < 1e-6 * tokens_per_step,
           f"report: {report['tokens_per_s']} tokens/s x {measured} s is not {tokens_per_step} tokens per step")
+    # A run's steps split in two phases (geotrain_timing.phase, for outer.synchronous_steps): the two
+    # periods weighted by their steps give the whole run's, and over every step but the warm-up the
+    # utilisation is the report's.
+    sys.path.insert(0, ANALYSIS)
+    import geotrain_timing
+    timing = geotrain_timing.load(job_file)
+    whole, before, after = (geotrain_timing.phase(timing, a, b) for a, b in ((2, STEPS), (2, 6), (7, STEPS)))
+    check(abs(before["period_s"] * 5 + after["period_s"] * (STEPS - 6) - measured * (STEPS - 1)) < 1e-9
+          and abs(whole["period_s"] - measured) < 1e-12, f"phases: periods {before}, {after} against {measured}")
+    check(abs(whole["compute_utilisation_mean"] - report["compute_utilisation_mean"]) < 1e-9
+          and 0 < after["compute_utilisation_min"] <= after["compute_utilisation_mean"] <= 1,
+          f"phases: utilisation {whole} against the report's {report['compute_utilisation_mean']}")
+    try:
+        geotrain_timing.phase(timing, 1, STEPS)
+        check(False, "phases: the warm-up step was accepted as a phase's first")
+    except ValueError:
+        pass
     text = run([sys.executable, os.path.join(ANALYSIS, "timing_report.py"), job_file])
     bad_step = subprocess.run([sys.executable, os.path.join(ANALYSIS, "timing_report.py"), job_file, "--step", "99",
                                "--plots", plots], capture_output=True, text=True)
