@@ -119,8 +119,10 @@ def main():
              "H10-F5-int4-momentum0.9 H20-F5-int4-act8-momentum0.9 H10-F5-int4-act8-momentum0.9 "
              "H20-F5-int4-lr1-momentum0.9 H10-int8-momentum0.9 H20-int8-lr0.5-momentum0.9 H20-int8-momentum0.9 "
              "H4-F4-int4-averaged H20-F5-int8-momentum0.9 H8-F4-int4-averaged H20-int8-act8-momentum0.9 "
-             "H20-int8-lr0.85-momentum0.9 H20-int8-lr1-momentum0.9 H30-int8-momentum0.9\" "
-             "bash bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 40 minutes), then "
+             "H20-int8-lr0.85-momentum0.9 H20-int8-lr1-momentum0.9 H30-int8-momentum0.9 S50-H20-F5-int4-act8-momentum0.9 "
+             "S100-H20-F5-int4-act8-momentum0.9 S20-H20-F5-int4-act8-momentum0.9 S100-H20-int8-act8-momentum0.9 "
+             "S50-H20-int8-act8-momentum0.9\" "
+             "bash bench/local_steps.sh runs/bench-inside8-1000/summary.json` (about 55 minutes), then "
              "`python3 analysis/busy_devices_report.py runs/emulate-local-steps runs/bench-inside8-1000/summary.json "
              "analysis/results/busy_devices.md`.\n",
              f"Machine: {emulation_report.machine_facts()}; the emulation of [emulation.md](emulation.md) and "

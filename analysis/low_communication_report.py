@@ -333,6 +333,9 @@ def convergence(summary_path, emulated, plot_path):
         _, validation = runs[c["case"]]
         h = re.search(r"local_steps=(\d+)", c["options"])
         per_step = f"1/{h.group(1)}" if h else "1"
+        synchronous = re.search(r"synchronous_steps=(\d+)", c["options"])
+        if synchronous:
+            per_step = f"1 for {synchronous.group(1)} steps, then {per_step}"
         final = max(validation.items())[1]
         versus = f"{100 * (final - final_sync) / final_sync:+.2f}%" if final_sync else ""
         curve = ", ".join(f"{v:.3f}" for _, v in sorted(validation.items()))

@@ -154,9 +154,10 @@ struct Config {
   // Post-local SGD: the first synchronous_steps steps sum every replica's
   // gradients every step, as without local steps; local steps start from
   // the parameters they reach. From scratch a short synchronous start is
-  // what lets many replicas keep their loss: 2 x 4 replicas, H = 20, 1000
-  // steps, 100 synchronous first: 2.0% below synchronous training, against
-  // 3.7% above from the first step (analysis/results/busy_devices.md).
+  // what lets many replicas keep their loss: 2 stages x 4 replicas, H = 20,
+  // 1000 steps, 100 synchronous first: 2.4% below synchronous training
+  // (the whole stage at int8), against 3.4% above from the first step; 0.5%
+  // above streamed at int4, against 7.0% (analysis/results/busy_devices.md).
   int outer_synchronous_steps = 0;
   // [emulation]: for experiments on one machine only, never for real runs.
   // compute_slowdown[r]: rank r's forward and backward (and its device
