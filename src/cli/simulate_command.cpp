@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -36,7 +37,22 @@ struct Resolved {
   plan::PipelineWork work;
   plan::FlushRecommendation flush;
   bool show_outer = false;  // --local-steps given (even 0): its settings and the bytes crossing sites
+  // --synchronous-steps: the same placement's synchronous step, and the run's mean over both phases.
+  std::optional<plan::SimulationResult> synchronous;
+  int synchronous_steps = 0, run_steps = 0;
 };
+
+// The run's mean step over its synchronous start and its local steps; a
+// device computes the same in both, so its utilisation scales with the step.
+struct RunMean {
+  double iteration_s, utilisation_mean, utilisation_min;
+};
+RunMean run_mean(const Resolved& r) {
+  const double local_steps = r.run_steps - r.synchronous_steps;
+  const double mean = (r.synchronous_steps * r.synchronous->iteration_s + local_steps * r.result.iteration_s) / r.run_steps;
+  const double scale = r.result.iteration_s / mean;
+  return {mean, r.result.utilisation_mean * scale, r.result.utilisation_min * scale};
+}
 
 bool on_off(const std::string& text) { return text == "on"; }
 
@@ -135,6 +151,22 @@ Resolved resolve(const SimulateCommandOptions& o) {
   r.placed = plan::make_placement(cost_model, r.placement, search);
   r.plan_cost_s = r.placed.plan.cost.total_s();
   r.result = plan::simulate(r.scenario.network, r.placed.plan, c, o.timeline);
+  if (o.synchronous_steps > 0) {
+    if (!c.model.outer.enabled()) throw InputError("command line: --synchronous-steps: needs --local-steps >= 1");
+    if (o.run_steps <= o.synchronous_steps) {
+      throw InputError("command line: --steps: the run's steps must be more than --synchronous-steps " +
+                       std::to_string(o.synchronous_steps) + ", got " + std::to_string(o.run_steps));
+    }
+    // The runtime's compression.gradients is both wires: the pseudo-gradient's, and every step's sum before.
+    plan::SimulationConfig synchronous = c;
+    if (c.model.outer.wire && !c.model.wire.gradients) synchronous.model.wire.gradients = c.model.outer.wire;
+    synchronous.model.outer = plan::OuterSync{};
+    r.synchronous = plan::simulate(r.scenario.network, r.placed.plan, synchronous, false);
+    r.synchronous_steps = o.synchronous_steps;
+    r.run_steps = o.run_steps;
+  } else if (o.run_steps > 0) {
+    throw InputError("command line: --steps: needs --synchronous-steps (the run's mean over its two phases)");
+  }
   // A flushless stream has no flush to size.
   if (!o.timeline && !c.flushless) r.flush = plan::recommend_flush(r.scenario.network, r.placed.plan, c, o.flush_tolerance);
   return r;
@@ -198,7 +230,16 @@ std::string render_results(const Resolved& r) {
   }
   if (r.show_outer) out << render_cross_site(r);
   out << "  utilisation      " << format_number("%11.1f%%", 100 * res.utilisation_mean) << format_number("   mean, %.1f%% min", 100 * res.utilisation_min)
-      << " over devices: compute / iteration\n"
+      << " over devices: compute / iteration\n";
+  if (r.synchronous) {
+    const RunMean mean = run_mean(r);
+    out << "  synchronous step " << format_number("%12.4f", r.synchronous->iteration_s) << "   the same placement, "
+        << "a gradient exchange every step (the first " << r.synchronous_steps << " steps)\n"
+        << "  run mean         " << format_number("%12.4f", mean.iteration_s) << "   per step over " << r.run_steps
+        << " steps, utilisation " << format_number("%.1f%% mean", 100 * mean.utilisation_mean)
+        << format_number(", %.1f%% min", 100 * mean.utilisation_min) << "\n";
+  }
+  out
       << "Throughput: " << format_number("%.4f", res.pflops) << " PFLOPS (" << plan::to_string(c.flops_formula) << " FLOP count, "
       << format_number("%.4g", res.flops_per_iteration) << " per iteration), " << format_number("%.0f", res.tokens_per_s) << " tokens/s\n";
   if (!r.flush.candidates.empty()) out << render_recommendation(r.flush);
@@ -351,6 +392,13 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["stages"] = r.placed.plan.stages;
   add_extension_json(r, j);
   if (r.show_outer) add_outer_json(r, j);
+  if (r.synchronous) {
+    const RunMean mean = run_mean(r);
+    j["synchronous_start"] = {{"synchronous_steps", r.synchronous_steps}, {"run_steps", r.run_steps},
+                              {"synchronous_iteration_s", r.synchronous->iteration_s},
+                              {"mean_iteration_s", mean.iteration_s}, {"utilisation_mean", mean.utilisation_mean},
+                              {"utilisation_min", mean.utilisation_min}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -419,6 +467,11 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
                 "wte, whose gradient the first and last stage swap every iteration");
   add_compression_options(sim, o.compression);
   add_outer_options(sim, o.outer);
+  sim->add_option("--synchronous-steps", o.synchronous_steps,
+                  "local steps after this many synchronous steps (outer.synchronous_steps): also times the "
+                  "placement's synchronous step and the mean over a run of --steps")
+      ->check(CLI::Range(0, 1 << 30));
+  sim->add_option("--steps", o.run_steps, "the run's steps, for --synchronous-steps' mean")->check(CLI::Range(0, 1 << 30));
   sim->add_option("--flush-tolerance", o.flush_tolerance,
                   "recommendation: the smallest flush whose utilisation is within this share of the best (0.02)")
       ->check(CLI::Range(0.0, 0.99));

@@ -101,6 +101,17 @@ expect_input_error(simulate-bad-schedule "command line.*--schedule"
 add_test(NAME cli.simulate.local-steps
   COMMAND sh -c "for h in 0 50; do \"$1\" simulate --scenario \"$2\" --model \"$3\" --placement dtfm-rank-order --local-steps $h --json > \"$5/local-$h.json\" || exit 1; done; \"$4\" -c \"import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert b['local_steps']==50 and b['outer_wire']['format']=='fp32', b; assert abs(a['cross_site_datap_bytes']/b['cross_site_datap_bytes']-50)<1e-9, (a['cross_site_datap_bytes'], b['cross_site_datap_bytes']); assert b['iteration_s']<a['iteration_s'] and b['utilisation_mean']>a['utilisation_mean']\" \"$5/local-0.json\" \"$5/local-50.json\""
           _ ${GT} ${SCN}/world-wide.toml ${MOD}/gpt3-xl.toml ${Python3_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR})
+# A synchronous start: its step is the same placement's synchronous one (a run without local steps, the
+# per-step sum on the outer wire, as the runtime's compression.gradients), and the run's mean weighs the two.
+add_test(NAME cli.simulate.synchronous-start
+  COMMAND sh -c "g=\"$1\"; py=\"$4\"; d=\"$5\"; set -- --scenario \"$2\" --model \"$3\" --placement dtfm-rank-order; \"$g\" simulate \"$@\" --compress-gradients int4 --json > \"$d/sync.json\" && \"$g\" simulate \"$@\" --local-steps 20 --outer-wire int4 --json > \"$d/local.json\" && \"$g\" simulate \"$@\" --local-steps 20 --outer-wire int4 --synchronous-steps 100 --steps 1000 --json > \"$d/started.json\" || exit 1; \"$py\" -c \"import json,sys; s,l,b=(json.load(open(p)) for p in sys.argv[1:]); x=b['synchronous_start']; mean=(100*s['iteration_s']+900*l['iteration_s'])/1000; assert abs(x['synchronous_iteration_s']-s['iteration_s'])<1e-12 and abs(x['mean_iteration_s']-mean)<1e-9*mean, (x, s['iteration_s'], l['iteration_s']); assert abs(x['utilisation_mean']-l['utilisation_mean']*l['iteration_s']/mean)<1e-9 and s['iteration_s']>l['iteration_s'] and b['iteration_s']==l['iteration_s'], x\" \"$d/sync.json\" \"$d/local.json\" \"$d/started.json\""
+          _ ${GT} ${SCN}/world-wide.toml ${MOD}/gpt3-xl.toml ${Python3_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR})
+expect_input_error(simulate-synchronous-steps-without-local-steps "command line: --synchronous-steps: needs --local-steps"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --synchronous-steps 10 --steps 100)
+expect_input_error(simulate-steps-not-beyond-synchronous "command line: --steps: .*more than --synchronous-steps 10, got 10"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 5 --synchronous-steps 10 --steps 10)
+expect_input_error(simulate-steps-alone "command line: --steps: needs --synchronous-steps"
+  simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps 5 --steps 10)
 # Local steps: each bad value names its flag.
 expect_input_error(simulate-negative-local-steps "command line.*--local-steps"
   simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --local-steps -1)

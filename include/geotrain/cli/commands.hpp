@@ -102,6 +102,10 @@ struct SimulateCommandOptions {
   bool untied_head = false;        // the last stage holds its own head; no tied-embedding exchange
   CompressionOptions compression;
   OuterOptions outer;
+  // outer.synchronous_steps: the first `synchronous_steps` of a run of
+  // `run_steps` are synchronous steps of the same placement; 0: none.
+  int synchronous_steps = 0;
+  int run_steps = 0;
   double gradient_bucket_mb = -1;  // > 0: data-parallel sums start in buckets during the last backward; < 0: by --system
   double flush_tolerance = 0.02;   // the recommended flush: utilisation within this share of the best
   std::string flops_formula = "paper";
