@@ -232,6 +232,12 @@ class RankTrainer {
   }
   Collectives& per_step_sums() const { return outer_ && with_.within_site ? *with_.within_site : with_.collectives; }
 
+  // Local steps have started (or start with this run's first step): true
+  // from the outer step's construction; before it, what the step resumed at says.
+  bool local_phase() const {
+    return outer_.has_value() || (local_steps() && result_.first_step >= config_.outer_synchronous_steps);
+  }
+
   // The outer step's anchor is the parameters as local steps start.
   void start_outer_optimizer() {
     outer_.emplace(with_.backend, stage_, with_.collectives, local_steps_settings());
@@ -332,6 +338,8 @@ class RankTrainer {
            " topk_fraction=" + std::to_string(config_.compression_topk_fraction) +
            " bucket_mb=" + std::to_string(config_.gradient_bucket_mb) +
            " replicas=" + std::to_string(role_.replicas) +
+           // Before local steps start, the residuals are the per-step sums' buckets', not the fragments'.
+           (local_steps() && !local_phase() ? std::string(" synchronous_start") : std::string()) +
            (local_steps() ? " local_steps=" + std::to_string(config_.outer_local_steps) +
                                 " fragments=" + std::to_string(config_.outer_fragments) +
                                 (with_.within_site ? " within_site=" + std::to_string(role_.site_replicas) : "")
@@ -362,11 +370,14 @@ class RankTrainer {
     }
     const std::string prefix = residual_prefix();
     NamedResiduals mine;
+    bool same_cut = false;  // local-steps state under this prefix: the cut is this run's
     for (const io::CheckpointTensor& t : checkpoint.residuals) {
       if (t.name.rfind(prefix, 0) != 0) continue;
+      same_cut = true;
       const bool local_state = t.name.compare(prefix.size(), kLocalState.size(), kLocalState) == 0;
       if (!local_state) mine.emplace_back(t.name.substr(prefix.size()), t.value);
     }
+    if (mine.empty() && same_cut) return;  // none yet (local steps just started): zero, as in the run
     if (mine.empty()) {
       resume_notes_ += "note: the checkpoint holds no error-feedback residuals for " + prefix +
                        "* (another pipeline cut)" + restart;
@@ -597,6 +608,7 @@ class RankTrainer {
     pending_.reset();
     const auto start = Clock::now();
     versions_->begin_update(p.step);
+    const int summed_replicas = per_step_replicas();  // this step's, whatever after_inner_step changes
     const double norm = sums_->finish(per_step_sums(), &pending_loss_, &timeline_);
     const auto optimizer_start = Clock::now();
     const double lr = optimizer_.step(p.step, norm);
@@ -606,7 +618,7 @@ class RankTrainer {
     after_inner_step(p.step + 1);
     const double outer_s = seconds_since(optimizer_end);
     versions_->end_update();
-    const double loss = pending_loss_ / (static_cast<double>(m_) * per_step_replicas());
+    const double loss = pending_loss_ / (static_cast<double>(m_) * summed_replicas);
     if (!std::isfinite(loss)) {
       throw RunError("train: loss became " + std::to_string(loss) + " at step " + std::to_string(p.step + 1) +
                      " (lower optimizer.learning_rate?)");

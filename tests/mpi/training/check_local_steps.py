@@ -33,7 +33,9 @@
    steps 3-6 equal a resume, with local steps, of the synchronous run's
    step-2 checkpoint (its error feedback restarts at zero there, so the
    buckets' residuals must not leak into the fragments' exchange); and the
-   run resumed from its own step-1 checkpoint ends the same.
+   run resumed from its own step-1, -2 and -3 checkpoints ends the same (no
+   "not bit-exact" note); with S = 3 the fragment in flight after step 4 is
+   fragment 1 (the schedule counts from the start of local steps).
 
 usage: check_local_steps.py GEOTRAIN CONFIG -- MPIRUN...   (a Python with h5py)
 """
@@ -80,6 +82,17 @@ def replica_parameters(folder):
                     stage, replica = key.split(".")[:2]
                     by_stage.setdefault(stage, {})[replica] = hashlib.sha256(f["error_feedback"][key][()].tobytes()).hexdigest()
     return by_stage
+
+
+def in_flight(folder):
+    """The outer exchanges in flight in a sharded checkpoint: {"pending_<f>", ...}."""
+    import h5py
+    found = set()
+    for name in os.listdir(folder):
+        if name.startswith("rank_"):
+            with h5py.File(os.path.join(folder, name)) as f:
+                found |= {key.rsplit(".", 1)[1] for key in f.get("error_feedback", {}) if ".local_steps.pending_" in key}
+    return found
 
 
 def checkpoint_at(folder, step):
@@ -227,6 +240,24 @@ def main():
                         f"{losses(switched, 'step', 'loss')} / {losses(switched, 'end', 'final_validation_loss')}")
     if losses(again, "step", "loss") != got[1:] or losses(again, "end", "final_validation_loss") != final or not printed:
         failures.append(f"synchronous start resumed from step 1: {losses(again, 'step', 'loss')} vs {got[1:]}\n{log}")
+    # Resumed where local steps start (step 2) and with a fragment in flight (step 3).
+    for step in (2, 3):
+        later, later_log = run([*base, *local, "--outer.synchronous_steps=2", f"--checkpoint.dir={os.path.join(work, f'later-{step}')}",
+                                f"--checkpoint.resume={checkpoint_at(os.path.join(work, 'started'), step)}"], work)
+        print(f"synchronous start resumed from step {step}: {losses(later, 'step', 'loss')} vs {got[step:]}")
+        if (losses(later, "step", "loss") != got[step:] or losses(later, "end", "final_validation_loss") != final
+                or "not bit-exact" in later_log):
+            failures.append(f"synchronous start resumed from step {step}: {losses(later, 'step', 'loss')} vs "
+                            f"{got[step:]}\n{later_log}")
+    # The fragment schedule counts from the start of local steps: S = 3, H = 2, F = 2 sends fragment 1
+    # after step 4 (4 - 3 = 1) and fragment 0 after step 5; counted from step 0 it would be the other way.
+    folder = os.path.join(work, "offset")
+    run([*base, *local, "--outer.synchronous_steps=3", f"--checkpoint.dir={folder}", "--checkpoint.form=sharded"], work)
+    for step, expected in ((4, "pending_1"), (5, "pending_0")):
+        found = in_flight(os.path.join(folder, f"step_{step:08d}"))
+        print(f"S = 3: in flight after step {step}: {sorted(found)}")
+        if found != {expected}:
+            failures.append(f"S = 3: after step {step} the checkpoint holds {sorted(found)} in flight, expected {expected}")
 
     if failures:
         failures.append(f"(its runs are kept in {work})")
