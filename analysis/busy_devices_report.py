@@ -17,6 +17,7 @@ usage: busy_devices_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
 """
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,19 +54,20 @@ CAPPED_RUNS = RUNS[:2] + (
      "H20-int8-act8-momentum0.9"),
 )
 
-# The busy-capped run with a synchronous start: its stem, its synchronous steps; and the convergence case
-# whose run of 1000 steps the projection follows, with its synchronous steps.
-STARTED = ("rank-order-inside-S10-H20-F5-int4-act8", 10, "S100-H20-F5-int4-act8-momentum0.9", 100)
+# The busy-capped run with a synchronous start (its synchronous steps: its config's); and the convergence
+# case whose run the projection follows, with its synchronous steps.
+STARTED = ("rank-order-inside-S10-H20-F5-int4-act8", "S100-H20-F5-int4-act8-momentum0.9", 100)
 
 
 def synchronous_start(run_dir, peers, device_s, finals, total_steps):
     """Rows for the run whose first steps are synchronous: each phase timed apart, and a run of
     `total_steps` with the convergence case's synchronous steps, from the two phases' per-step figures."""
-    stem, synchronous, case, case_synchronous = STARTED
+    stem, case, case_synchronous = STARTED
     path = os.path.join(run_dir, f"world-wide-capped-{stem}.h5")
     if not os.path.exists(path):
         return []
     run = gt.load(path)
+    synchronous = int(re.search(r"^outer\.synchronous_steps = (\d+)$", run.attrs["config"], re.M).group(1))
     steps = int(run.steps["wall_time"].shape[1])
     before, after = gt.phase(run, 2, synchronous), gt.phase(run, synchronous + 1, steps)
     weights = (case_synchronous, total_steps - case_synchronous)
@@ -75,12 +77,12 @@ def synchronous_start(run_dir, peers, device_s, finals, total_steps):
     projected = [sum(w * per_step(p, "rank_compute_s", r) for w, p in zip(weights, (before, after)))
                  / sum(w * per_step(p, "rank_wall_s", r) for w, p in zip(weights, (before, after)))
                  for r in range(len(before["rank_wall_s"]))]
-    mixed = {"measured_iteration_s": sum(w * p["period_s"] for w, p in zip(weights, (before, after))) / total_steps,
+    mixed = {"period_s": sum(w * p["period_s"] for w, p in zip(weights, (before, after))) / total_steps,
              "compute_utilisation_mean": sum(projected) / len(projected), "compute_utilisation_min": min(projected)}
 
     def row(what, p):
         return {"stem": stem, "what": what, "case": None, "summary": {
-            "measured_iteration_s": p["period_s"] if "period_s" in p else p["measured_iteration_s"],
+            "measured_iteration_s": p["period_s"],
             "compute_utilisation_mean": p["compute_utilisation_mean"],
             "compute_utilisation_min": p["compute_utilisation_min"]}}
     rows = [r for r in peers if r["stem"] in ("planned", "rank-order")] + [

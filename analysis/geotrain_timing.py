@@ -85,8 +85,14 @@ def measured_iteration_s(run):
     wall = run.steps["wall_time"]  # [ranks, steps], every rank's clock from a common barrier
     if wall.shape[1] < 2:
         return float(wall.max())
+    return _period(wall, 2, wall.shape[1])
+
+
+def _period(wall, first, last):
+    """The job's period over steps first..last (1-based, first >= 2): from every rank having finished
+    step first - 1 to every rank having finished step last, over the steps."""
     ends = np.cumsum(wall, axis=1)
-    return float((ends[:, -1].max() - ends[:, 0].max()) / (wall.shape[1] - 1))
+    return float((ends[:, last - 1].max() - ends[:, first - 2].max()) / (last - first + 1))
 
 
 def phase(run, first, last):
@@ -100,8 +106,7 @@ def phase(run, first, last):
     if not 2 <= first <= last <= wall.shape[1]:
         raise ValueError(f"{run.path}: steps {first}..{last}: the run records steps 1..{wall.shape[1]} "
                          "(step 1, the warm-up, has no period)")
-    ends = np.cumsum(wall, axis=1)
-    period = float((ends[:, last - 1].max() - ends[:, first - 2].max()) / (last - first + 1))
+    period = _period(wall, first, last)
     e = run.events
     chosen = run.kind_mask(COMPUTE) & (e["step"] >= first) & (e["step"] <= last)
     duration = e["end"] - e["start"]

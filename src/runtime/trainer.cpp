@@ -169,7 +169,7 @@ class RankTrainer {
     if (inputs.resume) resume_from(*inputs.resume, inputs.resume_path);
     if (inputs.init) start_from(inputs);
     if (config_.pipeline_flushless) start_flushless();
-    if (local_steps() && result_.first_step >= config_.outer_synchronous_steps) {
+    if (local_phase()) {
       start_outer_optimizer();
       if (inputs.resume) restore_local_state(*inputs.resume, inputs.resume_path);
     }
@@ -418,7 +418,6 @@ class RankTrainer {
       resume_notes_ += "note: the checkpoint holds no local-steps state for " + prefix +
                        "* (another layout or setting, or written before local steps started): the outer step "
                        "restarts from its parameters with zero momentum\n";
-      with_.collectives.forget_data_parallel_residuals();  // a synchronous step's, not a fragment's
       return;
     }
     try {
