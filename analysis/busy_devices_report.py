@@ -17,7 +17,6 @@ usage: busy_devices_report.py EMULATION_DIR CONVERGENCE_SUMMARY.json REPORT.md
 """
 import json
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +66,7 @@ def synchronous_start(run_dir, peers, device_s, finals, total_steps):
     if not os.path.exists(path):
         return []
     run = gt.load(path)
-    synchronous = int(re.search(r"^outer\.synchronous_steps = (\d+)$", run.attrs["config"], re.M).group(1))
+    synchronous = gt.config_value(run, "outer.synchronous_steps")
     steps = int(run.steps["wall_time"].shape[1])
     before, after = gt.phase(run, 2, synchronous), gt.phase(run, synchronous + 1, steps)
     weights = (case_synchronous, total_steps - case_synchronous)

@@ -1,4 +1,4 @@
-"""Reading geotrain timing files (HDF5; layout in the README, "Timing files")
+"""Reading geotrain timing files (HDF5; layout in docs/analysis.md, "Timing files")
 and the numbers every report derives from them.
 
     run = load("runs/timing-1234.h5")
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import os
 import sys
+import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from requires import require  # noqa: E402
@@ -72,6 +73,21 @@ def load(path):
         sites = [_text(s) for s in f["network"]["site"][()]]
         return TimingRun(path, attrs, events, kinds, steps, f["network"]["latency"][()],
                          f["network"]["bandwidth"][()], sites, _text(f["network"].attrs["source"]), plan)
+
+
+def run_config(run):
+    """The run's settings: its "config" attribute is TOML (dotted keys, one a line), read as TOML."""
+    return tomllib.loads(run.attrs.get("config", ""))
+
+
+def config_value(run, key, default=None):
+    """One setting by its key ("outer.local_steps"), typed as the file wrote it; `default` when absent."""
+    value = run_config(run)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
 
 
 def measured_iteration_s(run):

@@ -105,8 +105,11 @@ LONG = (
 
 
 def config_value(run, key):
-    match = re.search(rf"^{re.escape(key)} = \"?([^\"\n]*)\"?$", run.attrs.get("config", ""), re.M)
-    return match.group(1) if match else ""
+    """The setting as text ("" when absent), as the reports compare it."""
+    value = gt.config_value(run, key)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 def tied_bytes(run):
