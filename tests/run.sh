@@ -10,6 +10,10 @@
 # non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where CI's time goes: one line per stage, minutes since the start.
+stage() { printf 'tests/run.sh: [%3d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+trap 'stage "done (exit $?)"' EXIT
+stage "installing dependencies"
 bash jobs/install-deps.sh
 jobs=$(nproc)
 
@@ -23,8 +27,10 @@ for folder in . "${TMPDIR:-/tmp}"; do
   fi
 done
 
+stage "release: build"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
+stage "release: tests"
 ctest --preset release -j "$jobs"
 
 # The sbatch scripts on a real single-node Slurm (needs root for the daemons).
@@ -32,8 +38,10 @@ if [[ $(id -u) -eq 0 ]]; then
   for python in python3 /usr/bin/python3; do
     "$python" -c 'import h5py' 2>/dev/null && break
   done
+  stage "Slurm jobs"
   bash tests/slurm/check_slurm_jobs.sh build/release/slurm-test "$python"
   # The WAN emulator (network namespaces): the probe recovers its matrix.
+  stage "WAN emulation"
   "$python" tests/emulate/check_probe_accuracy.py build/release/geotrain build/release/emulate-test
   # A link cut (100% loss) between two pipeline peers: deadline abort naming them, no hang.
   "$python" tests/emulate/check_link_cut.py build/release/geotrain build/release/link-cut-test
@@ -50,29 +58,35 @@ fi
 # Sanitizers: unit, kernel, model and MPI tests (the single-rank training
 # runs and the 10-layout trajectory test are left to the release build: the
 # same code, several times slower under ASan).
+stage "asan: build"
 cmake --preset asan >/dev/null
 replays=(fuzz_{config,scenario,model_file,token_shard,plan_codec,checkpoint,checkpoint_folder,checkpoint_tensors,tokenizer,safetensors}_replay)
 cmake --build --preset asan -j "$jobs" --target geotrain_unit_tests geotrain_kernel_tests geotrain_model_tests \
   geotrain geotrain_mpi_tests geotrain_mpi_silent_rank "${replays[@]}"
+stage "asan: tests"
 ctest --preset asan -j "$jobs" -R '^(unit|kernels|model|fuzz)\.' -E 'Training'
 ctest --preset asan-mpi -j "$jobs"
 
 # ThreadSanitizer: the code that starts threads (the background checkpoint
 # writer) alone and under mpirun.
+stage "tsan: build and tests"
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs"
 ctest --preset tsan -j "$jobs"
 
 # libFuzzer (clang): every harness a bounded time on a copy of its corpus.
+stage "fuzzing"
 bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-10}" build/fuzz/results
 
 # The CUDA kernels executed without a GPU (tests/cuda_emu): the .cu files
 # built by the host compiler, the golden and parity suites on them, again
 # under the adversarial schedules, the check that every kernel ran (~2 min);
 # then under ASan + UBSan with one warp running ahead (~2 min).
+stage "cuda-emu: build and tests"
 cmake --preset cuda-emu >/dev/null
 cmake --build --preset cuda-emu -j "$jobs"
 ctest --preset cuda-emu -j "$jobs"
+stage "cuda-emu-asan: build and tests"
 cmake --preset cuda-emu-asan >/dev/null
 cmake --build --preset cuda-emu-asan -j "$jobs"
 ctest --preset cuda-emu-asan -j "$jobs"
@@ -81,6 +95,7 @@ if command -v nvcc >/dev/null 2>&1; then
   # One architecture here (the preset builds sm_80 and sm_90): what this
   # checks, that the backend compiles and links, does not depend on it, and
   # the nvcc part takes ~28% less time.
+  stage "cuda: compile"
   cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build --preset cuda -j "$jobs" --target geotrain geotrain_cuda_parity_tests
   build/cuda/geotrain --version
