@@ -52,30 +52,30 @@ bool one_of(const std::string& value, std::initializer_list<const char*> allowed
 
 void check_documented_rules(const Config& c) {
   const std::string d = geotrain::io::describe(c);
-  for (int v : {c.train_steps, c.micro_batch_sequences, c.gradient_accumulation, c.eval_batches, c.log_every_steps,
-                c.pipeline_stages, c.plan_candidates, c.probe_bytes, c.checkpoint_keep}) {
+  for (int v : {c.train.steps, c.train.micro_batch_sequences, c.train.gradient_accumulation, c.train.eval_batches, c.train.log_every_steps,
+                c.pipeline.stages, c.pipeline.plan_candidates, c.network.probe_bytes, c.checkpoint.keep}) {
     FUZZ_CHECK(v > 0, d);
   }
-  for (int v : {c.eval_every_steps, c.checkpoint_every_steps, c.timing_max_event_steps, c.warmup_steps}) {
+  for (int v : {c.train.eval_every_steps, c.checkpoint.every_steps, c.timing.max_event_steps, c.optimizer.warmup_steps}) {
     FUZZ_CHECK(v >= 0, d);
   }
-  FUZZ_CHECK(c.gradient_accumulation <= 16000, d);
-  FUZZ_CHECK(c.warmup_steps <= c.train_steps, d);
-  FUZZ_CHECK(one_of(to_string(c.device), {"auto", "cpu", "cuda"}), d);
-  FUZZ_CHECK(one_of(to_string(c.matmul_precision), {"fp32", "bf16"}), d);
-  FUZZ_CHECK(one_of(to_string(c.transport), {"auto", "mpi", "nccl"}), d);
-  FUZZ_CHECK(!(c.transport == geotrain::Transport::nccl && c.device == geotrain::DeviceRequest::cpu), d);
-  FUZZ_CHECK(one_of(geotrain::plan::to_string(c.pipeline_schedule), {"1f1b", "gpipe"}), d);
-  FUZZ_CHECK(one_of(geotrain::plan::to_string(c.placement), {"planned", "rank-order", "dtfm-rank-order", "random"}), d);
-  FUZZ_CHECK(c.layers_per_stage.empty() || static_cast<int>(c.layers_per_stage.size()) == c.pipeline_stages, d);
-  for (int layers : c.layers_per_stage) FUZZ_CHECK(layers >= 1, d);
-  FUZZ_CHECK(!(c.checkpoint_resume == "auto" && c.checkpoint_dir.empty()), d);
-  for (double v : {c.learning_rate, c.min_learning_rate_fraction, c.beta1, c.beta2, c.epsilon, c.weight_decay,
-                   c.gradient_clip, c.device_peak_tflops, c.network_deadline_s}) {
+  FUZZ_CHECK(c.train.gradient_accumulation <= 16000, d);
+  FUZZ_CHECK(c.optimizer.warmup_steps <= c.train.steps, d);
+  FUZZ_CHECK(one_of(to_string(c.device.kind), {"auto", "cpu", "cuda"}), d);
+  FUZZ_CHECK(one_of(to_string(c.device.matmul_precision), {"fp32", "bf16"}), d);
+  FUZZ_CHECK(one_of(to_string(c.network.transport), {"auto", "mpi", "nccl"}), d);
+  FUZZ_CHECK(!(c.network.transport == geotrain::Transport::nccl && c.device.kind == geotrain::DeviceRequest::cpu), d);
+  FUZZ_CHECK(one_of(geotrain::plan::to_string(c.pipeline.schedule), {"1f1b", "gpipe"}), d);
+  FUZZ_CHECK(one_of(geotrain::plan::to_string(c.pipeline.placement), {"planned", "rank-order", "dtfm-rank-order", "random"}), d);
+  FUZZ_CHECK(c.pipeline.layers_per_stage.empty() || static_cast<int>(c.pipeline.layers_per_stage.size()) == c.pipeline.stages, d);
+  for (int layers : c.pipeline.layers_per_stage) FUZZ_CHECK(layers >= 1, d);
+  FUZZ_CHECK(!(c.checkpoint.resume == "auto" && c.checkpoint.dir.empty()), d);
+  for (double v : {c.optimizer.learning_rate, c.optimizer.min_learning_rate_fraction, c.optimizer.beta1, c.optimizer.beta2, c.optimizer.epsilon, c.optimizer.weight_decay,
+                   c.optimizer.gradient_clip, c.device.peak_tflops, c.network.deadline_s}) {
     FUZZ_CHECK(std::isfinite(v) && v >= 0, d);
   }
-  FUZZ_CHECK(c.learning_rate >= 1e-12 && c.beta1 < 1 && c.beta2 < 1 && c.epsilon > 0, d);
-  FUZZ_CHECK(c.network_deadline_s >= 0.01, d);
+  FUZZ_CHECK(c.optimizer.learning_rate >= 1e-12 && c.optimizer.beta1 < 1 && c.optimizer.beta2 < 1 && c.optimizer.epsilon > 0, d);
+  FUZZ_CHECK(c.network.deadline_s >= 0.01, d);
 }
 
 // describe() prints strings between quotes without escaping (it is a
@@ -107,7 +107,7 @@ std::string without_negative_zeros(std::string listing) {
 // Default paths are relative to the working directory, and so are paths
 // given as overrides, which resolve them on the spot: the same files.
 Config with_resolved_paths(Config c) {
-  for (std::string* path : {&c.model_file, &c.data_train, &c.data_validation, &c.network_matrix}) {
+  for (std::string* path : {&c.model.file, &c.data.train, &c.data.validation, &c.network.matrix}) {
     if (!path->empty() && std::filesystem::path(*path).is_relative()) {
       *path = (std::filesystem::current_path() / *path).lexically_normal().string();
     }

@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "geotrain: command line: " << e.what() << " (see geotrain --help)\n";
     return geotrain::kExitInputError;

@@ -5,6 +5,7 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "compression_options.hpp"
+#include "config_run.hpp"
 #include "geotrain/plan/search.hpp"
 #include "launch_files.hpp"
 #include "plan_layout.hpp"
@@ -63,8 +64,10 @@ int run_layout_search(const PlanCommandOptions& o, const io::Scenario& scenario,
 }  // namespace
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
-  CLI::App* plan = app.add_subcommand("plan", "Compute the tasklet allocation for a network scenario");
-  plan->add_option("--scenario", o.scenario, "scenario TOML file (site-based or full matrix)")->required();
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Compute the tasklet allocation: for a training config as `train` would run it (geotrain plan CONFIG.toml "
+              "[--section.key=value ...]), or for a network scenario (--scenario FILE)");
+  plan->add_option("--scenario", o.scenario, "scenario TOML file (site-based or full matrix); with CONFIG: the network");
   plan->add_option("--model", o.model, "model TOML file to plan for (default: the scenario's [workload] model)");
   plan->add_option("--pp", o.pp, "pipeline stages D_pp (default: the file's [workload])")->check(CLI::PositiveNumber);
   plan->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the file's [workload])")->check(CLI::PositiveNumber);
@@ -103,9 +106,13 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--hostfile", o.hostfile, std::string("write an Open MPI hostfile (host slots=N)") + from_hosts);
   plan->add_option("--slurm-hostfile", o.slurm_hostfile,
                    std::string("write one host per rank, for SLURM_HOSTFILE=FILE srun --distribution=arbitrary") + from_hosts);
+  add_config_mode(plan, o.run, {"--scenario", "--json"});
 }
 
 int run_plan_command(const PlanCommandOptions& o) {
+  check_config_mode(o.run, "plan");
+  if (!o.run.config_file.empty()) return run_plan_for_config(o.run, o.scenario, o.json);
+  if (o.scenario.empty()) throw InputError("command line: plan needs a training config (geotrain plan CONFIG.toml) or --scenario FILE");
   io::WorkloadOverrides overrides;
   if (o.pp > 0) overrides.pipeline_stages = o.pp;
   if (o.dp > 0) overrides.data_parallel = o.dp;
@@ -165,7 +172,7 @@ int run_plan_command(const PlanCommandOptions& o) {
     layout = plan::evaluate_layout(scenario.network, settings.config, result.plan, settings.options);
     report.layout = &layout;
     report.layout_settings = &settings;
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {
     report.layout_note = e.what();
   }
   std::cout << (o.json ? render_plan_json(report) : render_plan_table(report));

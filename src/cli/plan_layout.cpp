@@ -8,7 +8,7 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "compression_options.hpp"
-#include "plan_report.hpp"
+#include "text_format.hpp"
 
 namespace geotrain::cli {
 namespace {

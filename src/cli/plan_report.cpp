@@ -1,6 +1,7 @@
 #include "plan_report.hpp"
 
 #include "plan_layout.hpp"
+#include "text_format.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -32,21 +33,6 @@ std::string site_summary(const plan::Network& network, const std::vector<int>& d
 double gap(double cost, double bound) { return cost > 0 ? (cost - bound) / cost : 0.0; }
 
 }  // namespace
-
-std::string format_number(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
-
-std::string device_list(const std::vector<int>& devices) {
-  std::string text;
-  for (int d : devices) {
-    if (!text.empty()) text += ' ';
-    text += std::to_string(d);
-  }
-  return text;
-}
 
 std::string render_plan_table(const PlanReport& r) {
   const auto& w = r.scenario->workload;

@@ -6,6 +6,7 @@
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/layout_search.hpp"
 #include "geotrain/plan/search.hpp"
+#include "text_format.hpp"
 
 namespace geotrain::cli {
 
@@ -33,12 +34,7 @@ struct PlanReport {
   std::string layout_note = {};
 };
 
-// One number through a printf pattern ("%.4f", "%8.1f%%"): the reports' formatter.
-std::string format_number(const char* pattern, double value);
-
 std::string render_plan_table(const PlanReport& report);
-// "4 12 20 28": a stage's devices in replica order, for tables.
-std::string device_list(const std::vector<int>& devices);
 std::string render_plan_json(const PlanReport& report);
 // --layout auto: the searched layout as a table or JSON.
 std::string render_layout_plan_table(const io::Scenario& scenario, const plan::Layout& layout,

@@ -11,9 +11,11 @@
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/common/errors.hpp"
+#include "geotrain/io/config_plan.hpp"
 #include "geotrain/io/model_file.hpp"
 #include "geotrain/io/scenario.hpp"
 #include "compression_options.hpp"
+#include "config_run.hpp"
 #include "geotrain/plan/flush_advisor.hpp"
 #include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/simulator.hpp"
@@ -77,15 +79,21 @@ void resolve_config(const SimulateCommandOptions& o, Resolved& r) {
   c.efficiency = o.efficiency > 0 ? o.efficiency : device.efficiency;
 
   // The two runtimes the paper compares (src/plan/README.md, "Simulator"),
-  // and geotrain's own: 1F1B over one flush, sends overlapped, the direct
-  // exchange in 25 MiB buckets from the last backward, GPT-2's tied head.
+  // and geotrain's own as `train` runs with the default settings (the one
+  // mapping from a config, io/config_plan.hpp).
   const bool megatron = o.system == "megatron", geotrain = o.system == "geotrain";
-  c.schedule = megatron || geotrain ? plan::Schedule::one_f_one_b : plan::Schedule::gpipe;
+  c.schedule = megatron ? plan::Schedule::one_f_one_b : plan::Schedule::gpipe;
   c.overlap_communication = !megatron;
-  c.dp_scheme = megatron ? plan::DataParallelScheme::ring
-                         : (geotrain ? plan::DataParallelScheme::direct : plan::DataParallelScheme::paper);
-  c.micro_batches_per_flush = megatron || geotrain ? 0 : 64;
-  if (geotrain) c.gradient_bucket_mb = 25;
+  c.dp_scheme = megatron ? plan::DataParallelScheme::ring : plan::DataParallelScheme::paper;
+  c.micro_batches_per_flush = megatron ? 0 : 64;
+  if (geotrain) {
+    const plan::SimulationConfig runtime = io::simulation_config(io::Config{}, file.model, c.global_batch_sequences);
+    c.schedule = runtime.schedule;
+    c.overlap_communication = runtime.overlap_communication;
+    c.dp_scheme = runtime.dp_scheme;
+    c.micro_batches_per_flush = runtime.micro_batches_per_flush;
+    c.gradient_bucket_mb = runtime.gradient_bucket_mb;
+  }
   if (!o.schedule.empty()) plan::parse_schedule(o.schedule, &c.schedule);
   if (!o.dp_scheme.empty()) plan::parse_dp_scheme(o.dp_scheme, &c.dp_scheme);
   if (!o.overlap.empty()) c.overlap_communication = on_off(o.overlap);
@@ -129,7 +137,7 @@ Resolved resolve(const SimulateCommandOptions& o) {
   const int pp = r.scenario.workload.pipeline_stages, dp = r.scenario.workload.data_parallel;
   try {
     r.work = plan::pipeline_work(c, pp, dp);
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {
     // Shapes from the model file and the command line that do not fit together.
     throw InputError(o.model + " with " + o.scenario + ": " + e.what() +
                      " (see --layers, --batch, --micro-batch, --pipeline-micro-batches, --pp, --dp)");
@@ -416,8 +424,8 @@ std::string render_timeline(const Resolved& r) {
 
 void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   CLI::App* sim = app.add_subcommand("simulate", "Simulate one training iteration of a placement: time, PFLOPS, split");
-  sim->add_option("--scenario", o.scenario, "scenario TOML file (the network; pp x dp from its [workload])")->required();
-  sim->add_option("--model", o.model, "model TOML file ([model], optional [device] and [batch])")->required();
+  sim->add_option("--scenario", o.scenario, "scenario TOML file (the network; pp x dp from its [workload]); with CONFIG: the network");
+  sim->add_option("--model", o.model, "model TOML file ([model], optional [device] and [batch]); not with CONFIG");
   sim->add_option("--pp", o.pp, "pipeline stages D_pp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
   sim->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
   sim->add_option("--layers", o.layers, "transformer layers (default: the model file)")->check(CLI::PositiveNumber);
@@ -483,9 +491,16 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   sim->add_flag("--timeline", o.timeline,
                 "print every timed step as CSV (replica,stage,device,step,start_s,end_s); with --flushless, the "
                 "stream of " + std::to_string(plan::kFlushlessSteps) + " steps, its micro-batches numbered through");
+  add_config_mode(sim, o.run, {"--scenario", "--json"});
 }
 
 int run_simulate_command(const SimulateCommandOptions& o) {
+  check_config_mode(o.run, "simulate");
+  if (!o.run.config_file.empty()) return run_simulate_for_config(o.run, o.scenario, o.json);
+  if (o.scenario.empty() || o.model.empty()) {
+    throw InputError("command line: simulate needs a training config (geotrain simulate CONFIG.toml) or --scenario "
+                     "FILE and --model FILE");
+  }
   const Resolved r = resolve(o);
   if (o.timeline) std::cout << render_timeline(r);
   else std::cout << (o.json ? render_json(r, o) : render_table(r));

@@ -21,6 +21,15 @@ CLI::App* add_config_subcommand(CLI::App& app, const std::string& name, const st
   command->add_option("config", config_file, "run configuration (TOML); defaults without it");
   command->allow_extras();  // --section.key=value overrides, checked by the config loader
   command->callback([command, &overrides] { overrides = command->remaining(); });
+  // Every key with its default and doc, from the settings tree itself.
+  command->footer([] { return "\n" + io::config_reference_text(); });
+  command->add_flag_callback(
+      "--help-markdown",
+      [] {
+        std::cout << io::config_reference_markdown();
+        throw CLI::Success();
+      },
+      "print the settings reference as Markdown (docs/config.md) and exit");
   return command;
 }
 
@@ -36,22 +45,22 @@ int run_train_command(const TrainCommandOptions& o) {
   if (runtime::launched_by_mpi()) return runtime::run_distributed_training(o.config_file, o.overrides, std::cout);
 #endif
   const io::Config loaded = io::read_config(o.config_file, o.overrides);
-  if (loaded.pipeline_stages > 1) {
-    throw InputError(loaded.origin_of("pipeline.stages") + ": pipeline.stages: " +
-                     std::to_string(loaded.pipeline_stages) + " stages need a multiple of " +
-                     std::to_string(loaded.pipeline_stages) +
+  if (loaded.pipeline.stages > 1) {
+    throw loaded.error("pipeline.stages",
+                     std::to_string(loaded.pipeline.stages) + " stages need a multiple of " +
+                     std::to_string(loaded.pipeline.stages) +
                      " ranks: start geotrain under mpirun or srun (this geotrain runs alone)");
   }
   runtime::RunInputs inputs = runtime::prepare_run(loaded, io::load_model(loaded).model);
   const io::Config& config = inputs.config;
-  const std::string timing_path = io::expand_run_name(config.timing_file);
+  const std::string timing_path = io::expand_run_name(config.timing.file);
   const runtime::TrainResult result = runtime::train_single_rank(inputs, std::cout);
   std::ostream& text = runtime::text_stream(config, std::cout);
   if (!timing_path.empty()) {
     const runtime::JobDescription job = runtime::single_rank_job(result.device);
     const runtime::RankTiming own{result.events, result.step_seconds, result.stage_parameters};
     io::write_timing_file(timing_path, runtime::make_timing_run(config, inputs.model, job, result, {own}));
-    if (!config.quiet) text << "timing: " << timing_path << "\n";
+    if (!config.train.quiet) text << "timing: " << timing_path << "\n";
   }
   if (result.stopped_by_signal) {
     std::cerr << runtime::stopped_summary(result);

@@ -61,13 +61,13 @@ std::unique_ptr<Tokenizer> tokenizer_for_shard(const std::string& shard_path) {
 }
 
 std::string tokenizer_text_for_training(const Config& config, int model_vocabulary) {
-  const std::string text = tokenizer_text_for_shard(config.data_train);
-  const std::string file = tokenizer_file_for_shard(config.data_train);
+  const std::string text = tokenizer_text_for_shard(config.data.train);
+  const std::string file = tokenizer_file_for_shard(config.data.train);
   constexpr const char* kByte = "the byte tokenizer (no tokenizer.json beside it)";
   const std::string name = file.empty() ? kByte : file;
-  if (tokenizer_text_for_shard(config.data_validation) != text) {
-    const std::string other = tokenizer_file_for_shard(config.data_validation);
-    throw InputError(config.origin_of("data.validation") + ": data.validation: " + config.data_validation +
+  if (tokenizer_text_for_shard(config.data.validation) != text) {
+    const std::string other = tokenizer_file_for_shard(config.data.validation);
+    throw config.error("data.validation", config.data.validation +
                      " was made with " + (other.empty() ? kByte : other) +
                      ", the training data with " + name + ": they must share one tokenizer");
   }
@@ -77,7 +77,7 @@ std::string tokenizer_text_for_training(const Config& config, int model_vocabula
   if (text.empty()) return text;
   const int needed = tokenizer_from_text(text, file)->vocabulary();
   if (model_vocabulary < needed) {
-    const std::string where = config.model_vocabulary > 0 ? config.origin_of("model.vocabulary") : config.model_file;
+    const std::string where = config.model.vocabulary > 0 ? config.origin_of("model.vocabulary") : config.model.file;
     throw InputError(where + ": model.vocabulary: is " + std::to_string(model_vocabulary) +
                      " but the training data's tokenizer " + name + " has " + std::to_string(needed) +
                      " ids: set model.vocabulary to at least " + std::to_string(needed) + " (--model.vocabulary=" +

@@ -31,17 +31,17 @@ RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
   inputs.config = std::move(config);
   inputs.model = model;
   const io::Config& c = inputs.config;
-  inputs.data.emplace(std::vector<std::uint16_t>{}, io::read_token_shard(c.data_validation, model.vocabulary), c.seed,
-                      c.data_train, c.data_validation);
-  if (c.checkpoint_resume.empty()) return inputs;
-  inputs.resume_path = io::resolve_resume(c.checkpoint_dir, c.checkpoint_resume);
+  inputs.data.emplace(std::vector<std::uint16_t>{}, io::read_token_shard(c.data.validation, model.vocabulary), c.train.seed,
+                      c.data.train, c.data.validation);
+  if (c.checkpoint.resume.empty()) return inputs;
+  inputs.resume_path = io::resolve_resume(c.checkpoint.dir, c.checkpoint.resume);
   if (inputs.resume_path.empty()) return inputs;  // auto, and nothing written yet: the initialised model
   const io::Checkpoint& checkpoint = inputs.resume.emplace(io::read_checkpoint(inputs.resume_path));
   check_checkpoint_fits(checkpoint, model, inputs.resume_path);
   // Another tokenizer's ids mean other text: the loss would be meaningless.
-  if (io::tokenizer_text_for_shard(c.data_validation) != checkpoint.tokenizer_text) {
-    const std::string file = io::tokenizer_file_for_shard(c.data_validation);
-    throw InputError(c.origin_of("data.validation") + ": data.validation: " + c.data_validation + " was made with " +
+  if (io::tokenizer_text_for_shard(c.data.validation) != checkpoint.tokenizer_text) {
+    const std::string file = io::tokenizer_file_for_shard(c.data.validation);
+    throw c.error("data.validation", c.data.validation + " was made with " +
                      (file.empty() ? "the byte tokenizer" : file) + ", but " + inputs.resume_path +
                      " was trained with " + (checkpoint.tokenizer_text.empty() ? "the byte tokenizer" : "another") +
                      " (attribute tokenizer)");
@@ -57,24 +57,24 @@ RunInputs read_evaluation_inputs(const std::string& config_file, const std::vect
 
 Evaluation evaluate(RunInputs& inputs, const RankRole& role, const RankConnections& with) {
   const io::Config& c = inputs.config;
-  const int B = c.micro_batch_sequences, T = inputs.model.sequence_length;
-  with.backend.set_matmul_precision(c.matmul_precision);
+  const int B = c.train.micro_batch_sequences, T = inputs.model.sequence_length;
+  with.backend.set_matmul_precision(c.device.matmul_precision);
   model::Stage stage(inputs.model, role.spec, with.backend, B, 1, with.tensor_group);
   if (inputs.resume) {
     restore_parameters(stage, with.backend, *inputs.resume, inputs.resume_path);
   } else {
-    stage.initialize(c.seed);
+    stage.initialize(c.train.seed);
   }
-  PipelineStep pipeline(stage, with.backend, c.pipeline_schedule, role.stage, role.stages, 1);
+  PipelineStep pipeline(stage, with.backend, c.pipeline.schedule, role.stage, role.stages, 1);
   inputs.data->set_replica(role.replica, role.replicas);
   Evaluation e;
-  e.loss = validation_loss(pipeline, with.links, with.collectives, *inputs.data, B, T, c.eval_batches, role.replicas,
+  e.loss = validation_loss(pipeline, with.links, with.collectives, *inputs.data, B, T, c.train.eval_batches, role.replicas,
                            &e.global_batches);
   return e;
 }
 
 Evaluation evaluate_single_rank(RunInputs& inputs) {
-  const std::unique_ptr<kernels::Backend> backend = kernels::make_backend(inputs.config.device);
+  const std::unique_ptr<kernels::Backend> backend = kernels::make_backend(inputs.config.device.kind);
   NoLinks no_links;
   LocalCollectives collectives;
   RankRole role;
@@ -86,20 +86,20 @@ std::string evaluation_report(const Evaluation& e, const RunInputs& inputs) {
   const io::Config& c = inputs.config;
   const long long steps = inputs.resume ? static_cast<long long>(inputs.resume->completed_steps) : 0;
   char numbers[160];
-  if (c.log_json) {
+  if (c.train.log_json) {
     std::snprintf(numbers, sizeof numbers,
                   ", \"completed_steps\": %lld, \"global_batches\": %d, \"validation_loss\": %.9g, \"perplexity\": %.9g}\n",
                   steps, e.global_batches, e.loss, std::exp(e.loss));
     const std::string checkpoint = inputs.resume ? json_string(inputs.resume_path) : "null";
     return "{\"event\": \"eval\", \"checkpoint\": " + checkpoint +
-           ", \"validation\": " + json_string(c.data_validation) + numbers;
+           ", \"validation\": " + json_string(c.data.validation) + numbers;
   }
   const std::string what = inputs.resume ? inputs.resume_path + " (after step " + std::to_string(steps) + ")"
-                                         : "the initialised model (train.seed " + std::to_string(c.seed) + ", no checkpoint)";
+                                         : "the initialised model (train.seed " + std::to_string(c.train.seed) + ", no checkpoint)";
   std::snprintf(numbers, sizeof numbers, "validation loss %.6f (perplexity %.3f)\n", e.loss, std::exp(e.loss));
   return "geotrain eval: " + what + ", " + std::to_string(e.global_batches) + " batches x " +
-         std::to_string(c.micro_batch_sequences) + " sequences x " + std::to_string(inputs.model.sequence_length) +
-         " tokens of " + c.data_validation + "\n" + numbers;
+         std::to_string(c.train.micro_batch_sequences) + " sequences x " + std::to_string(inputs.model.sequence_length) +
+         " tokens of " + c.data.validation + "\n" + numbers;
 }
 
 }  // namespace geotrain::runtime

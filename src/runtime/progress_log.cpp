@@ -92,7 +92,7 @@ std::string json_string(const std::string& text) {
   return quoted + "\"";
 }
 
-std::ostream& text_stream(const io::Config& config, std::ostream& out) { return config.log_json ? std::cerr : out; }
+std::ostream& text_stream(const io::Config& config, std::ostream& out) { return config.train.log_json ? std::cerr : out; }
 
 double known_peak_tflops(const std::string& device_description, MatmulPrecision precision) {
   if (device_description.rfind("CUDA", 0) != 0) return 0;
@@ -105,14 +105,14 @@ double known_peak_tflops(const std::string& device_description, MatmulPrecision 
 }
 
 double peak_tflops(const io::Config& config, const std::string& device_description) {
-  return config.device_peak_tflops > 0 ? config.device_peak_tflops
-                                       : known_peak_tflops(device_description, config.matmul_precision);
+  return config.device.peak_tflops > 0 ? config.device.peak_tflops
+                                       : known_peak_tflops(device_description, config.device.matmul_precision);
 }
 
 ProgressLog::ProgressLog(const io::Config& config, std::ostream& out, bool reports, double peak_tflops)
     : config_(config), out_(out), reports_(reports), peak_flops_per_s_(peak_tflops * 1e12), null_(nullptr) {
-  if (!reports_ || config.metrics_file.empty()) return;
-  metrics_path_ = io::expand_run_name(config.metrics_file);
+  if (!reports_ || config.train.metrics_file.empty()) return;
+  metrics_path_ = io::expand_run_name(config.train.metrics_file);
   const auto folder = std::filesystem::path(metrics_path_).parent_path();
   std::error_code ignored;
   if (!folder.empty()) std::filesystem::create_directories(folder, ignored);
@@ -123,7 +123,7 @@ ProgressLog::ProgressLog(const io::Config& config, std::ostream& out, bool repor
 }
 
 std::ostream& ProgressLog::text() {
-  if (!reports_ || config_.quiet) return null_;
+  if (!reports_ || config_.train.quiet) return null_;
   return text_stream(config_, out_);
 }
 
@@ -133,7 +133,7 @@ void ProgressLog::record(const std::string& json_line, bool on_stdout) {
     metrics_ << json_line << "\n";
     metrics_.flush();  // readable while the run goes on (tail -f, a plot)
   }
-  if (on_stdout && config_.log_json) {
+  if (on_stdout && config_.train.log_json) {
     out_ << json_line << "\n";
     out_.flush();
   }
@@ -145,7 +145,7 @@ void ProgressLog::step(const StepReport& r) {
   const double flops_per_s = r.model_flops_per_token * r.tokens_per_step / r.step_s;
   const double utilisation = r.step_s > 0 ? r.compute_s / r.step_s : 0;
   const double mfu = peak_flops_per_s_ > 0 ? flops_per_s / peak_flops_per_s_ : std::nan("");
-  const bool prints = r.step % config_.log_every_steps == 0 || r.step == config_.train_steps;
+  const bool prints = r.step % config_.train.log_every_steps == 0 || r.step == config_.train.steps;
   const double interval_loss = loss_sum_ / loss_count_;
   std::string json = "{\"event\": \"step\", \"step\": " + std::to_string(r.step) +
                      ", \"loss\": " + json_number(r.loss) + ", \"lr\": " + json_number(r.learning_rate, "%.6e") +
@@ -162,13 +162,13 @@ void ProgressLog::step(const StepReport& r) {
     loss_count_ = 0;
   }
   record(json, prints);
-  if (!prints || config_.log_json || !reports_ || config_.quiet) return;
+  if (!prints || config_.train.log_json || !reports_ || config_.train.quiet) return;
   std::string mfu_text = std::isfinite(mfu) ? " | MFU " + std::to_string(static_cast<int>(100 * mfu + 0.5)) + "%" : "";
   char line[320];
   std::snprintf(line, sizeof line,
                 "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOPS%s | "
                 "util %3.0f%% | ETA %s",
-                r.step, config_.train_steps, interval_loss, r.learning_rate, r.grad_norm, 1e3 * r.step_s,
+                r.step, config_.train.steps, interval_loss, r.learning_rate, r.grad_norm, 1e3 * r.step_s,
                 r.tokens_per_step / r.step_s, flops_per_s / 1e9, mfu_text.c_str(), 100 * utilisation,
                 format_duration(r.eta_s).c_str());
   out_ << line << "\n";

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "geotrain/common/wire_bytes.hpp"
+#include "geotrain/io/config_plan.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "geotrain/plan/tensor_parallel.hpp"
 #include "geotrain/runtime/progress_log.hpp"
@@ -13,7 +14,7 @@ namespace {
 
 // Bytes of `values` values on the wire in `format`, with the run's group size and top-k share.
 double encoded_bytes(const io::Config& config, WireFormat format, double values) {
-  return wire_encoded_bytes(WireEncoding{format, config.compression_group_size, config.compression_topk_fraction}, values);
+  return wire_encoded_bytes(config.compression.encoding(format), values);
 }
 
 double median(std::vector<double> values) {
@@ -60,25 +61,25 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
 plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& model, const JobDescription& job,
                                   const std::vector<RankTiming>& ranks, const MeasuredCompute& measured) {
   plan::PipelineWork work;
-  const int per_flush = config.micro_batches_per_flush > 0 ? config.micro_batches_per_flush : config.gradient_accumulation;
+  const int per_flush = config.pipeline.micro_batches_per_flush > 0 ? config.pipeline.micro_batches_per_flush : config.train.gradient_accumulation;
   work.micro_batches_per_flush = per_flush;
-  work.flushes = config.gradient_accumulation / per_flush;
+  work.flushes = config.train.gradient_accumulation / per_flush;
   work.forward_s = measured.forward_s;
   work.backward_s = measured.backward_s;
   auto encoded = [&](WireFormat format, double values) { return encoded_bytes(config, format, values); };
-  const double values = 1.0 * config.micro_batch_sequences * model.sequence_length * model.hidden;
-  work.activation_bytes = encoded(config.activation_wire, values);
-  work.activation_gradient_bytes = encoded(config.activation_gradient_wire, values);
+  const double values = 1.0 * config.train.micro_batch_sequences * model.sequence_length * model.hidden;
+  work.activation_bytes = encoded(config.compression.activations, values);
+  work.activation_gradient_bytes = encoded(config.compression.activation_gradients, values);
   work.outer = io::outer_sync(config);
   // The per-step sum: the gradient on its wire; with local steps only the
   // sites' (outer.sync_within_site), always fp32 (their own communicator).
-  const WireFormat step_wire = work.outer.enabled() ? WireFormat::fp32 : config.gradient_wire;
+  const WireFormat step_wire = work.outer.enabled() ? WireFormat::fp32 : config.compression.gradients;
   const int last = static_cast<int>(job.plan.stages.size()) - 1;
   for (int s = 0; s <= last; ++s) {
     // Under tensor parallelism each rank of a unit sums its own slice with its replicas.
     const int first_rank = job.plan.ranks_of_unit(job.plan.stages[s][0]).front();
     const double parameters = static_cast<double>(ranks[first_rank].stage_parameters);
-    work.gradient_bytes.push_back(encoded(config.gradient_wire, parameters));
+    work.gradient_bytes.push_back(encoded(config.compression.gradients, parameters));
     if (work.outer.within_site) work.site_gradient_bytes.push_back(encoded(WireFormat::fp32, parameters));
     // What the backward reports only at its end: wte (+ wpe on the first stage), see Stage::backward.
     const double vocabulary = 1.0 * model.vocabulary * model.hidden, positions = 1.0 * model.sequence_length * model.hidden;
@@ -86,10 +87,10 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
     const double at_end = (s == 0 ? vocabulary + positions : 0.0) + tied_copy;
     work.layer_gradient_bytes.push_back(encoded(step_wire, std::max(parameters - at_end, 0.0)));
   }
-  if (config.gradient_bucket_mb > 0 && job.plan.data_parallel > 1 && (!work.outer.enabled() || work.outer.within_site)) {
-    work.bucket_bytes = encoded(step_wire, config.gradient_bucket_mb * (1 << 20) / sizeof(float));
+  if (config.network.gradient_bucket_mb > 0 && job.plan.data_parallel > 1 && (!work.outer.enabled() || work.outer.within_site)) {
+    work.bucket_bytes = encoded(step_wire, config.network.gradient_bucket_mb * (1 << 20) / sizeof(float));
   }
-  work.schedule = config.pipeline_schedule;
+  work.schedule = config.pipeline.schedule;
   work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does (mpi_exchange.hpp)
   work.overlap_communication = true;                 // sends are non-blocking on a copy
   return work;
@@ -140,15 +141,15 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.config_text = io::describe(config);
   run.model_name = model.name;
   run.device = job.device;
-  run.schedule = plan::to_string(config.pipeline_schedule);
-  run.placement = n > 1 ? plan::to_string(config.placement) : "single rank";
+  run.schedule = plan::to_string(config.pipeline.schedule);
+  run.placement = n > 1 ? plan::to_string(config.pipeline.placement) : "single rank";
   run.plan_text = job.plan_text;
   run.network_source = job.network_source;
   run.ranks = n;
   run.pipeline_stages = pp;
   run.data_parallel = dp;
-  run.micro_batches = config.gradient_accumulation;
-  run.micro_batch_sequences = config.micro_batch_sequences;
+  run.micro_batches = config.train.gradient_accumulation;
+  run.micro_batch_sequences = config.train.micro_batch_sequences;
   run.sequence_length = model.sequence_length;
   run.first_step = reporting.first_step;
   run.tokens_per_step = reporting.tokens_per_step;
@@ -199,7 +200,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
                                     : job.network;
     const plan::SimulationResult predicted = plan::simulate(units, job.plan, work);
     const double embedding_bytes =
-        model.tied_head ? encoded_bytes(config, config.tied_embedding_wire, 1.0 * model.vocabulary * model.hidden) : 0.0;
+        model.tied_head ? encoded_bytes(config, config.compression.tied_embedding, 1.0 * model.vocabulary * model.hidden) : 0.0;
     run.predicted_iteration_s = step_end_s(units, job.plan, predicted, embedding_bytes) + measured.optimizer_s;
     run.predicted_bubble_fraction = predicted.bubble_fraction;
   }

@@ -24,18 +24,18 @@ constexpr int kSteps = 8, kMicroBatches = 2, kSequences = 2;
 
 io::Config flushless_config() {
   io::Config config = io::default_config();
-  config.data_train = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_train.bin";
-  config.data_validation = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_val.bin";
-  config.device = DeviceRequest::cpu;
-  config.train_steps = kSteps;
-  config.micro_batch_sequences = kSequences;
-  config.gradient_accumulation = kMicroBatches;
-  config.warmup_steps = 2;
-  config.gradient_clip = 0.5;  // binding at these norms: the clip is part of the rule
-  config.eval_every_steps = 0;
-  config.eval_batches = 2;
-  config.quiet = true;
-  config.pipeline_flushless = true;
+  config.data.train = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_train.bin";
+  config.data.validation = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_val.bin";
+  config.device.kind = DeviceRequest::cpu;
+  config.train.steps = kSteps;
+  config.train.micro_batch_sequences = kSequences;
+  config.train.gradient_accumulation = kMicroBatches;
+  config.optimizer.warmup_steps = 2;
+  config.optimizer.gradient_clip = 0.5;  // binding at these norms: the clip is part of the rule
+  config.train.eval_every_steps = 0;
+  config.train.eval_batches = 2;
+  config.train.quiet = true;
+  config.pipeline.flushless = true;
   return config;
 }
 
@@ -51,19 +51,19 @@ TEST(Flushless, SingleStageFollowsTheDelayedRuleByHand) {
 
   const auto backend = kernels::make_backend(DeviceRequest::cpu);
   model::Stage stage(kModel, model::StageSpec::whole(kModel), *backend, kSequences, 1);
-  stage.initialize(config.seed);
+  stage.initialize(config.train.seed);
   model::OptimizerSettings settings;
-  settings.learning_rate = config.learning_rate;
-  settings.min_learning_rate_fraction = config.min_learning_rate_fraction;
-  settings.warmup_steps = config.warmup_steps;
-  settings.total_steps = config.train_steps;
-  settings.beta1 = config.beta1;
-  settings.beta2 = config.beta2;
-  settings.epsilon = config.epsilon;
-  settings.weight_decay = config.weight_decay;
-  settings.gradient_clip = config.gradient_clip;
+  settings.learning_rate = config.optimizer.learning_rate;
+  settings.min_learning_rate_fraction = config.optimizer.min_learning_rate_fraction;
+  settings.warmup_steps = config.optimizer.warmup_steps;
+  settings.total_steps = config.train.steps;
+  settings.beta1 = config.optimizer.beta1;
+  settings.beta2 = config.optimizer.beta2;
+  settings.epsilon = config.optimizer.epsilon;
+  settings.weight_decay = config.optimizer.weight_decay;
+  settings.gradient_clip = config.optimizer.gradient_clip;
   model::AdamW optimizer(*backend, stage, settings);
-  io::TokenDataset data = io::TokenDataset::from_shards(config.data_train, config.data_validation, 256, config.seed);
+  io::TokenDataset data = io::TokenDataset::from_shards(config.data.train, config.data.validation, 256, config.train.seed);
   data.set_replica(0, 1);
 
   const std::size_t count = stage.parameter_count();

@@ -33,9 +33,9 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 TEST(ProgressLog, APrintedLossIsTheMeanOfItsInterval) {
   io::Config config;
-  config.train_steps = 6;
-  config.log_every_steps = 3;
-  config.metrics_file = "";
+  config.train.steps = 6;
+  config.train.log_every_steps = 3;
+  config.train.metrics_file = "";
   std::ostringstream out;
   ProgressLog log(config, out, true, 0);
   const double losses[] = {1, 1, 10, 2, 2, 2};  // a spike at step 3
@@ -51,10 +51,10 @@ TEST(ProgressLog, APrintedLossIsTheMeanOfItsInterval) {
 
 TEST(ProgressLog, JsonModeWritesOnlyJsonLinesAndTheMetricsFileEveryStep) {
   io::Config config;
-  config.train_steps = 4;
-  config.log_every_steps = 2;
-  config.log_json = true;
-  config.metrics_file = (geotrain::testing::scratch_dir("progress") / "m.jsonl").string();
+  config.train.steps = 4;
+  config.train.log_every_steps = 2;
+  config.train.log_json = true;
+  config.train.metrics_file = (geotrain::testing::scratch_dir("progress") / "m.jsonl").string();
   std::ostringstream out;
   {
     ProgressLog log(config, out, true, 0.002);  // 2 GFLOP/s peak
@@ -77,7 +77,7 @@ TEST(ProgressLog, JsonModeWritesOnlyJsonLinesAndTheMetricsFileEveryStep) {
   EXPECT_NE(printed[1].find("\"mfu\": 1.0000"), std::string::npos) << printed[1];
   EXPECT_NE(printed[3].find("\"path\": \"dir/step \\\"4\\\".h5\""), std::string::npos) << printed[3];
   EXPECT_NE(printed[4].find("\"event\": \"end\""), std::string::npos) << printed[4];
-  std::ifstream file(config.metrics_file);
+  std::ifstream file(config.train.metrics_file);
   std::stringstream saved;
   saved << file.rdbuf();
   const auto recorded = lines_of(saved.str());
@@ -92,7 +92,7 @@ TEST(ProgressLog, KnownGpusHaveTheirDatasheetPeak) {
   EXPECT_EQ(known_peak_tflops("CUDA, Some Future GPU (...)", MatmulPrecision::bf16), 0);
   EXPECT_EQ(known_peak_tflops("CPU, OpenBLAS", MatmulPrecision::bf16), 0);
   io::Config config;
-  config.device_peak_tflops = 42;
+  config.device.peak_tflops = 42;
   EXPECT_EQ(peak_tflops(config, "CUDA, NVIDIA H200"), 42);  // the user's value wins
 }
 

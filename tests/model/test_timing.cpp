@@ -85,8 +85,8 @@ TEST(TimingRecord, MediansPerStageAndPlanLayout) {
   reporting.step_learning_rate = {1e-3};
   reporting.step_grad_norm = {1};
   io::Config config;
-  config.gradient_accumulation = 1;
-  config.micro_batch_sequences = 1;
+  config.train.gradient_accumulation = 1;
+  config.train.micro_batch_sequences = 1;
   ModelShape model;
   model.sequence_length = 4, model.hidden = 8, model.vocabulary = 16;
   const io::TimingRun run = make_timing_run(config, model, job, reporting, {r0, r1});

@@ -26,19 +26,19 @@ double unigram_cross_entropy(const io::TokenDataset& data) {
 
 TEST(Training, SmallModelBeatsTheUnigramBoundOnTheCorpus) {
   io::Config config = io::default_config();
-  config.data_train = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_train.bin";
-  config.data_validation = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_val.bin";
-  config.device = DeviceRequest::cpu;
-  config.train_steps = 150;
-  config.micro_batch_sequences = 16;
-  config.warmup_steps = 10;
-  config.eval_every_steps = 0;
-  config.eval_batches = 16;
-  config.quiet = true;
+  config.data.train = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_train.bin";
+  config.data.validation = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/data/corpus_val.bin";
+  config.device.kind = DeviceRequest::cpu;
+  config.train.steps = 150;
+  config.train.micro_batch_sequences = 16;
+  config.optimizer.warmup_steps = 10;
+  config.train.eval_every_steps = 0;
+  config.train.eval_batches = 16;
+  config.train.quiet = true;
   const ModelShape model{.name = "small", .layers = 2, .hidden = 64, .heads = 4, .vocabulary = 256,
                                .sequence_length = 64};
 
-  const io::TokenDataset data = io::TokenDataset::from_shards(config.data_train, config.data_validation, 256, 1);
+  const io::TokenDataset data = io::TokenDataset::from_shards(config.data.train, config.data.validation, 256, 1);
   const double unigram = unigram_cross_entropy(data);
   std::ostringstream log;
   RunInputs inputs = prepare_run(config, model);

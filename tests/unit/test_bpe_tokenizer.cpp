@@ -214,9 +214,9 @@ TEST(TokenizerForTraining, ModelVocabularyAndValidationTokenizer) {
   const auto dir = geotrain::testing::scratch_dir("tokenizer");
   Config c;
   c.source = "run.toml";
-  c.model_file = "tiny.toml";
-  c.data_train = shard_in(dir / "bpe", "train.bin", &golden_tokenizer());
-  c.data_validation = shard_in(dir / "bpe", "val.bin", &golden_tokenizer());
+  c.model.file = "tiny.toml";
+  c.data.train = shard_in(dir / "bpe", "train.bin", &golden_tokenizer());
+  c.data.validation = shard_in(dir / "bpe", "val.bin", &golden_tokenizer());
   EXPECT_EQ(tokenizer_text_for_training(c, 1024), golden_tokenizer());
   try {
     tokenizer_text_for_training(c, 256);
@@ -226,14 +226,14 @@ TEST(TokenizerForTraining, ModelVocabularyAndValidationTokenizer) {
     EXPECT_EQ(message.rfind("tiny.toml: model.vocabulary: is 256", 0), 0u) << message;
     EXPECT_NE(message.find((dir / "bpe" / "tokenizer.json").string() + " has 1024 ids"), std::string::npos) << message;
   }
-  c.data_validation = shard_in(dir / "byte", "val.bin", nullptr);
+  c.data.validation = shard_in(dir / "byte", "val.bin", nullptr);
   try {
     tokenizer_text_for_training(c, 1024);
     FAIL() << "validation shard with another tokenizer accepted";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("run.toml: data.validation: ", 0), 0u) << e.what();
   }
-  c.data_train = shard_in(dir / "byte", "train.bin", nullptr);
+  c.data.train = shard_in(dir / "byte", "train.bin", nullptr);
   EXPECT_EQ(tokenizer_text_for_training(c, 64), "");  // byte shards: the shard reader checks ids
 }
 

@@ -24,9 +24,9 @@ std::string error_of(const std::function<void()>& f) { return input_error_of(f);
 
 TEST(Config, DefaultsAreValidAndPointAtShippedFiles) {
   const Config c = default_config();
-  EXPECT_EQ(c.model_file, "inputs/models/tiny.toml");
-  EXPECT_EQ(c.train_steps, 300);
-  EXPECT_EQ(c.device, DeviceRequest::automatic);
+  EXPECT_EQ(c.model.file, "inputs/models/tiny.toml");
+  EXPECT_EQ(c.train.steps, 300);
+  EXPECT_EQ(c.device.kind, DeviceRequest::automatic);
 }
 
 TEST(Config, FileValuesPathsAndOverrides) {
@@ -34,12 +34,12 @@ TEST(Config, FileValuesPathsAndOverrides) {
                                       "[train]\nsteps = 40\nseed = 9\n[optimizer]\nlearning_rate = 3e-4\n"
                                       "warmup_steps = 4\n[model]\nfile = \"models/x.toml\"\n[device]\nkind = \"cpu\"\n");
   const Config c = load_config(path, {"--train.steps=50", "optimizer.beta2=0.99", "--device.kind=auto"});
-  EXPECT_EQ(c.train_steps, 50);
-  EXPECT_EQ(c.seed, 9u);
-  EXPECT_DOUBLE_EQ(c.learning_rate, 3e-4);
-  EXPECT_DOUBLE_EQ(c.beta2, 0.99);
-  EXPECT_EQ(c.device, DeviceRequest::automatic);
-  EXPECT_EQ(c.model_file, (std::filesystem::path(path).parent_path() / "models/x.toml").string());
+  EXPECT_EQ(c.train.steps, 50);
+  EXPECT_EQ(c.train.seed, 9u);
+  EXPECT_DOUBLE_EQ(c.optimizer.learning_rate, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.99);
+  EXPECT_EQ(c.device.kind, DeviceRequest::automatic);
+  EXPECT_EQ(c.model.file, (std::filesystem::path(path).parent_path() / "models/x.toml").string());
   EXPECT_NE(describe(c).find("train.steps = 50"), std::string::npos);
 }
 
@@ -50,9 +50,9 @@ TEST(Config, DescribedStringsStayOneLineAndReadBack) {
   const std::string path = write_temp("prompt.toml", "[train]\nsample_every_steps = 5\nsample_prompt = " +
                                                           std::string("\"Chapter 1\\n\\\"Mr. Bennet\\\" \\\\ \\t\"\n"));
   const Config c = load_config(path);
-  ASSERT_EQ(c.sample_prompt, prompt);
-  EXPECT_EQ(c.sample_every_steps, 5);
-  EXPECT_EQ(c.sample_tokens, 64);
+  ASSERT_EQ(c.train.sample_prompt, prompt);
+  EXPECT_EQ(c.train.sample_every_steps, 5);
+  EXPECT_EQ(c.train.sample_tokens, 64);
   const std::string text = describe(c);
   EXPECT_NE(text.find("train.sample_prompt = \"Chapter 1\\n\\\"Mr. Bennet\\\" \\\\ \\u0009\"\n"), std::string::npos)
       << text;
@@ -62,7 +62,7 @@ TEST(Config, DescribedStringsStayOneLineAndReadBack) {
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("train.sample_prompt = ", 0) == 0) as_file = "[train]\n" + line.substr(6) + "\n";
   }
-  EXPECT_EQ(load_config(write_temp("described.toml", as_file)).sample_prompt, prompt);
+  EXPECT_EQ(load_config(write_temp("described.toml", as_file)).train.sample_prompt, prompt);
 }
 
 TEST(Config, BadInputNamesFileAndKey) {
@@ -118,27 +118,27 @@ TEST(Config, InitFromExcludesAnExplicitResume) {
   EXPECT_EQ(message.rfind("command line: checkpoint.init_from: cannot be combined with checkpoint.resume", 0), 0u)
       << message;
   const Config c = default_config({"--checkpoint.init_from=gpt2.h5", "--checkpoint.resume=auto", "--checkpoint.dir=ck"});
-  EXPECT_EQ(c.checkpoint_init_from, "gpt2.h5");
+  EXPECT_EQ(c.checkpoint.init_from, "gpt2.h5");
 }
 
 // Checkpoints: asynchronous and auto (single alone, sharded under mpirun)
 // by default; both keys typed and checked.
 TEST(Config, CheckpointFormAndAsynchronousWrites) {
   const Config defaults = default_config();
-  EXPECT_TRUE(defaults.checkpoint_asynchronous);
-  EXPECT_EQ(defaults.checkpoint_form, CheckpointForm::automatic);
+  EXPECT_TRUE(defaults.checkpoint.asynchronous);
+  EXPECT_EQ(defaults.checkpoint.form, CheckpointForm::automatic);
   const Config c = default_config({"--checkpoint.form=sharded", "--checkpoint.asynchronous=false"});
-  EXPECT_EQ(c.checkpoint_form, CheckpointForm::sharded);
-  EXPECT_FALSE(c.checkpoint_asynchronous);
-  EXPECT_FALSE(defaults.checkpoint_snapshot);
-  EXPECT_TRUE(default_config({"--checkpoint.snapshot=true"}).checkpoint_snapshot);
-  EXPECT_EQ(defaults.checkpoint_deadline_s, 3600.0);
-  EXPECT_EQ(default_config({"--checkpoint.deadline_s=90"}).checkpoint_deadline_s, 90.0);
+  EXPECT_EQ(c.checkpoint.form, CheckpointForm::sharded);
+  EXPECT_FALSE(c.checkpoint.asynchronous);
+  EXPECT_FALSE(defaults.checkpoint.snapshot);
+  EXPECT_TRUE(default_config({"--checkpoint.snapshot=true"}).checkpoint.snapshot);
+  EXPECT_EQ(defaults.checkpoint.deadline_s, 3600.0);
+  EXPECT_EQ(default_config({"--checkpoint.deadline_s=90"}).checkpoint.deadline_s, 90.0);
   EXPECT_NE(error_of([] { default_config({"--checkpoint.deadline_s=0"}); }).find("checkpoint.deadline_s"),
             std::string::npos);
   EXPECT_NE(describe(c).find("checkpoint.form = \"sharded\""), std::string::npos);
-  EXPECT_EQ(default_config({"--checkpoint.form=parallel"}).checkpoint_form, CheckpointForm::parallel);
-  EXPECT_EQ(default_config({"--checkpoint.form=per_site"}).checkpoint_form, CheckpointForm::per_site);
+  EXPECT_EQ(default_config({"--checkpoint.form=parallel"}).checkpoint.form, CheckpointForm::parallel);
+  EXPECT_EQ(default_config({"--checkpoint.form=per_site"}).checkpoint.form, CheckpointForm::per_site);
   const std::string message = error_of([] { default_config({"--checkpoint.form=everywhere"}); });
   EXPECT_EQ(message,
             "command line: checkpoint.form: must be one of auto, single, sharded, parallel, per_site, got 'everywhere'");
@@ -150,19 +150,19 @@ TEST(Config, CheckpointFormAndAsynchronousWrites) {
 TEST(Config, TypedChoicesAreParsedOnce) {
   const Config c = default_config({"--pipeline.schedule=gpipe", "--pipeline.placement=rank-order",
                                    "--network.transport=mpi", "--device.kind=cpu", "--device.matmul_precision=bf16"});
-  EXPECT_EQ(c.pipeline_schedule, plan::Schedule::gpipe);
-  EXPECT_EQ(c.placement, plan::Placement::rank_order);
-  EXPECT_EQ(c.transport, Transport::mpi);
-  EXPECT_EQ(c.device, DeviceRequest::cpu);
-  EXPECT_EQ(c.matmul_precision, MatmulPrecision::bf16);
+  EXPECT_EQ(c.pipeline.schedule, plan::Schedule::gpipe);
+  EXPECT_EQ(c.pipeline.placement, plan::Placement::rank_order);
+  EXPECT_EQ(c.network.transport, Transport::mpi);
+  EXPECT_EQ(c.device.kind, DeviceRequest::cpu);
+  EXPECT_EQ(c.device.matmul_precision, MatmulPrecision::bf16);
   // describe() writes them back as the names a file accepts.
   EXPECT_NE(describe(c).find("pipeline.schedule = \"gpipe\""), std::string::npos);
 }
 
 TEST(Config, ActivationStorage) {
-  EXPECT_EQ(default_config().activation_storage, ActivationStorage::fp32);
+  EXPECT_EQ(default_config().device.activation_storage, ActivationStorage::fp32);
   const Config c = default_config({"--device.activation_storage=bf16"});
-  EXPECT_EQ(c.activation_storage, ActivationStorage::bf16);
+  EXPECT_EQ(c.device.activation_storage, ActivationStorage::bf16);
   EXPECT_NE(describe(c).find("device.activation_storage = \"bf16\""), std::string::npos);
   EXPECT_EQ(error_of([] { default_config({"--device.activation_storage=fp16"}); }),
             "command line: device.activation_storage: must be one of fp32, bf16, got 'fp16'");
@@ -170,11 +170,11 @@ TEST(Config, ActivationStorage) {
 
 // compression.tied_embedding: any gradient format, encoded on the host (not with NCCL).
 TEST(Config, TiedEmbeddingWire) {
-  EXPECT_EQ(default_config().tied_embedding_wire, WireFormat::fp32);
+  EXPECT_EQ(default_config().compression.tied_embedding, WireFormat::fp32);
   const Config c = default_config({"--compression.tied_embedding=int4"});
-  EXPECT_EQ(c.tied_embedding_wire, WireFormat::int4);
+  EXPECT_EQ(c.compression.tied_embedding, WireFormat::int4);
   EXPECT_NE(describe(c).find("compression.tied_embedding = \"int4\""), std::string::npos);
-  EXPECT_EQ(default_config({"--compression.tied_embedding=topk"}).tied_embedding_wire, WireFormat::topk);
+  EXPECT_EQ(default_config({"--compression.tied_embedding=topk"}).compression.tied_embedding, WireFormat::topk);
   EXPECT_EQ(error_of([] { default_config({"--compression.tied_embedding=int8", "--network.transport=nccl"}); }),
             "command line: compression.tied_embedding: needs network.transport = mpi (NCCL sums fp32 on the GPU)");
   EXPECT_NE(error_of([] { default_config({"--compression.tied_embedding=int2"}); })
@@ -185,11 +185,11 @@ TEST(Config, TiedEmbeddingWire) {
 // pipeline.layout and the emulation's per-rank slowdown (a list of numbers).
 TEST(Config, LayoutChoiceAndComputeSlowdown) {
   const Config c = default_config({"--pipeline.layout=auto", "--emulation.compute_slowdown=[1, 2.5, 4]"});
-  EXPECT_EQ(c.layout, LayoutChoice::automatic);
-  EXPECT_EQ(c.compute_slowdown, (std::vector<double>{1.0, 2.5, 4.0}));
+  EXPECT_EQ(c.pipeline.layout, LayoutChoice::automatic);
+  EXPECT_EQ(c.emulation.compute_slowdown, (std::vector<double>{1.0, 2.5, 4.0}));
   EXPECT_NE(describe(c).find("emulation.compute_slowdown = [1, 2.5, 4]"), std::string::npos);
   EXPECT_NE(describe(c).find("pipeline.layout = \"auto\""), std::string::npos);
-  EXPECT_EQ(default_config().layout, LayoutChoice::fixed);
+  EXPECT_EQ(default_config().pipeline.layout, LayoutChoice::fixed);
   EXPECT_NE(error_of([] { default_config({"--emulation.compute_slowdown=[1, 0.5]"}); })
                 .find("emulation.compute_slowdown: must be in [1.000000, 1000.000000], got 0.5"),
             std::string::npos);
@@ -202,7 +202,7 @@ TEST(Config, LayoutChoiceAndComputeSlowdown) {
   EXPECT_NE(error_of([] { default_config({"--train.gradient_accumulation=6", "--pipeline.micro_batches_per_flush=4"}); })
                 .find("pipeline.micro_batches_per_flush: is 4, which does not divide train.gradient_accumulation (6)"),
             std::string::npos);
-  EXPECT_EQ(default_config({"--train.gradient_accumulation=6", "--pipeline.micro_batches_per_flush=3"}).micro_batches_per_flush, 3);
+  EXPECT_EQ(default_config({"--train.gradient_accumulation=6", "--pipeline.micro_batches_per_flush=3"}).pipeline.micro_batches_per_flush, 3);
   EXPECT_NE(error_of([] { default_config({"--pipeline.plan_file=p.json", "--pipeline.layout=auto"}); })
                 .find("pipeline.plan_file: cannot be combined with pipeline.layout = auto"),
             std::string::npos);
@@ -223,6 +223,38 @@ TEST(Config, ModelShapeOverridesApplyOnTopOfTheModelFile) {
   EXPECT_EQ(error_of([&] { load_model(bad); }), "command line: model.heads: hidden 128 is not divisible by 3 heads");
   EXPECT_EQ(error_of([&] { default_config({"--model.vocabulary=2000000000"}); }),
             "command line: model.vocabulary: must be in [1, 1073741824], got 2000000000");
+}
+
+// docs/config.md is generated from the settings tree; a key added, renamed or
+// documented anew without regenerating the page fails here.
+TEST(ConfigReference, DocsPageIsCurrent) {
+  const std::string path = std::string(GEOTRAIN_SOURCE_DIR) + "/docs/config.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path << " is missing: build/release/geotrain train --help-markdown > docs/config.md";
+  std::stringstream page;
+  page << in.rdbuf();
+  EXPECT_TRUE(page.str() == config_reference_markdown())
+      << "docs/config.md is stale: regenerate it with build/release/geotrain train --help-markdown > docs/config.md";
+}
+
+// Every key describe() writes is in the reference with a doc string, and
+// describe()'s dotted-key lines read back as a config file to the same values.
+TEST(ConfigReference, DescribeIsTomlThatReadsBack) {
+  const std::string inputs = std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/";
+  const Config c = default_config({"--model.file=" + inputs + "models/tiny.toml", "--data.train=" + inputs + "data/corpus_train.bin",
+                                   "--data.validation=" + inputs + "data/corpus_val.bin", "--train.sample_prompt=once upon",
+                                   "--compression.gradients=int4", "--pipeline.layers_per_stage=[3]",
+                                   "--emulation.compute_slowdown=[1.5]", "--outer.local_steps=4"});
+  const std::string described = describe(c);
+  EXPECT_EQ(describe(load_config(write_temp("described-all.toml", described))), described);
+  const std::string text = config_reference_text();
+  std::istringstream lines(described);
+  int keys = 0;
+  for (std::string line; std::getline(lines, line); ++keys) {
+    const std::string key = line.substr(0, line.find(" = "));
+    EXPECT_NE(text.find("  " + key + " = "), std::string::npos) << key << " is not in the reference";
+  }
+  EXPECT_GE(keys, 77);
 }
 
 }  // namespace

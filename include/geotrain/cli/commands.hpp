@@ -34,7 +34,16 @@ struct OuterOptions {
   bool given() const { return local_steps >= 0; }
 };
 
+// A training config given to plan or simulate (src/cli/config_run.hpp).
+struct ConfigRunOptions {
+  std::string config_file;                       // "": scenario-only use
+  std::vector<std::string> overrides;            // --section.key=value after it
+  int ranks = 0;                                 // no network: this many ranks of one host
+  std::vector<std::string> scenario_flags_given; // flags a config replaces, given anyway
+};
+
 struct PlanCommandOptions {
+  ConfigRunOptions run;
   std::string scenario;
   std::string model;   // "": the scenario's [workload] model
   int pp = 0, dp = 0;  // 0: from the scenario file
@@ -79,6 +88,7 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& options);
 int run_plan_command(const PlanCommandOptions& options);
 
 struct SimulateCommandOptions {
+  ConfigRunOptions run;
   std::string scenario;
   std::string model;               // model file (inputs/models/*.toml)
   int pp = 0, dp = 0;              // 0: from the scenario file

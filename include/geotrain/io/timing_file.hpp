@@ -2,7 +2,7 @@
 // 0 gathers every rank's events). What happened, when, on which rank, next
 // to what the planner and the simulator predicted.
 //
-// Layout (format version 1; `h5dump -H FILE` shows it; README "Timing files"):
+// Layout (format version 1; `h5dump -H FILE` shows it; docs/analysis.md, "Timing files"):
 //   attributes of /      format ("geotrain-timing"), format_version, writer, time_unit ("s"),
 //                        config (the run's "section.key = value" lines), model_name, device,
 //                        ranks, pipeline_stages, data_parallel, micro_batches, micro_batch_sequences,

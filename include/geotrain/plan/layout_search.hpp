@@ -39,7 +39,7 @@ struct LayoutOptions {
   SearchOptions placement;                    // the DT-FM placement search run per finalist
   int finalists = 4;                          // (pp, dp) pairs that get the full placement search
   // The placement search is skipped (structured placements only) beyond
-  // this many devices per candidate: its time grows with dp (see README).
+  // this many devices per candidate: its time grows with dp (docs/planning.md).
   int placement_search_max_devices = 256;
   bool even_split = false;                    // keep the even layer split (for comparisons)
   // Tensor parallelism (tensor_parallel.hpp): fixed degree, else each of

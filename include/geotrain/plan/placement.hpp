@@ -31,6 +31,9 @@ PlacementResult make_placement(const CostModel& model, Placement placement, cons
 Assignment random_assignment(int n, std::uint64_t seed);
 
 std::string to_string(Placement placement);
+// The plan as `train` prints it: its degrees, predicted communication, each
+// pipeline's ranks (with their sites) and the idle ranks.
+std::string describe_placement(const Plan& plan, const std::string& placement, const Network& network);
 bool parse_placement(const std::string& text, Placement* placement);
 
 }  // namespace geotrain::plan

@@ -10,7 +10,8 @@
 #include "geotrain/io/token_shard.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
 #include "geotrain/runtime/pipeline.hpp"
-#include "geotrain/runtime/trainer.hpp"
+#include "geotrain/runtime/rank_role.hpp"
+#include "geotrain/runtime/run_inputs.hpp"
 
 namespace geotrain::runtime {
 

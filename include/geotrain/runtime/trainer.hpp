@@ -17,6 +17,8 @@
 #include "geotrain/runtime/checkpointing.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
 #include "geotrain/runtime/pipeline.hpp"
+#include "geotrain/runtime/rank_role.hpp"
+#include "geotrain/runtime/run_inputs.hpp"
 
 namespace geotrain::runtime {
 
@@ -53,49 +55,6 @@ struct TrainResult {
   std::string device;                   // the backend's description
 };
 
-// What every rank reads and checks before it talks to the others (any
-// failure is bad input, exit 2): the config, the model with its overrides,
-// the token data, and the checkpoint to resume from or start from, if any.
-struct RunInputs {
-  io::Config config;
-  ModelShape model;
-  std::optional<io::TokenDataset> data;
-  std::string tokenizer_text;  // the training shard's tokenizer file ("" = byte), kept in checkpoints
-  std::vector<int> sample_prompt;  // train.sample_prompt's ids, when train.sample_every_steps > 0
-  std::optional<io::Checkpoint> resume;
-  std::string resume_path;
-  std::optional<io::Checkpoint> init;  // checkpoint.init_from: weights only are used; never with `resume`
-  std::string init_path;
-};
-
-// Loads data and the resume (or init_from) checkpoint for `config` and
-// `model`; checks the checkpoint fits the model, that a resumed one has
-// optimizer state and leaves steps to train (InputError naming the field
-// otherwise).
-RunInputs prepare_run(io::Config config, const ModelShape& model);
-
-// This rank's place in the job.
-struct RankRole {
-  int stage = 0, stages = 1;      // pipeline position
-  int replica = 0, replicas = 1;  // data-parallel position
-  int rank = 0;                   // in the job (MPI_COMM_WORLD), for timing records
-  int job_index = 0;              // position among the job's ranks (ascending world ranks), for per-rank figures
-  int job_ranks = 1;              // tensor_parallel x stages x replicas
-  bool reports = true;            // prints progress (one rank per job)
-  int site_replicas = 1;          // outer.sync_within_site: this stage's replicas in this rank's site
-  model::StageSpec spec{};        // the layers it holds
-  std::string plan_text;          // stored in checkpoints
-};
-
-// What the rank trains on and talks through.
-struct RankConnections {
-  kernels::Backend& backend;
-  PipelineLinks& links;              // never used by a single-stage pipeline
-  Collectives& collectives;
-  CheckpointSink* checkpoints;       // null: no checkpoints
-  Collectives* within_site = nullptr;  // outer.sync_within_site: data-parallel sums over the site's replicas
-  model::TensorGroup* tensor_group = nullptr;  // role.spec.tensor_parallel > 1: the unit's other ranks
-};
 
 // FLOPs of one token's forward + backward: 6 per parameter plus attention's
 // 12 * layers * hidden * sequence (the usual estimate; no recomputation).

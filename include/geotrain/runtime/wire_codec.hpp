@@ -25,6 +25,7 @@ struct WireCodec {
   int group_size = kDefaultWireGroupSize;        // int8 / int4: values per scale
   double topk_fraction = kDefaultTopkFraction;   // topk: the share of values sent
 
+  static WireCodec of(const WireEncoding& e) { return {e.format, e.group_size, e.topk_fraction}; }
   WireEncoding encoding() const { return {format, group_size, topk_fraction}; }
   // Bytes of the encoding of `count` values: wire_encoded_bytes
   // (common/wire_bytes.hpp), the formula the planner prices links with.

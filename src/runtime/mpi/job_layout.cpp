@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "geotrain/common/errors.hpp"
+#include "geotrain/io/config_plan.hpp"
 #include "geotrain/plan/layout_search.hpp"
 #include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
@@ -20,11 +22,6 @@ namespace {
 // the probe uses (an assumption: it scales compute against communication in
 // the search, not one device against another).
 constexpr double kTrainingShareOfGemm = 0.5;
-
-std::optional<WireEncoding> encoding(const io::Config& c, WireFormat format) {
-  if (format == WireFormat::fp32) return std::nullopt;
-  return WireEncoding{format, c.compression_group_size, c.compression_topk_fraction};
-}
 
 std::string to_string(const std::vector<std::uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 
@@ -92,22 +89,8 @@ std::vector<DeviceMeasurement> measure_devices(kernels::Backend& backend, Matmul
 }
 
 plan::SimulationConfig job_simulation_config(const io::Config& c, const ModelShape& model, int global_batch_sequences) {
-  plan::SimulationConfig s;
-  s.model = plan::TrainingShape(model, static_cast<double>(global_batch_sequences) * model.sequence_length, 4, 4);
-  s.model.wire = {encoding(c, c.activation_wire), encoding(c, c.activation_gradient_wire), encoding(c, c.gradient_wire),
-                  encoding(c, c.tied_embedding_wire)};
-  s.model.outer = io::outer_sync(c);
-  s.global_batch_sequences = global_batch_sequences;
-  s.micro_batch_sequences = c.micro_batch_sequences;
-  s.micro_batches_per_flush = c.micro_batches_per_flush;  // 0: one flush
+  plan::SimulationConfig s = io::simulation_config(c, model, global_batch_sequences);
   s.efficiency = kTrainingShareOfGemm;
-  s.schedule = c.pipeline_schedule;
-  s.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does
-  s.recompute = false;
-  s.overlap_communication = true;
-  s.lm_head = true;
-  s.tied_head = model.tied_head;
-  s.gradient_bucket_mb = c.gradient_bucket_mb;
   return s;
 }
 
@@ -151,8 +134,8 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
   int rank = 0;
   GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   const double slowdown =
-      static_cast<std::size_t>(rank) < config.compute_slowdown.size() ? config.compute_slowdown[rank] : 1.0;
-  const std::vector<DeviceMeasurement> devices = measure_devices(backend, config.matmul_precision, slowdown, deadline_s);
+      static_cast<std::size_t>(rank) < config.emulation.compute_slowdown.size() ? config.emulation.compute_slowdown[rank] : 1.0;
+  const std::vector<DeviceMeasurement> devices = measure_devices(backend, config.device.matmul_precision, slowdown, deadline_s);
   const std::vector<int> hosts = host_of_rank(MPI_COMM_WORLD, deadline_s);
   JobLayout layout;
   std::string error;
@@ -160,15 +143,15 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
     for (const DeviceMeasurement& d : devices) layout.rank_tflops.push_back(d.tflops);
     if (!network.typed()) set_measured_types(network, devices);
     plan::LayoutOptions options;
-    options.memory.activation_storage = config.activation_storage;
-    options.placement.seed = config.seed;
-    options.placement.candidates = config.plan_candidates;
+    options.memory.activation_storage = config.device.activation_storage;
+    options.placement.seed = config.train.seed;
+    options.placement.candidates = config.pipeline.plan_candidates;
     // Tensor-parallel units form inside a node: the probe's hosts, where the
     // network (a probed one) names no nodes.
     if (network.node_of_device.empty() && static_cast<int>(hosts.size()) == network.device_count) {
       for (int host : hosts) network.node_of_device.push_back("host-of-rank-" + std::to_string(host));
     }
-    if (config.tensor_parallel > 0) options.tensor_parallel = config.tensor_parallel;
+    if (config.pipeline.tensor_parallel > 0) options.tensor_parallel = config.pipeline.tensor_parallel;
     try {
       const plan::Layout found =
           plan::search_layout(network, job_simulation_config(config, model, global_batch_sequences), options);
@@ -179,8 +162,9 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
       layout.micro_batches_per_flush = found.micro_batches_per_flush;
       layout.predicted_iteration_s = found.simulation.iteration_s;
     } catch (const std::exception& e) {
-      error = config.origin_of("pipeline.layout") + ": pipeline.layout: auto: " + e.what() + " (network: " +
-              (config.network_matrix.empty() ? std::string("probed") : config.network_matrix) + ")";
+      error = config.error("pipeline.layout", std::string("auto: ") + e.what() + " (network: " +
+                           (config.network.matrix.empty() ? std::string("probed") : config.network.matrix) + ")")
+                  .what();
     }
   }
   layout = deliver_layout(std::move(layout), error, model.layers, deadline_s);
@@ -202,7 +186,7 @@ JobLayout plan_file_layout(const io::Config& config, const ModelShape& model, do
   if (rank == 0) {
     try {
       layout = read_plan_file(config, model, ranks);
-      layout.source = config.plan_file;
+      layout.source = config.pipeline.plan_file;
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -211,17 +195,17 @@ JobLayout plan_file_layout(const io::Config& config, const ModelShape& model, do
 }
 
 JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int ranks) {
-  const std::string& path = config.plan_file;
+  const std::string& path = config.pipeline.plan_file;
   auto fail = [&](const std::string& field, const std::string& what) {
-    throw std::invalid_argument(path + ": " + field + ": " + what);
+    throw InputError(path + ": " + field + ": " + what);
   };
   std::ifstream in(path);
-  if (!in) throw std::invalid_argument(path + ": cannot open file (pipeline.plan_file, from " + config.origin_of("pipeline.plan_file") + ")");
+  if (!in) throw config.error("pipeline.plan_file", path + ": cannot open file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    throw std::invalid_argument(path + ": not JSON (write it with geotrain plan ... --json): " + e.what());
+    throw InputError(path + ": not JSON (write it with geotrain plan ... --json): " + e.what());
   }
   auto integer = [&](const char* field) -> int {
     if (!j.contains(field) || !j[field].is_number_integer() || j[field].get<long long>() < 1 ||
@@ -252,15 +236,15 @@ JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int 
                    " heads of " + model.name);
   }
   if (j.contains("schedule") && j["schedule"].is_string() &&
-      j["schedule"].get<std::string>() != plan::to_string(config.pipeline_schedule)) {
+      j["schedule"].get<std::string>() != plan::to_string(config.pipeline.schedule)) {
     fail("schedule", "the plan is for " + j["schedule"].get<std::string>() + " but pipeline.schedule is " +
-                         plan::to_string(config.pipeline_schedule) + " (set --pipeline.schedule=" +
+                         plan::to_string(config.pipeline.schedule) + " (set --pipeline.schedule=" +
                          j["schedule"].get<std::string>() + ")");
   }
   // A plan without a layout (geotrain plan without --layout auto or --model)
   // keeps the config's micro-batches and the even split.
-  l.micro_batch_sequences = j.contains("micro_batch_sequences") ? integer("micro_batch_sequences") : config.micro_batch_sequences;
-  l.micro_batches = j.contains("micro_batches") ? integer("micro_batches") : config.gradient_accumulation;
+  l.micro_batch_sequences = j.contains("micro_batch_sequences") ? integer("micro_batch_sequences") : config.train.micro_batch_sequences;
+  l.micro_batches = j.contains("micro_batches") ? integer("micro_batches") : config.train.gradient_accumulation;
   l.micro_batches_per_flush = j.contains("micro_batches_per_flush") ? integer("micro_batches_per_flush") : l.micro_batches;
   if (j.contains("layers_per_stage")) {
     try {

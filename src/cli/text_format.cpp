@@ -1,0 +1,22 @@
+#include "text_format.hpp"
+
+#include <cstdio>
+
+namespace geotrain::cli {
+
+std::string format_number(const char* pattern, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, pattern, value);
+  return buffer;
+}
+
+std::string device_list(const std::vector<int>& devices) {
+  std::string text;
+  for (int d : devices) {
+    if (!text.empty()) text += ' ';
+    text += std::to_string(d);
+  }
+  return text;
+}
+
+}  // namespace geotrain::cli

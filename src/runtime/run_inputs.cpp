@@ -1,0 +1,44 @@
+#include "geotrain/runtime/run_inputs.hpp"
+
+#include "geotrain/common/errors.hpp"
+#include "geotrain/io/tokenizer.hpp"
+#include "geotrain/runtime/checkpointing.hpp"
+#include "geotrain/runtime/sampler.hpp"
+
+namespace geotrain::runtime {
+
+RunInputs prepare_run(io::Config config, const ModelShape& model) {
+  RunInputs inputs;
+  inputs.config = std::move(config);
+  inputs.model = model;
+  const io::Config& c = inputs.config;
+  // Before the shards: a vocabulary too small for the tokenizer is named as such, not as a stray token id.
+  inputs.tokenizer_text = io::tokenizer_text_for_training(c, model.vocabulary);
+  if (c.train.sample_every_steps > 0) {
+    inputs.sample_prompt = encode_prompt(*io::tokenizer_from_text(inputs.tokenizer_text, c.data.train), c.train.sample_prompt,
+                                         model.vocabulary, c.origin_of("train.sample_prompt") + ": train.sample_prompt");
+  }
+  inputs.data.emplace(io::TokenDataset::from_shards(c.data.train, c.data.validation, model.vocabulary, c.train.seed));
+  if (!c.checkpoint.resume.empty()) inputs.resume_path = io::resolve_resume(c.checkpoint.dir, c.checkpoint.resume);
+  if (inputs.resume_path.empty()) {  // no resume, or auto and nothing written yet: a fresh start
+    if (!c.checkpoint.init_from.empty()) {
+      inputs.init_path = c.checkpoint.init_from;
+      check_checkpoint_fits(inputs.init.emplace(io::read_checkpoint(inputs.init_path)), model, inputs.init_path);
+    }
+    return inputs;
+  }
+  const io::Checkpoint& resume = inputs.resume.emplace(io::read_checkpoint(inputs.resume_path));
+  if (resume.weights_only) {
+    throw InputError(inputs.resume_path + ": attribute weights_only: the file holds weights only (no optimizer "
+                     "state, e.g. from geotrain convert): start from it with checkpoint.init_from, not checkpoint.resume");
+  }
+  check_checkpoint_fits(resume, model, inputs.resume_path);
+  if (resume.completed_steps >= c.train.steps) {
+    throw c.error("train.steps", "is " + std::to_string(c.train.steps) + " but " +
+                     inputs.resume_path + " has already trained " + std::to_string(resume.completed_steps) +
+                     " steps: nothing left to train (raise train.steps to continue)");
+  }
+  return inputs;
+}
+
+}  // namespace geotrain::runtime
