@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <string>
 #include <cstring>
+#include <functional>
 #include <iostream>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/common/errors.hpp"
@@ -52,6 +56,30 @@ void restart_with_quiet_thread_pools(char** argv) {
   execv("/proc/self/exe", argv);                 // returns only on failure: carry on as we are
 }
 
+// Each subcommand's options, how it is added to the parser and what runs it.
+class Subcommands {
+ public:
+  explicit Subcommands(CLI::App& app) : app_(app) {}
+
+  template <class Options, class Add, class Run>
+  void add(const char* name, Add add_command, Run run_command) {
+    auto options = std::make_shared<Options>();
+    add_command(app_, *options);
+    commands_.push_back({name, [options, run_command] { return run_command(*options); }});
+  }
+
+  int run_chosen() const {
+    for (const auto& [name, run] : commands_) {
+      if (app_.got_subcommand(name)) return run();
+    }
+    return 0;
+  }
+
+ private:
+  CLI::App& app_;
+  std::vector<std::pair<std::string, std::function<int()>>> commands_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,48 +90,31 @@ int main(int argc, char** argv) {
   CLI::App app{"geotrain: pipeline + data-parallel training planned for slow, uneven networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "geotrain 0.1.0");
-  geotrain::cli::PlanCommandOptions plan_options;
-  geotrain::cli::add_plan_command(app, plan_options);
-  geotrain::cli::SimulateCommandOptions simulate_options;
-  geotrain::cli::add_simulate_command(app, simulate_options);
-  geotrain::cli::ConvertCommandOptions convert_options;
-  geotrain::cli::add_convert_command(app, convert_options);
+  Subcommands commands(app);
+  commands.add<geotrain::cli::PlanCommandOptions>("plan", geotrain::cli::add_plan_command, geotrain::cli::run_plan_command);
+  commands.add<geotrain::cli::SimulateCommandOptions>("simulate", geotrain::cli::add_simulate_command,
+                                                      geotrain::cli::run_simulate_command);
+  commands.add<geotrain::cli::ConvertCommandOptions>("convert", geotrain::cli::add_convert_command,
+                                                     geotrain::cli::run_convert_command);
 #ifdef GEOTRAIN_HAVE_MPI
-  geotrain::cli::ProbeCommandOptions probe_options;
-  geotrain::cli::add_probe_command(app, probe_options);
+  commands.add<geotrain::cli::ProbeCommandOptions>("probe", geotrain::cli::add_probe_command, geotrain::cli::run_probe_command);
 #endif
 #ifdef GEOTRAIN_HAVE_TRAINING
-  geotrain::cli::TrainCommandOptions train_options;
-  geotrain::cli::add_train_command(app, train_options);
-  geotrain::cli::SampleCommandOptions sample_options;
-  geotrain::cli::add_sample_command(app, sample_options);
-  geotrain::cli::EvalCommandOptions eval_options;
-  geotrain::cli::add_eval_command(app, eval_options);
+  commands.add<geotrain::cli::TrainCommandOptions>("train", geotrain::cli::add_train_command, geotrain::cli::run_train_command);
+  commands.add<geotrain::cli::SampleCommandOptions>("sample", geotrain::cli::add_sample_command,
+                                                    geotrain::cli::run_sample_command);
+  commands.add<geotrain::cli::EvalCommandOptions>("eval", geotrain::cli::add_eval_command, geotrain::cli::run_eval_command);
 #endif
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::Success& e) {
+  } catch (const CLI::Success& e) {  // --help, --version, train --help-markdown
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "geotrain: command line: " << e.what() << " (see geotrain --help)\n";
     return geotrain::kExitInputError;
   }
   try {
-    if (app.got_subcommand("plan")) return geotrain::cli::run_plan_command(plan_options);
-    if (app.got_subcommand("simulate")) return geotrain::cli::run_simulate_command(simulate_options);
-    if (app.got_subcommand("convert")) return geotrain::cli::run_convert_command(convert_options);
-#ifdef GEOTRAIN_HAVE_MPI
-    if (app.got_subcommand("probe")) return geotrain::cli::run_probe_command(probe_options);
-#endif
-#ifdef GEOTRAIN_HAVE_TRAINING
-    if (app.got_subcommand("train")) return geotrain::cli::run_train_command(train_options);
-    if (app.got_subcommand("sample")) return geotrain::cli::run_sample_command(sample_options);
-    if (app.got_subcommand("eval")) return geotrain::cli::run_eval_command(eval_options);
-#endif
+    return commands.run_chosen();
   } catch (const geotrain::InputError& e) {
     std::cerr << "geotrain: error: " << e.what() << "\n";
     return geotrain::kExitInputError;
@@ -111,5 +122,4 @@ int main(int argc, char** argv) {
     std::cerr << "geotrain: failed: " << e.what() << "\n";
     return geotrain::kExitRunError;
   }
-  return 0;
 }

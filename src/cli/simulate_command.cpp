@@ -423,7 +423,9 @@ std::string render_timeline(const Resolved& r) {
 }  // namespace
 
 void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
-  CLI::App* sim = app.add_subcommand("simulate", "Simulate one training iteration of a placement: time, PFLOPS, split");
+  CLI::App* sim = app.add_subcommand(
+      "simulate", "Simulate one training iteration (time, PFLOPS, split): of a training config as `train` would run it "
+                  "(geotrain simulate CONFIG.toml [--section.key=value ...]), or of a placement on a scenario (--scenario FILE --model FILE)");
   sim->add_option("--scenario", o.scenario, "scenario TOML file (the network; pp x dp from its [workload]); with CONFIG: the network");
   sim->add_option("--model", o.model, "model TOML file ([model], optional [device] and [batch]); not with CONFIG");
   sim->add_option("--pp", o.pp, "pipeline stages D_pp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
