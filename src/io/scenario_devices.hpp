@@ -1,7 +1,7 @@
 // Device types in scenario files (inputs/scenarios/README.md, "Device
 // types"): [device_types.NAME] with tflops and memory_gib, and the list that
 // gives each site ([sites] device_type) or each device ([network]
-// device_type) its type. Internal to scenario.cpp.
+// device_type) its type. Internal to the scenario reader (scenario_*.cpp).
 #pragma once
 #include <string>
 #include <vector>

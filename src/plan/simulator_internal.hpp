@@ -1,11 +1,27 @@
-// Shared by simulator.cpp (one iteration's pipeline and synchronous data
-// parallelism), outer_sync.cpp (local steps) and site_traffic.cpp.
+// Shared by simulator.cpp (one iteration), simulator_replicas.cpp (its
+// pipeline phase), simulator_exchanges.cpp (synchronous data parallelism
+// and the tied embedding), outer_sync.cpp (local steps) and site_traffic.cpp.
 #pragma once
 #include <vector>
 
 #include "geotrain/plan/simulator.hpp"
 
 namespace geotrain::plan::simulation {
+
+// The replicas' pipeline phase under `programs`: each stage's last backward,
+// compute and sending (the slowest replica's), and every device's compute.
+struct PipelinePhase {
+  std::vector<double> last_backward_s, compute_s, sending_s;
+  double total_compute = 0;
+  std::vector<double> device_compute;  // one per (replica, stage)
+};
+// Each stage of each replica runs programs[stage]; `trace` (may be null)
+// receives every step.
+PipelinePhase play_replicas(const Network& network, const Plan& plan, const PipelineWork& work,
+                            const std::vector<std::vector<Step>>& programs, std::vector<TraceEvent>* trace);
+// One steady step of a flushless pipeline (per step of a longer stream).
+PipelinePhase flushless_step(const Network& network, const Plan& plan, const PipelineWork& work,
+                             std::vector<TraceEvent>* trace);
 
 // The tied embedding's gradient between each replica's first and last
 // stage: the slowest replica's transfer each way (first -> last, last -> first).

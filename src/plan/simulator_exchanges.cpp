@@ -1,0 +1,119 @@
+// What the data-parallel sums and the tied embedding's transfer take on
+// the network: one exchange under each scheme, and when a stage's sum ends
+// with gradient buckets overlapping its backward.
+#include <algorithm>
+#include <limits>
+
+#include "geotrain/plan/simulator.hpp"
+#include "simulator_internal.hpp"
+
+namespace geotrain::plan {
+namespace {
+
+// The cost model's DATAP (§2.2) of one group alone: CostModel::datap on the
+// group's own links with this stage's gradient as c_DP, summed in the same
+// order (so bit for bit the same), without building a subnetwork per call.
+double paper_datap_s(const Network& network, const std::vector<int>& members, double bytes) {
+  const double shard = bytes / static_cast<double>(members.size());
+  double worst = 0;
+  for (int u : members) {
+    double sum = 0;
+    for (int v : members) {
+      if (v != u) sum += network.transfer_s(u, v, shard) + network.transfer_s(v, u, shard);
+    }
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+}  // namespace
+
+double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
+  const int d = static_cast<int>(g.size());
+  if (d <= 1) return 0.0;
+  const double shard = bytes / d;
+  switch (scheme) {
+    case DataParallelScheme::paper:
+      return paper_datap_s(net, g, bytes);
+    case DataParallelScheme::ring: {
+      double step = 0;
+      for (int k = 0; k < d; ++k) step = std::max(step, net.transfer_s(g[k], g[(k + 1) % d], shard));
+      return 2.0 * (d - 1) * step;
+    }
+    case DataParallelScheme::direct: {
+      double slowest = 0;  // each phase: every pair at once, each on its own link
+      for (int u : g) {
+        for (int v : g) {
+          if (u != v) slowest = std::max(slowest, net.transfer_s(u, v, d == 2 ? bytes : shard));
+        }
+      }
+      return d == 2 ? slowest : 2.0 * slowest;
+    }
+    case DataParallelScheme::central: {
+      // Reduce along g1 -> g2 -> ... -> g(d-1) -> g0, broadcast g0 -> g1 -> ... -> g(d-1);
+      // each a chain pipelined in small chunks: the latencies add up, the
+      // bytes pass once through the chain's slowest link.
+      auto chain = [&](const std::vector<int>& order) {
+        double latency = 0, slowest = std::numeric_limits<double>::infinity();
+        for (size_t k = 0; k + 1 < order.size(); ++k) {
+          latency += net.latency(order[k], order[k + 1]);
+          slowest = std::min(slowest, net.bandwidth(order[k], order[k + 1]));
+        }
+        return latency + bytes / slowest;
+      };
+      std::vector<int> reduce(g.begin() + 1, g.end());
+      reduce.push_back(g[0]);
+      return chain(reduce) + chain(g);
+    }
+  }
+  return 0;
+}
+
+namespace simulation {
+
+// When the sum of `total` bytes over `group` (stage s's data-parallel group,
+// or its devices in one site) ends, the stage's last backward ending at
+// `finish`. With buckets (runtime/gradient_buckets.hpp) the layers' gradient
+// becomes ready evenly over that backward, a bucket starts once it is full,
+// and the buckets' bytes queue on the group's links while their latencies
+// overlap (all are in flight together): the sum ends one exchange latency
+// after the last bytes, which are the rest (embeddings, head and any partial
+// bucket) sent from the backward's end.
+double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
+                   double finish) {
+  if (!(w.bucket_bytes > 0) || static_cast<int>(w.layer_gradient_bytes.size()) <= s) {
+    return finish + datap_exchange_s(net, group, total, w.dp_scheme);
+  }
+  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
+  auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
+  const double layers = std::min(w.layer_gradient_bytes[s], total);
+  // Mixed devices: the group's slowest device runs the longest last backward.
+  double backward = 0;
+  for (int d : group) {
+    const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
+    backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
+  }
+  double link_free = finish - backward, sent = 0;
+  while (layers - sent >= w.bucket_bytes) {
+    sent += w.bucket_bytes;
+    const double ready = finish - backward + backward * sent / layers;
+    link_free = std::max(link_free, ready) + bytes_s(w.bucket_bytes);
+  }
+  return std::max(link_free, finish) + bytes_s(total - sent) + latency;
+}
+
+TiedTransfer tied_transfer_s(const Network& net, const Plan& plan, const PipelineWork& w) {
+  TiedTransfer slowest;
+  const int last = plan.pipeline_stages - 1;
+  if (last < 1 || !(w.tied_embedding_bytes > 0)) return slowest;
+  for (int r = 0; r < plan.data_parallel; ++r) {
+    const int head = plan.stages[0][r], tail = plan.stages[last][r];
+    slowest.down_s = std::max(slowest.down_s, net.transfer_s(head, tail, w.tied_embedding_bytes));
+    slowest.up_s = std::max(slowest.up_s, net.transfer_s(tail, head, w.tied_embedding_bytes));
+  }
+  return slowest;
+}
+
+}  // namespace simulation
+
+}  // namespace geotrain::plan
