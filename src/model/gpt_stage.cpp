@@ -112,24 +112,32 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
       C_(config.hidden), V_(config.vocabulary), NH_(config.heads), Ct_(config.hidden), NHt_(config.heads),
       vocabulary_{0, config.vocabulary}, storage_(storage) {
   if (config.hidden % config.heads != 0) throw std::invalid_argument("Stage: hidden must be divisible by heads");
-  const int t = spec.tensor_parallel;
-  if (t > 1) {
-    if (tensor_group == nullptr || tensor_group->size() != t || tensor_group->rank() != spec.tensor_rank) {
-      throw std::invalid_argument("Stage: tensor parallelism needs its group (size and rank as in the spec)");
-    }
-    if (config.heads % t != 0 || config.vocabulary < t) {
-      throw std::invalid_argument("Stage: tensor parallelism " + std::to_string(t) + " must divide the heads (" +
-                                  std::to_string(config.heads) + ") and leave every rank some of the vocabulary");
-    }
-    tensor_group_ = tensor_group;
-    Ct_ = C_ / t;
-    NHt_ = NH_ / t;
-    vocabulary_ = vocabulary_range(V_, t, spec.tensor_rank);
-  }
+  if (spec.tensor_parallel > 1) split_across(tensor_group);
   if (spec.first_layer < 0 || spec.last_layer > config.layers || spec.first_layer > spec.last_layer) {
     throw std::invalid_argument("Stage: layer range outside the model");
   }
-  views_ = parameter_layout(config, spec);
+  allocate_parameters();
+  allocate_activations(slots);
+  allocate_backward_scratch();
+}
+
+void Stage::split_across(TensorGroup* tensor_group) {
+  const int t = spec_.tensor_parallel;
+  if (tensor_group == nullptr || tensor_group->size() != t || tensor_group->rank() != spec_.tensor_rank) {
+    throw std::invalid_argument("Stage: tensor parallelism needs its group (size and rank as in the spec)");
+  }
+  if (config_.heads % t != 0 || config_.vocabulary < t) {
+    throw std::invalid_argument("Stage: tensor parallelism " + std::to_string(t) + " must divide the heads (" +
+                                std::to_string(config_.heads) + ") and leave every rank some of the vocabulary");
+  }
+  tensor_group_ = tensor_group;
+  Ct_ = C_ / t;
+  NHt_ = NH_ / t;
+  vocabulary_ = vocabulary_range(V_, t, spec_.tensor_rank);
+}
+
+void Stage::allocate_parameters() {
+  views_ = parameter_layout(config_, spec_);
   for (const ParameterView& view : views_) parameter_count_ += view.count;
   params_ = backend_.alloc(parameter_count_);
   grads_ = backend_.alloc(parameter_count_);
@@ -145,8 +153,10 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
   layer_begin_.push_back(layers_end);
   embedding_head_params_ = embedding_head_weights_in(params_);
   embedding_head_grads_ = embedding_head_weights_in(grads_);
+}
 
-  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_, Vt = vocabulary_.rows;
+void Stage::allocate_activations(int slots) {
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_;
   auto A = [&](std::size_t count) { return backend_.alloc(count); };
   const int layers = spec_.last_layer - spec_.first_layer;
   stored_tensors_ = {{&LayerActivations::ln1, N * C},       {&LayerActivations::qkv, N * 3 * Ct},
@@ -168,36 +178,46 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
   if (stores_input) {
     for (float*& buffer : work_out_) buffer = A(N * C);
   }
-  for (int s = 0; s < slots; ++s) {
-    auto* slot = new SlotActivations;
-    if (spec_.has_embedding) {
-      slot->embedded = A(N * C);
-      slot->tokens = backend_.alloc_tokens(N);
-    } else {
-      slot->input = A(N * C);
-    }
-    for (int i = 0; i < layers; ++i) {
-      LayerActivations a{};
-      a.ln1_mean = A(N), a.ln1_rstd = A(N), a.ln2_mean = A(N), a.ln2_rstd = A(N);
-      a.attention_lse = A(static_cast<std::size_t>(B_) * NHt_ * T_);
-      if (stores_bf16()) {
-        const bool keeps_output = i + 1 < layers || spec_.has_head;
-        slot->stored.push_back(backend_.alloc_bf16(keeps_output ? stored_per_layer : stored_output_offset_));
-      } else {
-        for (const auto& [tensor, values] : stored_tensors_) a.*tensor = A(values);
-      }
-      slot->layers.push_back(a);
-    }
-    if (stores_input) slot->stored_input = backend_.alloc_bf16(N * C);
-    if (stores_bf16() && layers > 0) slot->output = A(N * C);
-    if (spec_.has_head) {
-      slot->lnf = A(N * C), slot->lnf_mean = A(N), slot->lnf_rstd = A(N);
-      slot->logits = A(N * Vt), slot->losses = A(N);
-      if (split()) slot->row_max = A(N), slot->statistics = A(2 * N);
-      slot->targets = backend_.alloc_tokens(N);
-    }
-    slots_.push_back(slot);
+  for (int s = 0; s < slots; ++s) slots_.push_back(allocate_slot(stored_per_layer, stores_input));
+}
+
+Stage::SlotActivations* Stage::allocate_slot(std::size_t stored_per_layer, bool stores_input) {
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Vt = vocabulary_.rows;
+  auto A = [&](std::size_t count) { return backend_.alloc(count); };
+  const int layers = spec_.last_layer - spec_.first_layer;
+  auto* slot = new SlotActivations;
+  if (spec_.has_embedding) {
+    slot->embedded = A(N * C);
+    slot->tokens = backend_.alloc_tokens(N);
+  } else {
+    slot->input = A(N * C);
   }
+  for (int i = 0; i < layers; ++i) {
+    LayerActivations a{};
+    a.ln1_mean = A(N), a.ln1_rstd = A(N), a.ln2_mean = A(N), a.ln2_rstd = A(N);
+    a.attention_lse = A(static_cast<std::size_t>(B_) * NHt_ * T_);
+    if (stores_bf16()) {
+      const bool keeps_output = i + 1 < layers || spec_.has_head;
+      slot->stored.push_back(backend_.alloc_bf16(keeps_output ? stored_per_layer : stored_output_offset_));
+    } else {
+      for (const auto& [tensor, values] : stored_tensors_) a.*tensor = A(values);
+    }
+    slot->layers.push_back(a);
+  }
+  if (stores_input) slot->stored_input = backend_.alloc_bf16(N * C);
+  if (stores_bf16() && layers > 0) slot->output = A(N * C);
+  if (spec_.has_head) {
+    slot->lnf = A(N * C), slot->lnf_mean = A(N), slot->lnf_rstd = A(N);
+    slot->logits = A(N * Vt), slot->losses = A(N);
+    if (split()) slot->row_max = A(N), slot->statistics = A(2 * N);
+    slot->targets = backend_.alloc_tokens(N);
+  }
+  return slot;
+}
+
+void Stage::allocate_backward_scratch() {
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = C_, Ct = Ct_, Vt = vocabulary_.rows;
+  auto A = [&](std::size_t count) { return backend_.alloc(count); };
   dresidual_ = A(N * C);
   dln_ = A(N * C);
   dqkv_ = A(N * 3 * Ct);

@@ -41,6 +41,105 @@ double checked_cost(std::span<const std::uint8_t> in, std::size_t at, const std:
   return v;
 }
 
+// The header's counts (widened, so that their products cannot overflow).
+struct Header {
+  std::int64_t pipeline_stages, data_parallel, boundaries, tensor_parallel, groups;
+};
+
+// The magic, the version and the counts, each within its limits and
+// consistent with the others.
+Header read_header(std::span<const std::uint8_t> in) {
+  if (in.size() < kHeaderBytes) {
+    reject("truncated: " + std::to_string(in.size()) + " bytes, the header alone has " +
+           std::to_string(kHeaderBytes));
+  }
+  if (std::memcmp(in.data(), kMagic, 8) != 0) reject("bad magic (not a geotrain plan)");
+  const std::uint32_t version = get_u32(in, 8);
+  if (version != kPlanCodecVersion) {
+    reject("version " + std::to_string(version) + ", this build reads " + std::to_string(kPlanCodecVersion));
+  }
+  const std::int64_t pp = get_u32(in, 12), dp = get_u32(in, 16), boundaries = get_u32(in, 20);
+  const std::int64_t t = get_u32(in, 24), groups = get_u32(in, 28);
+  if (pp < 1 || dp < 1 || pp > kMaxDevices || dp > kMaxDevices || pp * dp > kMaxDevices) {
+    reject("sizes pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp) + " out of range");
+  }
+  if (t < 1 || t > kMaxDevices || pp * dp * t > kMaxDevices) {
+    reject("tensor_parallel = " + std::to_string(t) + " out of range (>= 1, pp * dp * tensor_parallel <= " +
+           std::to_string(kMaxDevices) + ")");
+  }
+  if (t == 1 && groups != 0) {
+    reject("tensor_groups: " + std::to_string(groups) + " groups with tensor_parallel = 1 (expected none)");
+  }
+  if (t > 1 && (groups < 1 || groups > kMaxDevices || groups * t > kMaxDevices)) {
+    reject("tensor_groups: group count " + std::to_string(groups) + " out of range for tensor_parallel = " +
+           std::to_string(t));
+  }
+  if (boundaries != 0 && boundaries != pp - 1) {
+    reject("boundary count " + std::to_string(boundaries) + ", expected 0 or pp - 1 = " + std::to_string(pp - 1));
+  }
+  return {pp, dp, boundaries, t, groups};
+}
+
+// The message is exactly as long as its header says, and its last 8 bytes
+// are the checksum of the others.
+void check_length_and_checksum(std::span<const std::uint8_t> in, const Header& header) {
+  const std::size_t entries = static_cast<std::size_t>(header.pipeline_stages * header.data_parallel);
+  const std::size_t group_entries = static_cast<std::size_t>(header.groups * header.tensor_parallel);
+  const std::size_t expected_size =
+      kHeaderBytes + 4 * entries + 4 * group_entries + 8 * static_cast<std::size_t>(header.boundaries) + 16 + 8;
+  if (in.size() != expected_size) {
+    reject("length " + std::to_string(in.size()) + " bytes, the header implies " + std::to_string(expected_size));
+  }
+  const std::uint64_t stored = get_u64(in, expected_size - 8);
+  if (stored != plan_checksum(in.first(expected_size - 8))) reject("checksum mismatch (corrupted in transit)");
+}
+
+// plan.stages from offset `at` (advanced past them): device ids (t == 1)
+// or unit ids below the group count (t > 1), each used once.
+void read_stages(std::span<const std::uint8_t> in, const Header& header, std::size_t device_ids, std::size_t& at,
+                 Plan& plan) {
+  const bool whole_devices = header.tensor_parallel == 1;
+  const std::size_t stage_ids = whole_devices ? device_ids : static_cast<std::size_t>(header.groups);
+  const std::string what = whole_devices ? "device" : "unit";
+  plan.stages.assign(header.pipeline_stages, std::vector<int>(header.data_parallel));
+  std::vector<char> seen(stage_ids, 0);
+  for (std::int64_t s = 0; s < header.pipeline_stages; ++s) {
+    for (std::int64_t r = 0; r < header.data_parallel; ++r, at += 4) {
+      const std::uint32_t id = get_u32(in, at);
+      const std::string where = "stages[" + std::to_string(s) + "][" + std::to_string(r) + "]";
+      if (id >= stage_ids) {
+        reject(where + " = " + std::to_string(id) + " is not a " + what + " id < " + std::to_string(stage_ids) +
+               (whole_devices ? "" : " (the number of tensor groups)"));
+      }
+      if (seen[id]) reject(where + ": " + what + " " + std::to_string(id) + " appears twice");
+      seen[id] = 1;
+      plan.stages[s][r] = static_cast<int>(id);
+    }
+  }
+}
+
+// plan.tensor_groups from offset `at` (advanced past them): t device ids
+// each, no device in two groups.
+void read_tensor_groups(std::span<const std::uint8_t> in, const Header& header, std::size_t device_ids,
+                        std::size_t& at, Plan& plan) {
+  const std::int64_t t = header.tensor_parallel;
+  std::vector<char> in_group(t == 1 ? 0 : device_ids, 0);
+  for (std::int64_t u = 0; u < header.groups; ++u) {
+    std::vector<int> group(t);
+    for (std::int64_t i = 0; i < t; ++i, at += 4) {
+      const std::uint32_t device = get_u32(in, at);
+      const std::string where = "tensor_groups[" + std::to_string(u) + "][" + std::to_string(i) + "]";
+      if (device >= device_ids) {
+        reject(where + " = " + std::to_string(device) + " is not a device id < " + std::to_string(device_ids));
+      }
+      if (in_group[device]) reject(where + ": device " + std::to_string(device) + " is in two tensor groups");
+      in_group[device] = 1;
+      group[i] = static_cast<int>(device);
+    }
+    plan.tensor_groups.push_back(std::move(group));
+  }
+}
+
 }  // namespace
 
 std::uint64_t plan_checksum(std::span<const std::uint8_t> bytes) {
@@ -101,44 +200,10 @@ std::vector<std::uint8_t> encode_plan(const Plan& plan) {
 }
 
 Plan decode_plan(std::span<const std::uint8_t> in, int expected_devices) {
-  if (in.size() < kHeaderBytes) {
-    reject("truncated: " + std::to_string(in.size()) + " bytes, the header alone has " +
-           std::to_string(kHeaderBytes));
-  }
-  if (std::memcmp(in.data(), kMagic, 8) != 0) reject("bad magic (not a geotrain plan)");
-  const std::uint32_t version = get_u32(in, 8);
-  if (version != kPlanCodecVersion) {
-    reject("version " + std::to_string(version) + ", this build reads " + std::to_string(kPlanCodecVersion));
-  }
-  const std::int64_t pp = get_u32(in, 12), dp = get_u32(in, 16), boundaries = get_u32(in, 20);
-  const std::int64_t t = get_u32(in, 24), groups = get_u32(in, 28);
-  if (pp < 1 || dp < 1 || pp > kMaxDevices || dp > kMaxDevices || pp * dp > kMaxDevices) {
-    reject("sizes pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp) + " out of range");
-  }
-  if (t < 1 || t > kMaxDevices || pp * dp * t > kMaxDevices) {
-    reject("tensor_parallel = " + std::to_string(t) + " out of range (>= 1, pp * dp * tensor_parallel <= " +
-           std::to_string(kMaxDevices) + ")");
-  }
-  if (t == 1 && groups != 0) {
-    reject("tensor_groups: " + std::to_string(groups) + " groups with tensor_parallel = 1 (expected none)");
-  }
-  if (t > 1 && (groups < 1 || groups > kMaxDevices || groups * t > kMaxDevices)) {
-    reject("tensor_groups: group count " + std::to_string(groups) + " out of range for tensor_parallel = " +
-           std::to_string(t));
-  }
-  if (boundaries != 0 && boundaries != pp - 1) {
-    reject("boundary count " + std::to_string(boundaries) + ", expected 0 or pp - 1 = " + std::to_string(pp - 1));
-  }
-  const std::size_t entries = static_cast<std::size_t>(pp * dp);
-  const std::size_t group_entries = static_cast<std::size_t>(groups * t);
-  const std::size_t expected_size =
-      kHeaderBytes + 4 * entries + 4 * group_entries + 8 * static_cast<std::size_t>(boundaries) + 16 + 8;
-  if (in.size() != expected_size) {
-    reject("length " + std::to_string(in.size()) + " bytes, the header implies " + std::to_string(expected_size));
-  }
-  const std::uint64_t stored = get_u64(in, expected_size - 8);
-  if (stored != plan_checksum(in.first(expected_size - 8))) reject("checksum mismatch (corrupted in transit)");
+  const Header header = read_header(in);
+  check_length_and_checksum(in, header);
   // A layout may leave devices idle (pp * dp * t < ranks), never use more.
+  const std::int64_t pp = header.pipeline_stages, dp = header.data_parallel, t = header.tensor_parallel;
   const std::int64_t used = pp * dp * t;
   if (expected_devices >= 0 && used > expected_devices) {
     reject((t == 1 ? "pp * dp = " + std::to_string(pp) + " * " + std::to_string(dp)
@@ -148,46 +213,15 @@ Plan decode_plan(std::span<const std::uint8_t> in, int expected_devices) {
   }
   const std::size_t device_ids =
       expected_devices >= 0 ? static_cast<std::size_t>(expected_devices) : static_cast<std::size_t>(used);
-  // Stage entries: device ids (t == 1) or unit ids (t > 1), each used once.
-  const std::size_t stage_ids = t == 1 ? device_ids : static_cast<std::size_t>(groups);
-  const std::string what = t == 1 ? "device" : "unit";
 
   Plan plan;
   plan.pipeline_stages = static_cast<int>(pp);
   plan.data_parallel = static_cast<int>(dp);
   plan.tensor_parallel = static_cast<int>(t);
-  plan.stages.assign(pp, std::vector<int>(dp));
-  std::vector<char> seen(stage_ids, 0);
   std::size_t at = kHeaderBytes;
-  for (std::int64_t s = 0; s < pp; ++s) {
-    for (std::int64_t r = 0; r < dp; ++r, at += 4) {
-      const std::uint32_t id = get_u32(in, at);
-      const std::string where = "stages[" + std::to_string(s) + "][" + std::to_string(r) + "]";
-      if (id >= stage_ids) {
-        reject(where + " = " + std::to_string(id) + " is not a " + what + " id < " + std::to_string(stage_ids) +
-               (t == 1 ? "" : " (the number of tensor groups)"));
-      }
-      if (seen[id]) reject(where + ": " + what + " " + std::to_string(id) + " appears twice");
-      seen[id] = 1;
-      plan.stages[s][r] = static_cast<int>(id);
-    }
-  }
-  std::vector<char> in_group(t == 1 ? 0 : device_ids, 0);
-  for (std::int64_t u = 0; u < groups; ++u) {
-    std::vector<int> group(t);
-    for (std::int64_t i = 0; i < t; ++i, at += 4) {
-      const std::uint32_t device = get_u32(in, at);
-      const std::string where = "tensor_groups[" + std::to_string(u) + "][" + std::to_string(i) + "]";
-      if (device >= device_ids) {
-        reject(where + " = " + std::to_string(device) + " is not a device id < " + std::to_string(device_ids));
-      }
-      if (in_group[device]) reject(where + ": device " + std::to_string(device) + " is in two tensor groups");
-      in_group[device] = 1;
-      group[i] = static_cast<int>(device);
-    }
-    plan.tensor_groups.push_back(std::move(group));
-  }
-  for (std::int64_t b = 0; b < boundaries; ++b, at += 8) {
+  read_stages(in, header, device_ids, at, plan);
+  read_tensor_groups(in, header, device_ids, at, plan);
+  for (std::int64_t b = 0; b < header.boundaries; ++b, at += 8) {
     plan.boundary_s.push_back(checked_cost(in, at, "boundary_s[" + std::to_string(b) + "]"));
   }
   plan.cost.datap_s = checked_cost(in, at, "cost.datap_s");

@@ -17,6 +17,36 @@ double seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
+// A program's time as it runs, in intervals from one mark to the next: each
+// is charged to one total (compute or pipeline) and, while the timeline
+// records, kept as an event.
+class IntervalClock {
+ public:
+  explicit IntervalClock(Timeline* timeline)
+      : timeline_(timeline != nullptr && timeline->recording() ? timeline : nullptr) {}
+  bool timed() const { return timeline_ != nullptr; }
+  // What ran since the mark is charged to nothing.
+  void restart() { mark_ = Clock::now(); }
+  double elapsed_s() const { return seconds(mark_, Clock::now()); }
+  // Ends the interval: charged to `total`, recorded as `kind` (arguments as Timeline::record's).
+  void close(double& total, io::EventKind kind, int micro_batch = -1, std::int64_t bytes = 0, int peer = -1) {
+    const auto now = Clock::now();
+    total += seconds(mark_, now);
+    if (timeline_) timeline_->record(kind, mark_, now, micro_batch, bytes, peer);
+    mark_ = now;
+  }
+  // Ends the interval, charged to `total` but kept out of the timeline.
+  void close(double& total) {
+    const auto now = Clock::now();
+    total += seconds(mark_, now);
+    mark_ = now;
+  }
+
+ private:
+  Timeline* timeline_;
+  Clock::time_point mark_ = Clock::now();
+};
+
 }  // namespace
 
 PipelineStep::PipelineStep(model::Stage& stage, kernels::Backend& backend, plan::Schedule schedule,
@@ -82,82 +112,73 @@ double PipelineStep::execute(const std::vector<plan::Step>& program,
                              const std::function<Placed(const plan::Step&)>& place, std::size_t last_backward,
                              PipelineLinks& links, float loss_scale, const std::function<void(int)>* before_compute,
                              bool complete_sends) {
-  const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
   double loss = 0;
   times_ = {};
-  auto mark = Clock::now();
+  IntervalClock clock(timeline_);
   // Links that take host memory get copies through staging_ (memcpy on the
   // CPU backend), timed as pipeline time; device-memory links skip them.
-  const bool timed = timeline_ != nullptr && timeline_->recording();
   const auto bytes = static_cast<std::int64_t>(activation_count_ * sizeof(float));
   for (std::size_t k = 0; k < program.size(); ++k) {
     const plan::Step& step = program[k];
     const Placed at = place(step);
-    const int i = at.index, slot = at.slot;
-    io::EventKind kind = io::EventKind::forward;
-    int peer = -1;
     const bool computing = step.kind == plan::StepKind::forward || step.kind == plan::StepKind::backward;
     if (computing && before_compute != nullptr) {  // outside the compute's time: the trainer's update may run here
       (*before_compute)(at.ahead);
-      mark = Clock::now();
+      clock.restart();
     }
-    switch (step.kind) {
-      case plan::StepKind::recv_activation:
-      case plan::StepKind::recv_gradient: {
-        const bool gradient = step.kind == plan::StepKind::recv_gradient;
-        kind = io::EventKind::recv;
-        peer = gradient ? links.next_peer() : links.previous_peer();
-        if (timed) {
-          links.wait_for_arrival(i, gradient);
-          const auto arrived = Clock::now();
-          timeline_->record(io::EventKind::idle, mark, arrived, i, 0, peer);
-          times_.pipeline_s += seconds(mark, arrived);
-          mark = arrived;
-        }
-        receive(links, i, gradient);
-        break;
-      }
-      case plan::StepKind::forward: {
-        const double micro_batch_loss =
-            stage_.forward(slot, first ? at.batch->tokens : nullptr, first ? nullptr : received_,
-                           last ? at.batch->targets : nullptr);
-        if (at.ahead == 0) loss += micro_batch_loss;
-        break;
-      }
-      case plan::StepKind::send_activation:
-        kind = io::EventKind::send, peer = links.next_peer();
-        send(links, stage_.output(slot), i, false);
-        break;
-      case plan::StepKind::backward:
-        kind = io::EventKind::backward;
-        stage_.backward(slot, last ? nullptr : received_, loss_scale,
-                        k == last_backward && gradient_ready_ ? &gradient_ready_ : nullptr);
-        break;
-      case plan::StepKind::send_gradient:
-        kind = io::EventKind::send, peer = links.previous_peer();
-        send(links, stage_.dinput(), i, true);
-        break;
+    const bool receiving = step.kind == plan::StepKind::recv_activation || step.kind == plan::StepKind::recv_gradient;
+    if (receiving && clock.timed()) {  // the wait for the message, apart from taking it
+      const bool gradient = step.kind == plan::StepKind::recv_gradient;
+      links.wait_for_arrival(at.index, gradient);
+      clock.close(times_.pipeline_s, io::EventKind::idle, at.index, 0,
+                  gradient ? links.next_peer() : links.previous_peer());
     }
+    const StepEvent event = run_step(step, at, links, loss_scale, k == last_backward, loss);
     // The backend may run asynchronously (CUDA): compute is charged when a
     // later transfer waits for it, which is where the time is really spent
     // from the pipeline's point of view only on the CPU backend.
-    if (computing) emulate_slowdown(slowdown_, seconds(mark, Clock::now()));
-    const auto now = Clock::now();
-    (computing ? times_.compute_s : times_.pipeline_s) += seconds(mark, now);
-    if (timed) timeline_->record(kind, mark, now, i, computing ? 0 : bytes, peer);
-    mark = now;
+    if (computing) emulate_slowdown(slowdown_, clock.elapsed_s());
+    clock.close(computing ? times_.compute_s : times_.pipeline_s, event.kind, at.index, computing ? 0 : bytes,
+                event.peer);
     if (poll_) {  // exchanges on the side (decoding included): communication, not compute
       poll_();
-      const auto polled = Clock::now();
-      times_.pipeline_s += seconds(mark, polled);
-      mark = polled;
+      clock.close(times_.pipeline_s);
     }
   }
   if (complete_sends) links.complete_sends();
-  const auto now = Clock::now();
-  times_.pipeline_s += seconds(mark, now);
-  if (timed) timeline_->record(io::EventKind::send, mark, now);  // the last sends leaving
-  return last ? loss : 0.0;
+  clock.close(times_.pipeline_s, io::EventKind::send);  // the last sends leaving
+  return stage_index_ == stages_ - 1 ? loss : 0.0;
+}
+
+PipelineStep::StepEvent PipelineStep::run_step(const plan::Step& step, const Placed& at, PipelineLinks& links,
+                                               float loss_scale, bool last_backward, double& loss) {
+  const bool first = stage_index_ == 0, last = stage_index_ == stages_ - 1;
+  switch (step.kind) {
+    case plan::StepKind::recv_activation:
+    case plan::StepKind::recv_gradient: {
+      const bool gradient = step.kind == plan::StepKind::recv_gradient;
+      receive(links, at.index, gradient);
+      return {io::EventKind::recv, gradient ? links.next_peer() : links.previous_peer()};
+    }
+    case plan::StepKind::forward: {
+      const double micro_batch_loss =
+          stage_.forward(at.slot, first ? at.batch->tokens : nullptr, first ? nullptr : received_,
+                         last ? at.batch->targets : nullptr);
+      if (at.ahead == 0) loss += micro_batch_loss;
+      return {io::EventKind::forward, -1};
+    }
+    case plan::StepKind::send_activation:
+      send(links, stage_.output(at.slot), at.index, false);
+      return {io::EventKind::send, links.next_peer()};
+    case plan::StepKind::backward:
+      stage_.backward(at.slot, last ? nullptr : received_, loss_scale,
+                      last_backward && gradient_ready_ ? &gradient_ready_ : nullptr);
+      return {io::EventKind::backward, -1};
+    case plan::StepKind::send_gradient:
+      send(links, stage_.dinput(), at.index, true);
+      return {io::EventKind::send, links.previous_peer()};
+  }
+  return {io::EventKind::forward, -1};
 }
 
 void PipelineStep::receive(PipelineLinks& links, int micro_batch, bool gradient) {

@@ -137,6 +137,16 @@ class Stage {
   };
   struct LayerActivations;
   struct SlotActivations;
+  // The constructor's parts. split_across: this rank's share of the heads,
+  // the layers' width and the vocabulary under tensor parallelism (checked
+  // against its group). Then the buffers: the parameters and gradients with
+  // the pointers into them, the activations kept for the backward (the
+  // working buffers and one set per slot) and the backward's scratch.
+  void split_across(TensorGroup* tensor_group);
+  void allocate_parameters();
+  void allocate_activations(int slots);
+  SlotActivations* allocate_slot(std::size_t stored_per_layer, bool stores_input);
+  void allocate_backward_scratch();
   float* tensor_in(float* buffer, const std::string& name) const;
   LayerWeights layer_weights_in(float* buffer, int layer) const;
   EmbeddingHeadWeights embedding_head_weights_in(float* buffer) const;

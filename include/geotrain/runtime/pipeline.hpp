@@ -150,6 +150,16 @@ class PipelineStep {
   double execute(const std::vector<plan::Step>& program, const std::function<Placed(const plan::Step&)>& place,
                  std::size_t last_backward, PipelineLinks& links, float loss_scale,
                  const std::function<void(int)>* before_compute, bool complete_sends);
+  // A program step as the timeline shows it: its kind, and the rank at the
+  // other end of a message (-1: none).
+  struct StepEvent {
+    io::EventKind kind;
+    int peer;
+  };
+  // Runs one program step; a forward's loss adds to `loss` when the micro-batch is this step's.
+  // `last_backward`: the step's last backward, which reports its gradient ranges.
+  StepEvent run_step(const plan::Step& step, const Placed& at, PipelineLinks& links, float loss_scale,
+                     bool last_backward, double& loss);
   // received_ <- the link.
   void receive(PipelineLinks& links, int micro_batch, bool gradient);
   // data (device) -> the link.

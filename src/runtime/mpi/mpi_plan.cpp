@@ -1,7 +1,7 @@
 #include "geotrain/runtime/mpi_plan.hpp"
 
+#include <algorithm>
 #include <climits>
-
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -120,18 +120,12 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
   return *this;
 }
 
-Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s,
-                       const std::vector<std::string>& site_of_rank) {
-  Topology t;
-  int size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
-  GT_MPI_CHECK(MPI_Comm_size(world, &size));
-  // The plan may come from anywhere: check it as the decoder does.
-  try {
-    plan::decode_plan(plan::encode_plan(plan), size);
-  } catch (const std::invalid_argument& e) {
-    abort_all(std::string("make_topology: ") + e.what());
-  }
+namespace {
+
+// Where this rank sits in `plan`: its unit's stage and replica and its
+// place in the unit (idle when the plan leaves it out), and every rank the
+// plan uses.
+void place_rank(const plan::Plan& plan, Topology& t) {
   t.pipeline_stages = plan.pipeline_stages;
   t.data_parallel = plan.data_parallel;
   t.tensor_parallel = plan.tensor_parallel;
@@ -148,18 +142,13 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
     }
   }
   std::sort(t.job_ranks.begin(), t.job_ranks.end());
+}
 
-  MPI_Request request;
-  GT_MPI_CHECK(MPI_Ibarrier(world, &request));
-  wait_collective_or_abort({&request, 1}, world, -1, deadline_s, "building the communicators");
-  MPI_Comm job = MPI_COMM_NULL;
-  GT_MPI_CHECK(MPI_Comm_split(world, t.idle ? MPI_UNDEFINED : 0, t.rank, &job));
-  t.job_comm = Communicator(job);
-  // Activations go by world rank (as the plan names ranks), on a duplicate of `world`.
-  MPI_Comm links = MPI_COMM_NULL;
-  GT_MPI_CHECK(MPI_Comm_dup(world, &links));
-  t.pipeline_links = Communicator(links);
-  if (t.idle) return t;  // the other communicators are split from job_comm
+// A training rank's groups, split from `job`: its stage's replicas (the
+// data-parallel sum), its replica's stages (the pipeline, and the tied
+// embedding's two ends) and its unit's slices (tensor parallelism). Every
+// group but the last joins the ranks that hold the same slice of the model.
+void split_training_groups(MPI_Comm job, const plan::Plan& plan, Topology& t) {
   // The rank holding this rank's slice of the model in unit (s, r).
   const auto rank_at = [&](int s, int r) {
     return plan.ranks_of_unit(plan.stages[s][r])[static_cast<std::size_t>(t.tensor_rank)];
@@ -191,18 +180,53 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   GT_MPI_CHECK(MPI_Comm_split(job, slices > 1 ? t.stage * plan.data_parallel + t.replica : MPI_UNDEFINED,
                               t.tensor_rank, &tensor));
   t.tensor_comm = Communicator(tensor);
+}
+
+// The members of this rank's data-parallel group in its own site, split
+// from that group.
+void split_site_group(const std::vector<std::string>& site_of_rank, Topology& t) {
+  std::vector<std::string> site_of_replica;
+  for (int member : t.dp_ranks) site_of_replica.push_back(site_of_rank[member]);
+  const SiteGroups sites = group_by_site(site_of_replica);
+  for (int replica : sites.members_with(t.replica)) t.site_ranks.push_back(t.dp_ranks[replica]);
+  // Colour: the group's first member in this rank's site (the same for all of them).
   MPI_Comm site = MPI_COMM_NULL;
-  if (static_cast<int>(site_of_rank.size()) == size) {
-    std::vector<std::string> site_of_replica;
-    for (int member : t.dp_ranks) site_of_replica.push_back(site_of_rank[member]);
-    const SiteGroups sites = group_by_site(site_of_replica);
-    for (int replica : sites.members_with(t.replica)) t.site_ranks.push_back(t.dp_ranks[replica]);
-    // Colour: the group's first member in this rank's site (the same for all of them).
-    GT_MPI_CHECK(MPI_Comm_split(dp, t.site_ranks.front(), t.replica, &site));
-    t.site_comm = Communicator(site);
+  GT_MPI_CHECK(MPI_Comm_split(t.dp_comm.get(), t.site_ranks.front(), t.replica, &site));
+  t.site_comm = Communicator(site);
+}
+
+}  // namespace
+
+Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s,
+                       const std::vector<std::string>& site_of_rank) {
+  Topology t;
+  int size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
+  GT_MPI_CHECK(MPI_Comm_size(world, &size));
+  // The plan may come from anywhere: check it as the decoder does.
+  try {
+    plan::decode_plan(plan::encode_plan(plan), size);
+  } catch (const std::invalid_argument& e) {
+    abort_all(std::string("make_topology: ") + e.what());
   }
-  for (MPI_Comm c : {job, dp, pipe, tied, links, site, tensor}) {
-    if (c != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  place_rank(plan, t);
+
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Ibarrier(world, &request));
+  wait_collective_or_abort({&request, 1}, world, -1, deadline_s, "building the communicators");
+  MPI_Comm job = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(world, t.idle ? MPI_UNDEFINED : 0, t.rank, &job));
+  t.job_comm = Communicator(job);
+  // Activations go by world rank (as the plan names ranks), on a duplicate of `world`.
+  MPI_Comm links = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_dup(world, &links));
+  t.pipeline_links = Communicator(links);
+  if (t.idle) return t;  // the other communicators are split from job_comm
+  split_training_groups(job, plan, t);
+  if (static_cast<int>(site_of_rank.size()) == size) split_site_group(site_of_rank, t);
+  for (const Communicator* c : {&t.job_comm, &t.dp_comm, &t.pipeline_comm, &t.tied_comm, &t.pipeline_links,
+                                &t.site_comm, &t.tensor_comm}) {
+    if (c->get() != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c->get(), MPI_ERRORS_RETURN));
   }
   return t;
 }

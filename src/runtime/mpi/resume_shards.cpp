@@ -143,49 +143,32 @@ std::string plan_transfers(const std::vector<View>& views, const std::vector<std
   return "";
 }
 
-}  // namespace
+// On rank 0: "" when every rank resumes from the same checkpoint and its
+// folder holds every listed shard, "probe" when some shard is missing
+// somewhere, "error\t<line>" when the ranks would resume from different ones.
+std::string compare_views(const std::vector<View>& views, const std::string& dir, const std::string& resume) {
+  for (std::size_t r = 0; r < views.size(); ++r) {
+    if (views[r].name != views[0].name && views[r].name != kUnknown && views[0].name != kUnknown) {
+      auto from = [](const std::string& name) { return name.empty() ? std::string("nothing (a fresh start)") : name; };
+      return "error\tcheckpoint.resume = " + resume + ": rank 0 resumes from " + from(views[0].name) +
+             " but rank " + std::to_string(r) + " from " + from(views[r].name) + " (their views of " + dir +
+             " differ; name one checkpoint that every site holds, e.g. --checkpoint.resume=" + dir +
+             "/step_<N>)";
+    }
+  }
+  for (const View& view : views) {  // the same checkpoint everywhere: complete it
+    for (const auto& [shard, present] : view.shards) {
+      if (!present) return "probe";
+    }
+  }
+  return "";
+}
 
-int fetch_missing_shards(const std::string& dir, const std::string& resume, double deadline_s) {
-  int rank = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  if (size == 1 || resume.empty()) return 0;
-  std::string path;
-  bool resolved = true;
-  try {
-    path = io::resolve_resume(dir, resume);
-  } catch (const std::exception&) {
-    resolved = false;  // reported by the read that follows, on this rank
-  }
-  const View mine = look(path, resolved);
-  const auto parts = gather_bytes(MPI_COMM_WORLD, bytes_of(describe(mine)), 0, deadline_s, "comparing checkpoint folders");
-  // Rank 0's verdict: "" (nothing missing anywhere), "probe", or "error\t<line>".
-  std::string verdict;
-  std::vector<View> views;
-  if (rank == 0) {
-    for (const auto& part : parts) views.push_back(parse(text_of(part)));
-    for (std::size_t r = 0; r < views.size() && verdict.empty(); ++r) {
-      if (views[r].name != views[0].name && views[r].name != kUnknown && views[0].name != kUnknown) {
-        auto from = [](const std::string& name) { return name.empty() ? std::string("nothing (a fresh start)") : name; };
-        verdict = "error\tcheckpoint.resume = " + resume + ": rank 0 resumes from " + from(views[0].name) +
-                  " but rank " + std::to_string(r) + " from " + from(views[r].name) + " (their views of " + dir +
-                  " differ; name one checkpoint that every site holds, e.g. --checkpoint.resume=" + dir +
-                  "/step_<N>)";
-      }
-    }
-    for (std::size_t r = 0; r < views.size() && verdict.empty(); ++r) {  // the same checkpoint everywhere: complete it
-      for (const auto& [shard, present] : views[r].shards) {
-        if (!present && verdict.empty()) verdict = "probe";
-      }
-    }
-  }
-  verdict = text_of(broadcast_bytes(MPI_COMM_WORLD, bytes_of(verdict), 0, deadline_s, "comparing checkpoint folders"));
-  if (verdict.rfind("error\t", 0) == 0) {
-    return agree_on_failure(rank == 0 ? verdict.substr(6) : "", kExitInputError, deadline_s,
-                            "comparing checkpoint folders");
-  }
-  if (verdict.empty()) return 0;
-  // Which ranks share a folder: one of them receives each missing shard.
+// Collective: which ranks share a folder (one of them receives each missing
+// shard), then rank 0's plan, on every rank: one "<shard>\t<from>\t<to>"
+// line per transfer, or "error\t<line>". `views`: rank 0's gathered ones.
+std::string share_transfer_plan(const std::vector<View>& views, const std::string& path, int rank,
+                                double deadline_s) {
   const CheckpointFolderView view =
       probe_checkpoint_folder(fs::path(path).parent_path().string(), MPI_COMM_WORLD, {}, deadline_s);
   std::string visible_text;
@@ -207,12 +190,12 @@ int fetch_missing_shards(const std::string& dir, const std::string& resume, doub
       for (const Transfer& t : transfers) plan += t.shard + "\t" + std::to_string(t.from) + "\t" + std::to_string(t.to) + "\n";
     }
   }
-  plan = text_of(broadcast_bytes(MPI_COMM_WORLD, bytes_of(plan), 0, deadline_s, "sharing the checkpoint's shards"));
-  if (plan.rfind("error\t", 0) == 0) {
-    return agree_on_failure(rank == 0 ? plan.substr(6) : "", kExitInputError, deadline_s,
-                            "sharing the checkpoint's shards");
-  }
-  // In one order on every rank: each transfer's two ranks meet in it.
+  return text_of(broadcast_bytes(MPI_COMM_WORLD, bytes_of(plan), 0, deadline_s, "sharing the checkpoint's shards"));
+}
+
+// Runs `plan`'s transfers in one order on every rank, so that each
+// transfer's two ranks meet in it; returns this rank's first error, or "".
+std::string run_transfers(const std::string& plan, const std::string& path, int rank, double deadline_s) {
   std::string error;
   std::istringstream lines(plan);
   for (std::string line; std::getline(lines, line);) {
@@ -240,7 +223,44 @@ int fetch_missing_shards(const std::string& dir, const std::string& resume, doub
       }
     }
   }
-  return agree_on_failure(error, kExitRunError, deadline_s, "sharing the checkpoint's shards");
+  return error;
+}
+
+}  // namespace
+
+int fetch_missing_shards(const std::string& dir, const std::string& resume, double deadline_s) {
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  if (size == 1 || resume.empty()) return 0;
+  std::string path;
+  bool resolved = true;
+  try {
+    path = io::resolve_resume(dir, resume);
+  } catch (const std::exception&) {
+    resolved = false;  // reported by the read that follows, on this rank
+  }
+  const View mine = look(path, resolved);
+  const auto parts = gather_bytes(MPI_COMM_WORLD, bytes_of(describe(mine)), 0, deadline_s, "comparing checkpoint folders");
+  std::string verdict;
+  std::vector<View> views;
+  if (rank == 0) {
+    for (const auto& part : parts) views.push_back(parse(text_of(part)));
+    verdict = compare_views(views, dir, resume);
+  }
+  verdict = text_of(broadcast_bytes(MPI_COMM_WORLD, bytes_of(verdict), 0, deadline_s, "comparing checkpoint folders"));
+  if (verdict.rfind("error\t", 0) == 0) {
+    return agree_on_failure(rank == 0 ? verdict.substr(6) : "", kExitInputError, deadline_s,
+                            "comparing checkpoint folders");
+  }
+  if (verdict.empty()) return 0;
+  const std::string plan = share_transfer_plan(views, path, rank, deadline_s);
+  if (plan.rfind("error\t", 0) == 0) {
+    return agree_on_failure(rank == 0 ? plan.substr(6) : "", kExitInputError, deadline_s,
+                            "sharing the checkpoint's shards");
+  }
+  return agree_on_failure(run_transfers(plan, path, rank, deadline_s), kExitRunError, deadline_s,
+                          "sharing the checkpoint's shards");
 }
 
 }  // namespace geotrain::runtime
