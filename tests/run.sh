@@ -71,7 +71,9 @@ ctest --preset asan-mpi -j "$jobs"
 # writer) alone and under mpirun.
 stage "tsan: build and tests"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs"
+# Only what the tsan preset's tests run: the background worker's and the
+# checkpoint tests, and the binary the MPI checkpoint cases start.
+cmake --build --preset tsan -j "$jobs" --target geotrain_common_tests geotrain_model_tests geotrain
 ctest --preset tsan -j "$jobs"
 
 # libFuzzer (clang): every harness a bounded time on a copy of its corpus.
@@ -84,11 +86,14 @@ bash fuzz/run.sh "${GEOTRAIN_FUZZ_SECONDS:-10}" build/fuzz/results
 # then under ASan + UBSan with one warp running ahead (~2 min).
 stage "cuda-emu: build and tests"
 cmake --preset cuda-emu >/dev/null
-cmake --build --preset cuda-emu -j "$jobs"
+# Only the two suites the presets run (the rest of the project is the
+# release build's, compiled by the same host compiler).
+emu_targets=(geotrain_kernel_tests geotrain_cuda_parity_tests)
+cmake --build --preset cuda-emu -j "$jobs" --target "${emu_targets[@]}"
 ctest --preset cuda-emu -j "$jobs"
 stage "cuda-emu-asan: build and tests"
 cmake --preset cuda-emu-asan >/dev/null
-cmake --build --preset cuda-emu-asan -j "$jobs"
+cmake --build --preset cuda-emu-asan -j "$jobs" --target "${emu_targets[@]}"
 ctest --preset cuda-emu-asan -j "$jobs"
 
 if command -v nvcc >/dev/null 2>&1; then
