@@ -13,11 +13,11 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "fuzz_support.hpp"
+#include "geotrain/common/errors.hpp"
 #include "geotrain/plan/plan_codec.hpp"
 
 namespace {
@@ -28,7 +28,7 @@ bool decodes(std::span<const std::uint8_t> bytes, int expected_devices) {
   try {
     geotrain::plan::decode_plan(bytes, expected_devices);
     return true;
-  } catch (const std::invalid_argument&) {
+  } catch (const geotrain::InputError&) {
     return false;
   }
 }
@@ -66,7 +66,7 @@ void check_message(std::span<const std::uint8_t> bytes) {
   Plan plan;
   try {
     plan = geotrain::plan::decode_plan(bytes);
-  } catch (const std::invalid_argument&) {
+  } catch (const geotrain::InputError&) {
     return;
   }
   check_plan(plan);

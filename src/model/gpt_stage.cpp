@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/model/init.hpp"
 
@@ -65,7 +66,7 @@ std::vector<int> ParameterView::local_shape() const {
 std::vector<ParameterView> parameter_layout(const ModelShape& config, const StageSpec& spec) {
   const int C = config.hidden, V = config.vocabulary, T = config.sequence_length;
   const int t = spec.tensor_parallel, r = spec.tensor_rank;
-  if (t < 1 || r < 0 || r >= t) throw std::invalid_argument("parameter_layout: tensor rank outside the group");
+  if (t < 1 || r < 0 || r >= t) throw InputError("parameter_layout: tensor rank outside the group");
   std::vector<ParameterView> views;
   std::size_t offset = 0;
   // `slice`: this rank's part when t > 1 (default: replicated).
@@ -111,10 +112,10 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
     : config_(config), spec_(spec), backend_(backend), B_(micro_batch), T_(config.sequence_length),
       C_(config.hidden), V_(config.vocabulary), NH_(config.heads), Ct_(config.hidden), NHt_(config.heads),
       vocabulary_{0, config.vocabulary}, storage_(storage) {
-  if (config.hidden % config.heads != 0) throw std::invalid_argument("Stage: hidden must be divisible by heads");
+  if (config.hidden % config.heads != 0) throw InputError("Stage: hidden must be divisible by heads");
   if (spec.tensor_parallel > 1) split_across(tensor_group);
   if (spec.first_layer < 0 || spec.last_layer > config.layers || spec.first_layer > spec.last_layer) {
-    throw std::invalid_argument("Stage: layer range outside the model");
+    throw InputError("Stage: layer range outside the model");
   }
   allocate_parameters();
   allocate_activations(slots);
@@ -124,11 +125,11 @@ Stage::Stage(const ModelShape& config, const StageSpec& spec, kernels::Backend& 
 void Stage::split_across(TensorGroup* tensor_group) {
   const int t = spec_.tensor_parallel;
   if (tensor_group == nullptr || tensor_group->size() != t || tensor_group->rank() != spec_.tensor_rank) {
-    throw std::invalid_argument("Stage: tensor parallelism needs its group (size and rank as in the spec)");
+    throw InputError("Stage: tensor parallelism needs its group (size and rank as in the spec)");
   }
   if (config_.heads % t != 0 || config_.vocabulary < t) {
-    throw std::invalid_argument("Stage: tensor parallelism " + std::to_string(t) + " must divide the heads (" +
-                                std::to_string(config_.heads) + ") and leave every rank some of the vocabulary");
+    throw InputError("Stage: tensor parallelism " + std::to_string(t) + " must divide the heads (" +
+                     std::to_string(config_.heads) + ") and leave every rank some of the vocabulary");
   }
   tensor_group_ = tensor_group;
   Ct_ = C_ / t;

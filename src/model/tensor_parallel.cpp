@@ -1,7 +1,8 @@
 #include "geotrain/model/tensor_parallel.hpp"
 
 #include <algorithm>
-#include <stdexcept>
+
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::model {
 
@@ -18,7 +19,7 @@ namespace {
 // the slice.
 template <typename Copy>
 void for_each_run(const TensorSlice& slice, const std::vector<int>& shape, Copy copy) {
-  if (shape.empty() || shape.size() > 2) throw std::invalid_argument("tensor slice: only 1-D and 2-D tensors");
+  if (shape.empty() || shape.size() > 2) throw InputError("tensor slice: only 1-D and 2-D tensors");
   const std::size_t rows = static_cast<std::size_t>(shape[0]);
   const std::size_t columns = shape.size() == 2 ? static_cast<std::size_t>(shape[1]) : 1;
   if (!slice.split()) {
@@ -29,7 +30,7 @@ void for_each_run(const TensorSlice& slice, const std::vector<int>& shape, Copy 
   const std::size_t block = extent / static_cast<std::size_t>(slice.blocks);
   const auto begin = static_cast<std::size_t>(slice.begin), take = static_cast<std::size_t>(slice.extent);
   if (block * slice.blocks != extent || begin + take > block) {
-    throw std::invalid_argument("tensor slice: outside the tensor");
+    throw InputError("tensor slice: outside the tensor");
   }
   if (slice.dim == 0) {  // whole rows of each block
     for (int b = 0; b < slice.blocks; ++b) {

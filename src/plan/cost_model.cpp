@@ -1,7 +1,8 @@
 #include "geotrain/plan/cost_model.hpp"
 
 #include <algorithm>
-#include <stdexcept>
+
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
@@ -12,7 +13,7 @@ CostModel::CostModel(const Network& network, const Workload& workload)
       datap_pair_(static_cast<size_t>(n_) * n_, 0.0),
       link_(static_cast<size_t>(n_) * n_, 0.0) {
   if (stages_ < 1 || dp_ < 1 || stages_ * dp_ != n_) {
-    throw std::invalid_argument("CostModel: pipeline_stages * data_parallel must equal devices");
+    throw InputError("CostModel: pipeline_stages * data_parallel must equal devices");
   }
   const double shard_bytes = workload.c_dp_bytes / dp_;
   // Activations forward and their gradients back may be encoded to

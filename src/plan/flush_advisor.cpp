@@ -1,12 +1,12 @@
 #include "geotrain/plan/flush_advisor.hpp"
 
-#include <stdexcept>
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
 FlushRecommendation recommend_flush(const Network& network, const Plan& plan, SimulationConfig config,
                                     double tolerance) {
-  if (!(tolerance >= 0) || tolerance >= 1) throw std::invalid_argument("flush tolerance must be in [0, 1)");
+  if (!(tolerance >= 0) || tolerance >= 1) throw InputError("flush tolerance must be in [0, 1)");
   config.micro_batches_per_flush = 0;  // one flush: its size is the micro-batches per replica
   const int micro_batches = pipeline_work(config, plan.pipeline_stages, plan.data_parallel).micro_batches_per_flush;
   FlushRecommendation out;

@@ -1,6 +1,6 @@
 #include "geotrain/plan/network.hpp"
 
-#include <stdexcept>
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
@@ -11,7 +11,7 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
   const int sites = static_cast<int>(site_names.size());
   if (site_latency_s.size() != static_cast<size_t>(sites) * sites ||
       site_bandwidth_bytes_per_s.size() != static_cast<size_t>(sites) * sites) {
-    throw std::invalid_argument("network_from_sites: site tables must be S*S");
+    throw InputError("network_from_sites: site tables must be S*S");
   }
   Network network;
   const int n = static_cast<int>(site_index_of_device.size());
@@ -21,7 +21,7 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
   network.site_of_device.reserve(n);
   for (int u = 0; u < n; ++u) {
     const int su = site_index_of_device[u];
-    if (su < 0 || su >= sites) throw std::invalid_argument("network_from_sites: bad site index");
+    if (su < 0 || su >= sites) throw InputError("network_from_sites: bad site index");
     network.site_of_device.push_back(site_names[su]);
     for (int v = 0; v < n; ++v) {
       const int sv = site_index_of_device[v];

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <stdexcept>
+
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
@@ -13,7 +14,7 @@ double path_length(const std::vector<double>& dist, int k, const std::vector<int
 }
 
 Path open_path_exact(const std::vector<double>& dist, int k) {
-  if (k > 20) throw std::invalid_argument("open_path_exact: more than 20 groups");
+  if (k > 20) throw InputError("open_path_exact: more than 20 groups");
   Path path;
   if (k <= 1) {
     path.order.assign(k, 0);

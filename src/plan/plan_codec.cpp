@@ -3,8 +3,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <string>
+
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
@@ -32,7 +33,7 @@ std::uint64_t get_u64(std::span<const std::uint8_t> in, std::size_t at) {
 }
 
 [[noreturn]] void reject(const std::string& what) {
-  throw std::invalid_argument("plan message: " + what);
+  throw InputError("plan message: " + what);
 }
 
 double checked_cost(std::span<const std::uint8_t> in, std::size_t at, const std::string& name) {
@@ -160,19 +161,19 @@ std::uint64_t plan_checksum(std::span<const std::uint8_t> bytes) {
 std::vector<std::uint8_t> encode_plan(const Plan& plan) {
   const int pp = plan.pipeline_stages, dp = plan.data_parallel;
   if (pp < 1 || dp < 1 || static_cast<int>(plan.stages.size()) != pp) {
-    throw std::invalid_argument("encode_plan: plan has " + std::to_string(plan.stages.size()) +
-                                " stages for pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp));
+    throw InputError("encode_plan: plan has " + std::to_string(plan.stages.size()) +
+                     " stages for pp = " + std::to_string(pp) + ", dp = " + std::to_string(dp));
   }
   const int t = plan.tensor_parallel;
   if (t < 1 || (t == 1 && !plan.tensor_groups.empty()) || (t > 1 && plan.tensor_groups.empty())) {
-    throw std::invalid_argument("encode_plan: tensor_parallel = " + std::to_string(t) + " with " +
-                                std::to_string(plan.tensor_groups.size()) +
-                                " tensor groups (t == 1: none; t > 1: at least one)");
+    throw InputError("encode_plan: tensor_parallel = " + std::to_string(t) + " with " +
+                     std::to_string(plan.tensor_groups.size()) +
+                     " tensor groups (t == 1: none; t > 1: at least one)");
   }
   for (const auto& group : plan.tensor_groups) {
     if (static_cast<int>(group.size()) != t) {
-      throw std::invalid_argument("encode_plan: a tensor group has " + std::to_string(group.size()) +
-                                  " devices, expected tensor_parallel = " + std::to_string(t));
+      throw InputError("encode_plan: a tensor group has " + std::to_string(group.size()) +
+                       " devices, expected tensor_parallel = " + std::to_string(t));
     }
   }
   std::vector<std::uint8_t> out(kMagic, kMagic + 8);
@@ -184,8 +185,8 @@ std::vector<std::uint8_t> encode_plan(const Plan& plan) {
   put_u32(out, static_cast<std::uint32_t>(plan.tensor_groups.size()));
   for (const auto& stage : plan.stages) {
     if (static_cast<int>(stage.size()) != dp) {
-      throw std::invalid_argument("encode_plan: a stage has " + std::to_string(stage.size()) +
-                                  " devices, expected dp = " + std::to_string(dp));
+      throw InputError("encode_plan: a stage has " + std::to_string(stage.size()) +
+                       " devices, expected dp = " + std::to_string(dp));
     }
     for (int device : stage) put_u32(out, static_cast<std::uint32_t>(device));
   }

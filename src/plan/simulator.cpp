@@ -4,9 +4,9 @@
 #include "geotrain/plan/simulator.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "geotrain/common/enum_names.hpp"
+#include "geotrain/common/errors.hpp"
 #include "simulator_internal.hpp"
 
 namespace geotrain::plan {
@@ -14,37 +14,37 @@ namespace {
 
 void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w) {
   const int p = plan.pipeline_stages, d = plan.data_parallel;
-  if (p < 1 || d < 1 || static_cast<int>(plan.stages.size()) != p) throw std::invalid_argument("simulate: bad plan shape");
+  if (p < 1 || d < 1 || static_cast<int>(plan.stages.size()) != p) throw InputError("simulate: bad plan shape");
   if (static_cast<int>(w.forward_s.size()) != p || static_cast<int>(w.backward_s.size()) != p ||
       static_cast<int>(w.gradient_bytes.size()) != p) {
-    throw std::invalid_argument("simulate: work has " + std::to_string(w.forward_s.size()) + " stages, plan has " +
-                                std::to_string(p));
+    throw InputError("simulate: work has " + std::to_string(w.forward_s.size()) + " stages, plan has " +
+                     std::to_string(p));
   }
   if (!w.device_time_scale.empty() && static_cast<int>(w.device_time_scale.size()) != net.device_count) {
-    throw std::invalid_argument("simulate: " + std::to_string(w.device_time_scale.size()) +
-                                " device speeds for a network of " + std::to_string(net.device_count));
+    throw InputError("simulate: " + std::to_string(w.device_time_scale.size()) +
+                     " device speeds for a network of " + std::to_string(net.device_count));
   }
   if (w.micro_batches_per_flush < 1 || w.flushes < 1) {
-    throw std::invalid_argument("simulate: need at least one micro-batch and one flush");
+    throw InputError("simulate: need at least one micro-batch and one flush");
   }
   if (w.outer.enabled() && w.outer.within_site && static_cast<int>(w.site_gradient_bytes.size()) != p) {
-    throw std::invalid_argument("simulate: sites summing every step need each stage's gradient bytes (" +
-                                std::to_string(w.site_gradient_bytes.size()) + " for " + std::to_string(p) + " stages)");
+    throw InputError("simulate: sites summing every step need each stage's gradient bytes (" +
+                     std::to_string(w.site_gradient_bytes.size()) + " for " + std::to_string(p) + " stages)");
   }
   if (w.tensor_parallel > 1 && !w.tensor_latency_s.empty()) {
     if (static_cast<int>(w.tensor_latency_s.size()) != net.device_count ||
         static_cast<int>(w.tensor_bandwidth_bytes_per_s.size()) != net.device_count ||
         static_cast<int>(w.tensor_forward_allreduces.size()) != p || static_cast<int>(w.tensor_backward_allreduces.size()) != p) {
-      throw std::invalid_argument("simulate: tensor-parallel links for " + std::to_string(w.tensor_latency_s.size()) +
-                                  " units, the network has " + std::to_string(net.device_count));
+      throw InputError("simulate: tensor-parallel links for " + std::to_string(w.tensor_latency_s.size()) +
+                       " units, the network has " + std::to_string(net.device_count));
     }
   }
   std::vector<char> used(net.device_count, 0);
   for (const auto& stage : plan.stages) {
-    if (static_cast<int>(stage.size()) != d) throw std::invalid_argument("simulate: bad plan shape");
+    if (static_cast<int>(stage.size()) != d) throw InputError("simulate: bad plan shape");
     for (int dev : stage) {
       if (dev < 0 || dev >= net.device_count || used[dev]) {
-        throw std::invalid_argument("simulate: device " + std::to_string(dev) + " out of range or used twice");
+        throw InputError("simulate: device " + std::to_string(dev) + " out of range or used twice");
       }
       used[dev] = 1;
     }
@@ -84,10 +84,10 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
   check_plan_fits(net, plan, w);
   if (w.flushless && (w.schedule != Schedule::one_f_one_b || w.flushes != 1 || w.flushless_ahead < 0 ||
                       w.micro_batches_per_flush < flushless_slots(plan.pipeline_stages, w.flushless_ahead))) {
-    throw std::invalid_argument("a flushless pipeline runs 1F1B in one flush per step of at least (1 + ahead) x "
-                                "(stages - 1) + 1 = " +
-                                std::to_string(flushless_slots(plan.pipeline_stages, std::max(0, w.flushless_ahead))) +
-                                " micro-batches");
+    throw InputError("a flushless pipeline runs 1F1B in one flush per step of at least (1 + ahead) x "
+                     "(stages - 1) + 1 = " +
+                     std::to_string(flushless_slots(plan.pipeline_stages, std::max(0, w.flushless_ahead))) +
+                     " micro-batches");
   }
   const int p = plan.pipeline_stages, d = plan.data_parallel, m = w.micro_batches_per_flush;
   SimulationResult result;

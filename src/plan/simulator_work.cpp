@@ -3,8 +3,8 @@
 // the FLOPs that the throughput is counted in.
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/plan/simulator.hpp"
 
 namespace geotrain::plan {
@@ -59,16 +59,16 @@ std::vector<int> stage_layers(const ModelShape& m, int stages, const std::vector
     return layers;
   }
   if (static_cast<int>(given.size()) != stages) {
-    throw std::invalid_argument(std::to_string(given.size()) + " layer counts for " + std::to_string(stages) + " stages");
+    throw InputError(std::to_string(given.size()) + " layer counts for " + std::to_string(stages) + " stages");
   }
   long total = 0;
   for (int l : given) {
-    if (l < 0) throw std::invalid_argument("a stage cannot hold " + std::to_string(l) + " layers");
+    if (l < 0) throw InputError("a stage cannot hold " + std::to_string(l) + " layers");
     total += l;
   }
   if (total != m.layers) {
-    throw std::invalid_argument("the stages hold " + std::to_string(total) + " layers but the model has " +
-                                std::to_string(m.layers));
+    throw InputError("the stages hold " + std::to_string(total) + " layers but the model has " +
+                     std::to_string(m.layers));
   }
   return given;
 }
@@ -93,19 +93,19 @@ namespace {
 // Micro-batches per replica per iteration; throws where the shapes do not fit.
 int checked_micro_batches(const SimulationConfig& c, int stages, int data_parallel) {
   const TrainingShape& m = c.model;
-  if (stages < 1 || data_parallel < 1) throw std::invalid_argument("pipeline stages and data-parallel degree must be >= 1");
+  if (stages < 1 || data_parallel < 1) throw InputError("pipeline stages and data-parallel degree must be >= 1");
   if (m.layers < stages) {
-    throw std::invalid_argument("the model has " + std::to_string(m.layers) + " layers, fewer than the " +
-                                std::to_string(stages) + " pipeline stages");
+    throw InputError("the model has " + std::to_string(m.layers) + " layers, fewer than the " +
+                     std::to_string(stages) + " pipeline stages");
   }
-  if (c.micro_batch_sequences < 1 || c.global_batch_sequences < 1) throw std::invalid_argument("batch sizes must be >= 1");
+  if (c.micro_batch_sequences < 1 || c.global_batch_sequences < 1) throw InputError("batch sizes must be >= 1");
   if (c.global_batch_sequences % (data_parallel * c.micro_batch_sequences) != 0) {
-    throw std::invalid_argument("global batch " + std::to_string(c.global_batch_sequences) +
-                                " is not a multiple of data-parallel degree x micro-batch = " +
-                                std::to_string(data_parallel) + " x " + std::to_string(c.micro_batch_sequences));
+    throw InputError("global batch " + std::to_string(c.global_batch_sequences) +
+                     " is not a multiple of data-parallel degree x micro-batch = " +
+                     std::to_string(data_parallel) + " x " + std::to_string(c.micro_batch_sequences));
   }
   if (!(c.peak_tflops > 0) || !(c.efficiency > 0) || !std::isfinite(c.peak_tflops) || !std::isfinite(c.efficiency)) {
-    throw std::invalid_argument("peak TFLOPS and efficiency must be finite and > 0");
+    throw InputError("peak TFLOPS and efficiency must be finite and > 0");
   }
   return c.global_batch_sequences / data_parallel / c.micro_batch_sequences;
 }
@@ -190,8 +190,8 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   int flush = c.micro_batches_per_flush;
   if (flush <= 0 || flush > micro_batches) flush = micro_batches;
   if (micro_batches % flush != 0) {
-    throw std::invalid_argument(std::to_string(micro_batches) + " micro-batches per replica are not a multiple of " +
-                                std::to_string(flush) + " micro-batches per flush");
+    throw InputError(std::to_string(micro_batches) + " micro-batches per replica are not a multiple of " +
+                     std::to_string(flush) + " micro-batches per flush");
   }
   PipelineWork w;
   w.micro_batches_per_flush = flush;
@@ -219,7 +219,7 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   add_traffic(c, layers, w);
   if (c.tensor_parallel > 1) add_tensor_allreduces(c, layers, w);
   for (double tflops : c.device_tflops) {
-    if (!(tflops > 0) || !std::isfinite(tflops)) throw std::invalid_argument("device TFLOPS must be finite and > 0");
+    if (!(tflops > 0) || !std::isfinite(tflops)) throw InputError("device TFLOPS must be finite and > 0");
     w.device_time_scale.push_back(c.peak_tflops / tflops);
   }
   return w;

@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
 std::vector<std::vector<int>> node_tensor_groups(const Network& net, int t) {
-  if (t < 1) throw std::invalid_argument("tensor parallel degree must be >= 1, got " + std::to_string(t));
+  if (t < 1) throw InputError("tensor parallel degree must be >= 1, got " + std::to_string(t));
   std::vector<std::string> order;
   std::map<std::string, std::vector<int>> members;
   for (int d = 0; d < net.device_count; ++d) {
@@ -28,19 +29,19 @@ std::vector<std::vector<int>> node_tensor_groups(const Network& net, int t) {
 
 TensorUnits tensor_units(const Network& net, const std::vector<std::vector<int>>& groups, double untyped_tflops,
                          double untyped_memory_bytes, double efficiency) {
-  if (groups.empty()) throw std::invalid_argument("tensor_units: no groups");
+  if (groups.empty()) throw InputError("tensor_units: no groups");
   const int t = static_cast<int>(groups[0].size());
-  if (!(efficiency > 0)) throw std::invalid_argument("tensor_units: efficiency must be > 0");
+  if (!(efficiency > 0)) throw InputError("tensor_units: efficiency must be > 0");
   std::vector<char> seen(net.device_count, 0);
   for (const auto& g : groups) {
-    if (static_cast<int>(g.size()) != t || t < 1) throw std::invalid_argument("tensor_units: groups of different sizes");
+    if (static_cast<int>(g.size()) != t || t < 1) throw InputError("tensor_units: groups of different sizes");
     for (int d : g) {
       if (d < 0 || d >= net.device_count || seen[d]) {
-        throw std::invalid_argument("tensor_units: device " + std::to_string(d) + " out of range or in two groups");
+        throw InputError("tensor_units: device " + std::to_string(d) + " out of range or in two groups");
       }
       if (net.node(d) != net.node(g[0])) {
-        throw std::invalid_argument("tensor_units: devices " + std::to_string(g[0]) + " and " + std::to_string(d) +
-                                    " are on different nodes");
+        throw InputError("tensor_units: devices " + std::to_string(g[0]) + " and " + std::to_string(d) +
+                         " are on different nodes");
       }
       seen[d] = 1;
     }
@@ -86,9 +87,9 @@ TensorUnits tensor_units(const Network& net, const std::vector<std::vector<int>>
 Network counterpart_network(const Network& net, const std::vector<std::vector<int>>& groups) {
   const int n = static_cast<int>(groups.size());
   for (const auto& g : groups) {
-    if (g.empty() || g.size() != groups[0].size()) throw std::invalid_argument("counterpart_network: groups of different sizes");
+    if (g.empty() || g.size() != groups[0].size()) throw InputError("counterpart_network: groups of different sizes");
     for (int d : g) {
-      if (d < 0 || d >= net.device_count) throw std::invalid_argument("counterpart_network: device " + std::to_string(d) + " out of range");
+      if (d < 0 || d >= net.device_count) throw InputError("counterpart_network: device " + std::to_string(d) + " out of range");
     }
   }
   Network un;

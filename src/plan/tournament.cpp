@@ -4,25 +4,26 @@
 // For odd n, player M-1 = n does not exist: meeting it is a bye.
 #include "geotrain/plan/tournament.hpp"
 
-#include <stdexcept>
 #include <string>
+
+#include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
 
 int tournament_rounds(int n) {
-  if (n < 1) throw std::invalid_argument("tournament: need at least one rank, got " + std::to_string(n));
+  if (n < 1) throw InputError("tournament: need at least one rank, got " + std::to_string(n));
   return n % 2 == 0 ? n - 1 : n;
 }
 
 int partner_in_round(int n, int rank, int round) {
   const int rounds = tournament_rounds(n);
   if (rank < 0 || rank >= n) {
-    throw std::invalid_argument("tournament: rank " + std::to_string(rank) + " outside [0, " +
-                                std::to_string(n) + ")");
+    throw InputError("tournament: rank " + std::to_string(rank) + " outside [0, " +
+                     std::to_string(n) + ")");
   }
   if (round < 0 || round >= rounds) {
-    throw std::invalid_argument("tournament: round " + std::to_string(round) + " outside [0, " +
-                                std::to_string(rounds) + ")");
+    throw InputError("tournament: round " + std::to_string(round) + " outside [0, " +
+                     std::to_string(rounds) + ")");
   }
   const int m = n % 2 == 0 ? n : n + 1;  // players including the bye
   const int fixed = m - 1;

@@ -1,8 +1,7 @@
 // Cutting the layers into stages.
 #include <gtest/gtest.h>
 
-#include <stdexcept>
-
+#include "geotrain/common/errors.hpp"
 #include "geotrain/model/stage_split.hpp"
 
 namespace geotrain::model {
@@ -32,11 +31,11 @@ TEST(StageSplit, ExplicitCountsIncludingAnEmptyHeadStage) {
 }
 
 TEST(StageSplit, BadCountsAreRejected) {
-  EXPECT_THROW(split_layers(4, 2, {3, 2}), std::invalid_argument);
-  EXPECT_THROW(split_layers(4, 2, {4}), std::invalid_argument);
-  EXPECT_THROW(split_layers(4, 2, {5, -1}), std::invalid_argument);
-  EXPECT_THROW(split_layers(4, 0), std::invalid_argument);
-  EXPECT_THROW(split_layers(4, 5), std::invalid_argument);  // an even split would leave a stage empty
+  EXPECT_THROW(split_layers(4, 2, {3, 2}), InputError);
+  EXPECT_THROW(split_layers(4, 2, {4}), InputError);
+  EXPECT_THROW(split_layers(4, 2, {5, -1}), InputError);
+  EXPECT_THROW(split_layers(4, 0), InputError);
+  EXPECT_THROW(split_layers(4, 5), InputError);  // an even split would leave a stage empty
   EXPECT_EQ(split_layers(4, 4).back().last_layer, 4);       // one layer each is fine
 }
 

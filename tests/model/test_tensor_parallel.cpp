@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/model/gpt.hpp"
 
@@ -30,7 +31,7 @@ TEST(TensorSlice, CopiesTheBlocksOfRowsAndColumnsItNames) {
   std::vector<float> back(12, -1);
   copy_slice_in({0, 3, 1, 1}, {6, 2}, part.data(), back.data());
   EXPECT_EQ(back, (std::vector<float>{-1, -1, 2, 3, -1, -1, 6, 7, -1, -1, 10, 11}));
-  EXPECT_THROW(copy_slice_out({0, 3, 1, 2}, {6, 2}, whole.data(), part.data()), std::invalid_argument);
+  EXPECT_THROW(copy_slice_out({0, 3, 1, 2}, {6, 2}, whole.data(), part.data()), InputError);
 }
 
 TEST(TensorSlice, VocabularyRangesPartitionTheVocabulary) {
@@ -256,9 +257,9 @@ TEST(TensorParallelStage, RejectsADegreeThatDoesNotDivideTheHeads) {
   ThreadGroup::Member member(group, 0);
   StageSpec spec = StageSpec::whole(kSmall);
   spec.tensor_parallel = 3;
-  EXPECT_THROW(Stage(kSmall, spec, *backend, 1, 1, &member), std::invalid_argument);
+  EXPECT_THROW(Stage(kSmall, spec, *backend, 1, 1, &member), InputError);
   spec.tensor_parallel = 2;  // no group given
-  EXPECT_THROW(Stage(kSmall, spec, *backend, 1, 1, nullptr), std::invalid_argument);
+  EXPECT_THROW(Stage(kSmall, spec, *backend, 1, 1, nullptr), InputError);
 }
 
 }  // namespace

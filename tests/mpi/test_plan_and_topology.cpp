@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
-#include <stdexcept>
 #include <vector>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/plan/search.hpp"
@@ -73,10 +73,10 @@ TEST(PlanBroadcast, CorruptedMessageIsRejectedOnEveryRank) {
     bytes[bytes.size() / 2] ^= 0x04;  // one bit flipped "in transit"
   }
   const auto received = runtime::broadcast_bytes(MPI_COMM_WORLD, bytes, 0, 20, "receiving a test message");
-  EXPECT_THROW(plan::decode_plan(received, n), std::invalid_argument);
+  EXPECT_THROW(plan::decode_plan(received, n), InputError);
   // A truncated message too.
   const std::vector<std::uint8_t> cut(received.begin(), received.begin() + received.size() / 2);
-  EXPECT_THROW(plan::decode_plan(cut, n), std::invalid_argument);
+  EXPECT_THROW(plan::decode_plan(cut, n), InputError);
 }
 
 TEST(PlanBroadcast, DisagreementIsSeenByEveryRank) {

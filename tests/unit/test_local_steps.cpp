@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <set>
-#include <stdexcept>
 #include <string>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/search.hpp"
 #include "geotrain/plan/simulator.hpp"
@@ -221,7 +221,7 @@ TEST(LocalSteps, SitesSumEveryStepByHand) {
   w.outer.within_site = false;
   EXPECT_NEAR(simulate(two_sites_of_two(), plan, w).iteration_s, 0.52, kTol);
   // Sites' sums without their bytes are a caller's mistake, named.
-  EXPECT_THROW(simulate(two_sites_of_two(), plan, one_stage_two_replicas(4e5, sites_every(10))), std::invalid_argument);
+  EXPECT_THROW(simulate(two_sites_of_two(), plan, one_stage_two_replicas(4e5, sites_every(10))), InputError);
 }
 
 TEST(LocalSteps, SitesSumEveryStepInTheCostModel) {

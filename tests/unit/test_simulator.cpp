@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/plan/placement.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "plan_test_support.hpp"
@@ -509,13 +510,13 @@ TEST(Simulator, WorkRejectsShapesThatDoNotDivide) {
   c.model = tiny_model();
   c.global_batch_sequences = 16;
   c.micro_batches_per_flush = 3;  // 8 micro-batches per replica
-  EXPECT_THROW(pipeline_work(c, 2, 2), std::invalid_argument);
+  EXPECT_THROW(pipeline_work(c, 2, 2), InputError);
   c.micro_batches_per_flush = 0;  // one flush of 8
   EXPECT_EQ(pipeline_work(c, 2, 2).flushes, 1);
   c.global_batch_sequences = 15;
-  EXPECT_THROW(pipeline_work(c, 2, 2), std::invalid_argument);
+  EXPECT_THROW(pipeline_work(c, 2, 2), InputError);
   c.global_batch_sequences = 16;
-  EXPECT_THROW(pipeline_work(c, 8, 1), std::invalid_argument);  // 4 layers, 8 stages
+  EXPECT_THROW(pipeline_work(c, 8, 1), InputError);  // 4 layers, 8 stages
 }
 
 TEST(Simulator, IterationFlopsFormulas) {
@@ -557,8 +558,8 @@ TEST(Simulator, RejectsInconsistentPlans) {
   const Network net = uniform_network(4, 1e9);
   Plan plan = grid_plan(2, 2);
   plan.stages[1][1] = 0;  // device 0 twice
-  EXPECT_THROW(simulate(net, plan, equal_stages(2, 1, 1, 1, 1, Schedule::gpipe)), std::invalid_argument);
-  EXPECT_THROW(simulate(net, grid_plan(2, 2), equal_stages(3, 1, 1, 1, 1, Schedule::gpipe)), std::invalid_argument);
+  EXPECT_THROW(simulate(net, plan, equal_stages(2, 1, 1, 1, 1, Schedule::gpipe)), InputError);
+  EXPECT_THROW(simulate(net, grid_plan(2, 2), equal_stages(3, 1, 1, 1, 1, Schedule::gpipe)), InputError);
 }
 
 TEST(Simulator, TraceHasEveryComputeStepAndMessage) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/plan/layout_search.hpp"
 #include "geotrain/plan/memory_model.hpp"
 #include "geotrain/plan/tensor_parallel.hpp"
@@ -85,7 +86,7 @@ TEST(TensorParallel, UnitNetworkByHand) {
   m.hidden = 96;
   EXPECT_EQ(tensor_parallel_choices(net, m, {1, 2, 4, 8}), (std::vector<int>{1}));
   // Devices of two nodes cannot form a unit; subnetwork keeps the node labels.
-  EXPECT_THROW(tensor_units(net, {{1, 2}}, 125, 0, 1), std::invalid_argument);
+  EXPECT_THROW(tensor_units(net, {{1, 2}}, 125, 0, 1), InputError);
   EXPECT_EQ(subnetwork(net, {5, 2}).node_of_device, (std::vector<std::string>{"n2", "n1"}));
 }
 

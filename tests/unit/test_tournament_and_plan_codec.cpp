@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/plan/cost_model.hpp"
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/plan/plan_codec.hpp"
@@ -65,10 +66,10 @@ TEST(Tournament, PartnerIsSymmetricAndMatchesTheSchedule) {
 }
 
 TEST(Tournament, RejectsOutOfRange) {
-  EXPECT_THROW(tournament_rounds(0), std::invalid_argument);
-  EXPECT_THROW(partner_in_round(4, 4, 0), std::invalid_argument);
-  EXPECT_THROW(partner_in_round(4, 0, 3), std::invalid_argument);
-  EXPECT_THROW(partner_in_round(4, -1, 0), std::invalid_argument);
+  EXPECT_THROW(tournament_rounds(0), geotrain::InputError);
+  EXPECT_THROW(partner_in_round(4, 4, 0), geotrain::InputError);
+  EXPECT_THROW(partner_in_round(4, 0, 3), geotrain::InputError);
+  EXPECT_THROW(partner_in_round(4, -1, 0), geotrain::InputError);
 }
 
 Plan sample_plan(int pp, int dp, std::uint64_t seed) {
@@ -119,7 +120,7 @@ TEST(PlanCodec, EverySingleByteCorruptionIsRejected) {
         const Plan decoded = decode_plan(bad, 12);
         expect_same_plan(decoded, plan);  // acceptable only if nothing changed
         ++identical;
-      } catch (const std::invalid_argument&) {
+      } catch (const geotrain::InputError&) {
         ++rejected;
       }
     }
@@ -134,7 +135,7 @@ TEST(PlanCodec, RejectsWithAMessageNamingTheField) {
   auto message = [](std::vector<std::uint8_t> bytes, int expected) -> std::string {
     try {
       decode_plan(bytes, expected);
-    } catch (const std::invalid_argument& e) {
+    } catch (const geotrain::InputError& e) {
       return e.what();
     }
     return "accepted";
@@ -200,7 +201,7 @@ std::vector<std::uint8_t> resealed(std::vector<std::uint8_t> bytes) {
 std::string decode_message(const std::vector<std::uint8_t>& bytes, int expected) {
   try {
     decode_plan(bytes, expected);
-  } catch (const std::invalid_argument& e) {
+  } catch (const geotrain::InputError& e) {
     return e.what();
   }
   return "accepted";
@@ -271,13 +272,13 @@ TEST(PlanCodec, TensorParallelInvalidMessagesNameTheField) {
   // The encoder refuses what it cannot describe.
   Plan short_group = plan;
   short_group.tensor_groups[2] = {5};
-  EXPECT_THROW(encode_plan(short_group), std::invalid_argument);
+  EXPECT_THROW(encode_plan(short_group), geotrain::InputError);
   Plan groups_without_tp = plan;
   groups_without_tp.tensor_parallel = 1;
-  EXPECT_THROW(encode_plan(groups_without_tp), std::invalid_argument);
+  EXPECT_THROW(encode_plan(groups_without_tp), geotrain::InputError);
   Plan tp_without_groups = plan;
   tp_without_groups.tensor_groups.clear();
-  EXPECT_THROW(encode_plan(tp_without_groups), std::invalid_argument);
+  EXPECT_THROW(encode_plan(tp_without_groups), geotrain::InputError);
 
   // Crafted headers, resealed: t = 0; groups with t = 1; t > 1 without groups;
   // a header whose group count disagrees with the length.

@@ -10,7 +10,7 @@ namespace geotrain::model {
 // Stage s holds layers_per_stage[s] consecutive layers (the embedding on
 // stage 0, the head on the last). Empty `layers_per_stage`: an even split,
 // the first (layers mod stages) stages one layer more. Throws
-// std::invalid_argument with the reason when the counts do not add up to
+// InputError with the reason when the counts do not add up to
 // the model's layers, a count is negative, or their number is not `stages`.
 std::vector<StageSpec> split_layers(int layers, int stages, const std::vector<int>& layers_per_stage = {});
 

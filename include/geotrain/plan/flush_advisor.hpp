@@ -29,7 +29,7 @@ struct FlushRecommendation {
 
 // Simulates `config` with every flush size m dividing the micro-batches per
 // replica M = global batch / (D_dp x micro-batch); config.micro_batches_per_flush
-// is ignored. Throws std::invalid_argument as pipeline_work does.
+// is ignored. Throws InputError as pipeline_work does.
 FlushRecommendation recommend_flush(const Network& network, const Plan& plan, SimulationConfig config,
                                     double tolerance = kFlushTolerance);
 

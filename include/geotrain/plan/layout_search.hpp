@@ -113,7 +113,7 @@ Layout search_layout(const Network& network, const SimulationConfig& base, const
 // A placement exactly as given (its stage order and matchings; the
 // config's layers or the even split, its micro-batch and flush),
 // simulated, with its memory per stage: no search and no memory check
-// (Layout::fits says). Throws std::invalid_argument where shapes do not fit.
+// (Layout::fits says). Throws InputError where shapes do not fit.
 Layout evaluate_layout(const Network& network, const SimulationConfig& config, const Plan& plan,
                        const LayoutOptions& options);
 

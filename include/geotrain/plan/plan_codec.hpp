@@ -38,7 +38,7 @@ constexpr std::uint32_t kPlanCodecVersion = 2;
 
 std::vector<std::uint8_t> encode_plan(const Plan& plan);
 
-// Throws std::invalid_argument with a message naming the first bad field.
+// Throws InputError with a message naming the first bad field.
 // `expected_devices` >= 0: the job's ranks; device ids must be below it and
 // pp*dp*t at most it (a layout may leave ranks idle). < 0: exactly pp*dp*t
 // devices (ids below pp*dp*t).

@@ -171,7 +171,7 @@ double stage_parameters_per_rank(const ModelShape& model, int layers, bool first
 // Seconds of the all-reduces a compute step of stage s on `device` adds (tensor parallelism; 0 without).
 double tensor_allreduce_s(const PipelineWork& work, int stage, int device, bool backward);
 // Layers of each stage: `layers_per_stage` checked (D_pp counts >= 0 adding up
-// to the model's layers; std::invalid_argument otherwise), or the even split.
+// to the model's layers; InputError otherwise), or the even split.
 std::vector<int> stage_layers(const ModelShape& model, int pipeline_stages, const std::vector<int>& layers_per_stage);
 
 // A timed step, for timelines (SimulationResult::trace).
@@ -216,7 +216,7 @@ struct SimulationResult {
 // Simulates one iteration of `plan` on `network`. Every replica's pipeline
 // runs on its own devices and links (links between distinct pairs are
 // independent, a device sends and receives at the same time); throws
-// std::invalid_argument on inconsistent shapes. The tied embedding: each
+// InputError on inconsistent shapes. The tied embedding: each
 // end of a replica sends its gradient of wte to the other once its stage
 // group's data-parallel exchange is done; the iteration ends no earlier
 // than both arrive.

@@ -32,14 +32,14 @@ struct TensorUnits {
 std::vector<std::vector<int>> node_tensor_groups(const Network& network, int tensor_parallel);
 
 // The unit network of `groups` (each of the same size t, devices of one node
-// each; std::invalid_argument otherwise). A unit's speed: t x its slowest
+// each; InputError otherwise). A unit's speed: t x its slowest
 // member's TFLOPS (untyped: untyped_tflops) x `efficiency` (1 for t = 1);
 // its memory: its smallest member's (untyped: untyped_memory_bytes, 0 = unknown).
 TensorUnits tensor_units(const Network& network, const std::vector<std::vector<int>>& groups, double untyped_tflops,
                          double untyped_memory_bytes, double efficiency);
 
 // The links between units of `groups` (same sizes, ids in range;
-// std::invalid_argument otherwise): u -> v the slowest of the member links
+// InputError otherwise): u -> v the slowest of the member links
 // u[i] -> v[i] (latency the largest, bandwidth the smallest), with member
 // 0's site and node; no device types. What the layout search plans units
 // on, and what the runtime places a fixed layout's units and predicts its

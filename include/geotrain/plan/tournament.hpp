@@ -12,7 +12,7 @@ namespace geotrain::plan {
 int tournament_rounds(int n);
 
 // The rank that `rank` meets in `round` of the schedule for n ranks, or -1
-// when `rank` has a bye in that round. Throws std::invalid_argument for an
+// when `rank` has a bye in that round. Throws InputError for an
 // out-of-range rank or round.
 int partner_in_round(int n, int rank, int round);
 

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "geotrain/common/errors.hpp"
 #include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/runtime/mpi_check.hpp"
 #include "geotrain/runtime/site_groups.hpp"
@@ -73,7 +74,7 @@ plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double 
   if (rank == 0) {
     try {
       bytes = plan::encode_plan(plan_on_root);
-    } catch (const std::invalid_argument& e) {
+    } catch (const InputError& e) {
       abort_all(std::string("cannot send the plan: ") + e.what());
     }
   }
@@ -81,7 +82,7 @@ plan::Plan broadcast_plan(MPI_Comm comm, const plan::Plan& plan_on_root, double 
   plan::Plan plan;
   try {
     plan = plan::decode_plan(bytes, size);
-  } catch (const std::invalid_argument& e) {
+  } catch (const InputError& e) {
     abort_all(std::string("plan from rank 0 rejected: ") + e.what());
   }
   if (!ranks_agree(comm, plan.hash(), deadline_s, "comparing plan hashes")) {
@@ -206,7 +207,7 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   // The plan may come from anywhere: check it as the decoder does.
   try {
     plan::decode_plan(plan::encode_plan(plan), size);
-  } catch (const std::invalid_argument& e) {
+  } catch (const InputError& e) {
     abort_all(std::string("make_topology: ") + e.what());
   }
   place_rank(plan, t);
