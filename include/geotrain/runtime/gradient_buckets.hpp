@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "geotrain/kernels/backend.hpp"
-#include "geotrain/runtime/gradient_sync.hpp"
+#include "geotrain/runtime/collectives.hpp"
 
 namespace geotrain::runtime {
 
