@@ -87,9 +87,7 @@ plan::Layout fixed_layout(const io::Config& config, const ModelShape& model, con
     for (int j = 0; j < tp; ++j) groups.back().push_back(first + j);
   }
   const plan::Network units = tp > 1 ? plan::counterpart_network(network, groups) : network;
-  plan::SearchOptions search;
-  search.seed = config.train.seed;
-  search.candidates = config.pipeline.plan_candidates;
+  const plan::SearchOptions search = io::placement_search_options(config);
   const plan::Workload workload =
       plan::workload_from_model(io::training_shape(config, model, io::global_batch_sequences(config, ranks)), pp, dp);
   plan::Plan placed = plan::make_placement(plan::CostModel(units, workload), config.pipeline.placement, search).plan;
@@ -104,13 +102,8 @@ plan::Layout fixed_layout(const io::Config& config, const ModelShape& model, con
 
 // pipeline.layout = auto: the layout search the job runs on rank 0.
 plan::Layout searched_layout(const io::Config& config, const plan::Network& network, const plan::SimulationConfig& sim) {
-  plan::LayoutOptions options;
-  options.memory.activation_storage = config.device.activation_storage;
-  options.placement.seed = config.train.seed;
-  options.placement.candidates = config.pipeline.plan_candidates;
-  if (config.pipeline.tensor_parallel > 0) options.tensor_parallel = config.pipeline.tensor_parallel;
   try {
-    return plan::search_layout(network, sim, options);
+    return plan::search_layout(network, sim, io::layout_search_options(config));
   } catch (const std::exception& e) {
     throw config.error("pipeline.layout", std::string("auto: ") + e.what());
   }

@@ -43,6 +43,21 @@ plan::SimulationConfig simulation_config(const Config& config, const ModelShape&
   return s;
 }
 
+plan::SearchOptions placement_search_options(const Config& config) {
+  plan::SearchOptions search;
+  search.seed = config.train.seed;
+  search.candidates = config.pipeline.plan_candidates;
+  return search;
+}
+
+plan::LayoutOptions layout_search_options(const Config& config) {
+  plan::LayoutOptions options;
+  options.memory.activation_storage = config.device.activation_storage;
+  options.placement = placement_search_options(config);
+  if (config.pipeline.tensor_parallel > 0) options.tensor_parallel = config.pipeline.tensor_parallel;
+  return options;
+}
+
 int global_batch_sequences(const Config& config, int ranks) {
   const int units = ranks / fixed_tensor_parallel(config);
   return config.train.micro_batch_sequences * config.train.gradient_accumulation * (units / config.pipeline.stages);

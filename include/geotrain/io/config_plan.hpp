@@ -6,6 +6,8 @@
 #pragma once
 #include "geotrain/common/model_shape.hpp"
 #include "geotrain/io/config.hpp"
+#include "geotrain/plan/layout_search.hpp"
+#include "geotrain/plan/search.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "geotrain/plan/workload.hpp"
 
@@ -24,6 +26,11 @@ plan::TrainingShape training_shape(const Config& config, const ModelShape& model
 // the last backward, no recomputation, the LM head. Device speed is the
 // caller's (measured or the scenario's).
 plan::SimulationConfig simulation_config(const Config& config, const ModelShape& model, int global_batch_sequences);
+// The placement search as the job runs it (train.seed, pipeline.plan_candidates).
+plan::SearchOptions placement_search_options(const Config& config);
+// The layout search as the job runs it with pipeline.layout = auto: the
+// placement search above, the activations' storage, a fixed tensor-parallel degree.
+plan::LayoutOptions layout_search_options(const Config& config);
 // micro_batch_sequences x gradient_accumulation x replicas, for `ranks`
 // ranks of pipeline.stages stages (and tensor-parallel units where fixed).
 int global_batch_sequences(const Config& config, int ranks);

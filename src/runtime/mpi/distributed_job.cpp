@@ -163,9 +163,7 @@ plan::Plan plan_job(const io::Config& config, const ModelShape& model, const pla
   if (!error.empty()) abort_all(config.origin_of("pipeline.tensor_parallel") + ": " + error);
   // Rank 0's network (elsewhere it may be empty) is the one planned on.
   const plan::Network units = tp > 1 && network.device_count == ranks ? plan::counterpart_network(network, groups) : network;
-  plan::SearchOptions options;
-  options.seed = config.train.seed;
-  options.candidates = config.pipeline.plan_candidates;
+  const plan::SearchOptions options = io::placement_search_options(config);
   const plan::Workload workload =
       plan::workload_from_model(io::training_shape(config, model, io::global_batch_sequences(config, ranks)), pp, dp);
   plan::Plan the_plan = plan_on_root_and_broadcast(MPI_COMM_WORLD, units, workload, config.pipeline.placement, options,

@@ -142,16 +142,12 @@ JobLayout search_job_layout(const io::Config& config, const ModelShape& model, p
   if (rank == 0) {
     for (const DeviceMeasurement& d : devices) layout.rank_tflops.push_back(d.tflops);
     if (!network.typed()) set_measured_types(network, devices);
-    plan::LayoutOptions options;
-    options.memory.activation_storage = config.device.activation_storage;
-    options.placement.seed = config.train.seed;
-    options.placement.candidates = config.pipeline.plan_candidates;
+    const plan::LayoutOptions options = io::layout_search_options(config);
     // Tensor-parallel units form inside a node: the probe's hosts, where the
     // network (a probed one) names no nodes.
     if (network.node_of_device.empty() && static_cast<int>(hosts.size()) == network.device_count) {
       for (int host : hosts) network.node_of_device.push_back("host-of-rank-" + std::to_string(host));
     }
-    if (config.pipeline.tensor_parallel > 0) options.tensor_parallel = config.pipeline.tensor_parallel;
     try {
       const plan::Layout found =
           plan::search_layout(network, job_simulation_config(config, model, global_batch_sequences), options);
