@@ -51,11 +51,13 @@ ConfigNetwork config_network(const ConfigRunOptions& run, const std::string& sce
   network_only.network_only = true;
   const std::string& file = !scenario.empty() ? scenario : config.network.matrix;
   if (file.empty()) {
-    if (run.ranks <= 0) {
+    const int ranks = run.ranks > 0 ? run.ranks : config.plan.ranks;
+    if (ranks <= 0) {
       throw config.error("network.matrix", "is not set and no --scenario FILE was given: plan on the network the job "
-                         "will have (geotrain probe writes one), or give --ranks N for N ranks of one host with equal links");
+                         "will have (geotrain probe writes one), or set plan.ranks = N (--ranks N) for N ranks of one "
+                         "host with equal links");
     }
-    return equal_links(run.ranks);
+    return equal_links(ranks);
   }
   ConfigNetwork n{io::load_scenario(file, network_only).network, file};
   if (run.ranks > 0 && run.ranks != n.network.device_count) {
@@ -229,7 +231,7 @@ void add_config_mode(CLI::App* command, ConfigRunOptions& run, std::vector<std::
   command->add_option("config", run.config_file,
                       "a training config (TOML), with --section.key=value overrides after it: price what `geotrain "
                       "train CONFIG` would run");
-  command->add_option("--ranks", run.ranks, "with CONFIG and no network: plan for this many ranks of one host")
+  command->add_option("--ranks", run.ranks, "with CONFIG and no network: plan for this many ranks of one host (the key plan.ranks)")
       ->check(CLI::Range(1, 1000000));
   command->allow_extras();
   flags_allowed.insert(flags_allowed.end(), {"--ranks", "--help"});

@@ -272,6 +272,15 @@ void check_emulation(const EmulationSettings& e, const Checks& checks) {
   for (double factor : e.compute_slowdown) checks.in_range("emulation.compute_slowdown", factor, 1, 1000);
 }
 
+Section plan_section(PlanSettings& p) {
+  return {"plan", "What geotrain plan and simulate assume where the config cannot know it (train ignores it).",
+          {{"plan.ranks", &p.ranks,
+            "The job's rank count that plan and simulate price without --ranks or network.matrix (as ranks of one "
+            "host with equal links); 0: they need one of those. train uses the ranks it is started on."}}};
+}
+
+void check_plan(const PlanSettings& p, const Checks& checks) { checks.in_range("plan.ranks", p.ranks, 0, 1 << 20); }
+
 Section optimizer_section(OptimizerSettings& o) {
   return {"optimizer", "The inner optimizer and its learning-rate schedule (linear warm-up, cosine decay).",
           {{"optimizer.kind", &o.kind, "adamw or sgd (with decoupled weight decay)."},
@@ -302,7 +311,8 @@ std::vector<Section> sections(Config& c) {
   return {model_section(c.model),           device_section(c.device),         data_section(c.data),
           train_section(c.train),           pipeline_section(c.pipeline),     network_section(c.network),
           compression_section(c.compression), checkpoint_section(c.checkpoint), timing_section(c.timing),
-          outer_section(c.outer),           emulation_section(c.emulation),   optimizer_section(c.optimizer)};
+          outer_section(c.outer),           emulation_section(c.emulation),   plan_section(c.plan),
+          optimizer_section(c.optimizer)};
 }
 
 void check_sections(const Config& c, const Checks& checks) {
@@ -313,6 +323,7 @@ void check_sections(const Config& c, const Checks& checks) {
   check_model(c.model, checks);
   check_compression(c.compression, checks);
   check_emulation(c.emulation, checks);
+  check_plan(c.plan, checks);
   check_optimizer(c.optimizer, checks);
   check_device(c.device, checks);
   check_outer(c.outer, checks);

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """`geotrain plan CONFIG` and `geotrain simulate CONFIG` price what `geotrain train CONFIG` runs.
 
-1. On the quickstart config with --ranks 4 (no network: 4 ranks of one
-   host), plan's JSON carries the layout the config file fixes, read here
-   from the file itself: pipeline.stages stages x (4 / stages) replicas,
+1. On the quickstart config alone (no network: plan.ranks ranks of one
+   host, the count jobs/quickstart.sh starts), plan's JSON carries the
+   layout the config file fixes, read here from the file itself:
+   pipeline.stages stages x (ranks / stages) replicas,
    train.gradient_accumulation micro-batches of train.micro_batch_sequences;
-   simulate prices the same placement (the same predicted step).
+   simulate prices the same placement (the same predicted step); --ranks N
+   is plan.ranks = N.
 2. With network.matrix (a 4-device scenario with two sites), the plan that
    `mpirun -n 4 geotrain train` prints (its placement, pipeline by pipeline)
    is the one `geotrain plan` prints for the same config and overrides.
@@ -36,28 +38,42 @@ def pipelines(text):
     return (head.group(1) if head else None), re.findall(r"^  pipeline \d+: ranks .*$", text, re.M)
 
 
+def quickstart_ranks():
+    """The rank count jobs/quickstart.sh starts by default (GEOTRAIN_RANKS unset)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "jobs", "quickstart.sh")
+    with open(script) as f:
+        found = re.search(r'ranks="\$\{GEOTRAIN_RANKS:-(\d+)\}"', f.read())
+    return int(found.group(1)) if found else None
+
+
 def check_layout_from_file(geotrain, config, failures):
     with open(config, "rb") as f:
         settings = tomllib.load(f)
-    stages = settings["pipeline"]["stages"]
-    expected = {"pp": stages, "dp": 4 // stages, "micro_batches": settings["train"]["gradient_accumulation"],
-                "micro_batch_sequences": settings["train"]["micro_batch_sequences"], "devices": 4}
-    planned = run([geotrain, "plan", config, "--ranks", "4", "--json"])
-    simulated = run([geotrain, "simulate", config, "--ranks", "4", "--json"])
-    if planned.returncode != 0 or simulated.returncode != 0:
-        failures.append(f"plan/simulate CONFIG --ranks 4: exit {planned.returncode}/{simulated.returncode}\n"
-                        f"{planned.stderr}{simulated.stderr}")
+    ranks, stages = settings["plan"]["ranks"], settings["pipeline"]["stages"]
+    if os.path.basename(config) == "quickstart.toml" and ranks != quickstart_ranks():
+        failures.append(f"{config}: plan.ranks = {ranks}, but jobs/quickstart.sh starts {quickstart_ranks()} ranks")
+    expected = {"pp": stages, "dp": ranks // stages, "micro_batches": settings["train"]["gradient_accumulation"],
+                "micro_batch_sequences": settings["train"]["micro_batch_sequences"], "devices": ranks}
+    planned = run([geotrain, "plan", config, "--json"])
+    simulated = run([geotrain, "simulate", config, "--json"])
+    twice = run([geotrain, "plan", config, "--ranks", str(2 * ranks), "--json"])
+    if planned.returncode != 0 or simulated.returncode != 0 or twice.returncode != 0:
+        failures.append(f"plan/simulate CONFIG (--ranks {2 * ranks}): exit {planned.returncode}/"
+                        f"{simulated.returncode}/{twice.returncode}\n{planned.stderr}{simulated.stderr}{twice.stderr}")
         return
     plan, sim = json.loads(planned.stdout), json.loads(simulated.stdout)
     got = {key: plan[key] for key in expected}
-    print(f"plan {config} --ranks 4: {got}; predicted step {plan['predicted_iteration_s']:.6g} s")
+    print(f"plan {config}: {got}; predicted step {plan['predicted_iteration_s']:.6g} s")
     if got != expected:
         failures.append(f"plan CONFIG: layout {got}, the config says {expected}")
-    if sorted(d for stage in plan["stages"] for d in stage) != [0, 1, 2, 3]:
-        failures.append(f"plan CONFIG: the stages {plan['stages']} do not place each of the 4 ranks once")
+    if sorted(d for stage in plan["stages"] for d in stage) != list(range(ranks)):
+        failures.append(f"plan CONFIG: the stages {plan['stages']} do not place each of the {ranks} ranks once")
     if sim["stages"] != plan["stages"] or sim["predicted_iteration_s"] != plan["predicted_iteration_s"]:
         failures.append(f"simulate CONFIG priced another placement or step: {sim['stages']} "
                         f"{sim['predicted_iteration_s']} vs plan's {plan['stages']} {plan['predicted_iteration_s']}")
+    doubled = json.loads(twice.stdout)
+    if (doubled["devices"], doubled["dp"]) != (2 * ranks, 2 * ranks // stages):
+        failures.append(f"plan CONFIG --ranks {2 * ranks}: {doubled['devices']} devices, {doubled['dp']} replicas")
 
 
 def check_plan_equals_train(geotrain, config, scenario, mpirun, failures):
@@ -80,8 +96,8 @@ def check_bad_input(geotrain, config, failures):
     cases = [([geotrain, "plan", "--train.steps=3"], r"command line: --train\.steps=3: unknown option"),
              ([geotrain, "plan", config, "--ranks", "4", "--pp", "2"], r"command line: --pp: with a config file"),
              ([geotrain, "simulate", config, "--ranks", "4", "--model", config], r"command line: --model: with a config"),
-             ([geotrain, "plan", config], r"quickstart\.toml: network\.matrix: is not set"),
              ([geotrain, "plan", config, "--ranks", "3"], r"pipeline\.stages: 2 does not divide the 3 ranks"),
+             ([geotrain, "plan", config, "--plan.ranks=0"], r"network\.matrix: is not set .*plan\.ranks"),
              ([geotrain, "plan", config, "--ranks", "4", "--train.stepz=3"], r"command line: train\.stepz: unknown key")]
     for command, pattern in cases:
         done = run(command)

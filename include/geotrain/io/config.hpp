@@ -135,6 +135,12 @@ struct EmulationSettings {
   std::vector<double> compute_slowdown;
 };
 
+// [plan]: what `geotrain plan` and `geotrain simulate` assume where a config
+// cannot know it; `train` uses the ranks it is started on.
+struct PlanSettings {
+  int ranks = 0;
+};
+
 // [optimizer]
 struct OptimizerSettings {
   InnerOptimizer kind = InnerOptimizer::adamw;
@@ -161,6 +167,7 @@ struct Config {
   TimingSettings timing;
   OuterSettings outer;
   EmulationSettings emulation;
+  PlanSettings plan;
   OptimizerSettings optimizer;
 
   std::string source;                          // the file it came from, for messages
