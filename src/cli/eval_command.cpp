@@ -8,7 +8,7 @@
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/runtime/evaluation.hpp"
 #ifdef GEOTRAIN_HAVE_MPI_TRAINING
-#include "geotrain/runtime/distributed_job.hpp"
+#include "geotrain/job/distributed_job.hpp"
 #endif
 
 namespace geotrain::cli {

@@ -14,10 +14,10 @@
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/io/scenario.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_probe.hpp"
 #include "geotrain/kernels/backend.hpp"
-#include "geotrain/runtime/job_layout.hpp"
+#include "geotrain/job/job_layout.hpp"
 
 namespace geotrain::cli {
 

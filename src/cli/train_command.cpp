@@ -10,7 +10,7 @@
 #include "geotrain/runtime/timing_record.hpp"
 #include "geotrain/runtime/trainer.hpp"
 #ifdef GEOTRAIN_HAVE_MPI_TRAINING
-#include "geotrain/runtime/distributed_job.hpp"
+#include "geotrain/job/distributed_job.hpp"
 #endif
 
 namespace geotrain::cli {

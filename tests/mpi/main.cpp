@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 namespace {
 

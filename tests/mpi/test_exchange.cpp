@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_exchange.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/job/mpi_exchange.hpp"
 #include "geotrain/runtime/wire_codec.hpp"
 
 namespace {

@@ -13,9 +13,9 @@
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/plan/plan_codec.hpp"
 #include "geotrain/plan/search.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
-#include "geotrain/runtime/mpi_training.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
+#include "geotrain/job/mpi_training.hpp"
 
 namespace {
 

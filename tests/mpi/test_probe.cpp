@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "geotrain/io/scenario.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_probe.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <cstdio>
 
 #include "geotrain/plan/workload.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
-#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
+#include "geotrain/mpi/mpi_probe.hpp"
 
 namespace {
 

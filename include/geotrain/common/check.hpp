@@ -1,9 +1,9 @@
 // The checked-call family: every MPI, CUDA, cuBLAS, NCCL and HDF5 call goes
 // through its library's macro,
 //
-//   GT_MPI_CHECK(call)                   runtime/mpi_check.hpp
+//   GT_MPI_CHECK(call)                   mpi/mpi_check.hpp
 //   GT_CUDA_CHECK(call), GT_CUDA_WARN    common/cuda_check.hpp (CUDA runtime, cuBLAS)
-//   GT_NCCL_CHECK(call)                  runtime/nccl (its only user)
+//   GT_NCCL_CHECK(call)                  job/nccl_training.cpp (its only user)
 //   GT_H5_CHECK(call, context, reading)  io/hdf5_support.hpp
 //
 // Each adapter knows only its library's success value and error string; a

@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_probe.hpp"
 
 int main(int argc, char** argv) {
   geotrain::runtime::MpiSession mpi(&argc, &argv);

@@ -92,6 +92,8 @@ COLLECTIVE_FORM = os.environ.get("GEOTRAIN_TEST_FORM", "parallel")
 LOAD_CHECKPOINT = os.path.join(HERE, "..", "..", "..", "analysis", "load_checkpoint.py")
 sys.path.insert(0, os.path.dirname(LOAD_CHECKPOINT))
 from load_checkpoint import checkpoint_files, text  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
+from training_script import fixture_flags  # noqa: E402
 
 
 def fail(message):
@@ -101,7 +103,7 @@ def fail(message):
 class Runner:
     def __init__(self, geotrain, config, workdir, mpirun):
         self.geotrain, self.config, self.workdir, self.mpirun = geotrain, config, workdir, mpirun
-        self.common = [config, f"--train.steps={STEPS}", "--train.log_every_steps=1", "--train.log_json=true",
+        self.common = [config, *fixture_flags(), f"--train.steps={STEPS}", "--train.log_every_steps=1", "--train.log_json=true",
                        "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", "--train.eval_batches=4",
                        f"--checkpoint.every_steps={HALF}", "--checkpoint.keep=5"]
 

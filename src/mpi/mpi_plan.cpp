@@ -1,4 +1,4 @@
-#include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -8,7 +8,7 @@
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/plan/plan_codec.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 #include "geotrain/runtime/site_groups.hpp"
 
 namespace geotrain::runtime {

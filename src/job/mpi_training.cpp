@@ -1,4 +1,4 @@
-#include "geotrain/runtime/mpi_training.hpp"
+#include "geotrain/job/mpi_training.hpp"
 
 #include <cstring>
 #include <iomanip>
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "geotrain/common/errors.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 namespace geotrain::runtime {
 namespace {

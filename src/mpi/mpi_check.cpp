@@ -1,4 +1,4 @@
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "geotrain/runtime/nccl_training.hpp"
+#include "geotrain/job/nccl_training.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "geotrain/common/cuda_check.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 namespace geotrain::runtime {
 

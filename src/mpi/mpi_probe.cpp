@@ -1,4 +1,4 @@
-#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/mpi/mpi_probe.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "geotrain/plan/tournament.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 namespace geotrain::runtime {
 

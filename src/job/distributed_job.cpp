@@ -25,19 +25,19 @@
 #include "geotrain/plan/tensor_parallel.hpp"
 #include "geotrain/plan/workload.hpp"
 #include "geotrain/runtime/checkpointing.hpp"
-#include "geotrain/runtime/distributed_job.hpp"
+#include "geotrain/job/distributed_job.hpp"
 #include "geotrain/runtime/evaluation.hpp"
-#include "geotrain/runtime/job_layout.hpp"
-#include "geotrain/runtime/job_timing.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_checkpoints.hpp"
-#include "geotrain/runtime/mpi_probe.hpp"
+#include "geotrain/job/job_layout.hpp"
+#include "geotrain/job/job_timing.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/job/mpi_checkpoints.hpp"
+#include "geotrain/mpi/mpi_probe.hpp"
 #include "geotrain/runtime/encoded_links.hpp"
-#include "geotrain/runtime/mpi_training.hpp"
+#include "geotrain/job/mpi_training.hpp"
 #include "geotrain/runtime/progress_log.hpp"
 #include "geotrain/runtime/timing_record.hpp"
 #ifdef GEOTRAIN_HAVE_NCCL
-#include "geotrain/runtime/nccl_training.hpp"
+#include "geotrain/job/nccl_training.hpp"
 #endif
 
 namespace geotrain::runtime {

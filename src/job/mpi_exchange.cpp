@@ -1,10 +1,10 @@
-#include "geotrain/runtime/mpi_exchange.hpp"
+#include "geotrain/job/mpi_exchange.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
 
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 namespace geotrain::runtime {
 namespace {

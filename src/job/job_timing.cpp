@@ -1,12 +1,12 @@
 // The timing file of a job under MPI: every training rank's step times and
 // events gathered to the reporting rank, which writes the file.
-#include "geotrain/runtime/job_timing.hpp"
+#include "geotrain/job/job_timing.hpp"
 
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
 
-#include "geotrain/runtime/mpi_check.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
 
 namespace geotrain::runtime {
 namespace {

@@ -17,9 +17,9 @@
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/checkpoint.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_checkpoints.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/job/mpi_checkpoints.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
 
 namespace geotrain::runtime {
 namespace {

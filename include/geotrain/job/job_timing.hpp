@@ -4,7 +4,7 @@
 
 #include "geotrain/common/model_shape.hpp"
 #include "geotrain/io/config.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
 #include "geotrain/runtime/timing_record.hpp"
 #include "geotrain/runtime/trainer.hpp"
 

@@ -1,4 +1,4 @@
-#include "geotrain/runtime/mpi_checkpoints.hpp"
+#include "geotrain/job/mpi_checkpoints.hpp"
 
 #include <unistd.h>
 
@@ -14,8 +14,8 @@
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/checkpoint.hpp"
 #include "geotrain/io/parallel_checkpoint.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
 #include "geotrain/runtime/site_groups.hpp"
 
 namespace geotrain::runtime {

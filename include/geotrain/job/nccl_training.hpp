@@ -16,8 +16,8 @@
 
 #include "geotrain/kernels/backend.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
-#include "geotrain/runtime/mpi_training.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
+#include "geotrain/job/mpi_training.hpp"
 #include "geotrain/runtime/pipeline.hpp"
 
 namespace geotrain::runtime {

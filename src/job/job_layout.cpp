@@ -1,4 +1,4 @@
-#include "geotrain/runtime/job_layout.hpp"
+#include "geotrain/job/job_layout.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -12,8 +12,8 @@
 #include "geotrain/io/config_plan.hpp"
 #include "geotrain/plan/layout_search.hpp"
 #include "geotrain/plan/plan_codec.hpp"
-#include "geotrain/runtime/mpi_check.hpp"
-#include "geotrain/runtime/mpi_plan.hpp"
+#include "geotrain/mpi/mpi_check.hpp"
+#include "geotrain/mpi/mpi_plan.hpp"
 
 namespace geotrain::runtime {
 namespace {
