@@ -57,7 +57,7 @@ int run_train_command(const TrainCommandOptions& o) {
   const runtime::TrainResult result = runtime::train_single_rank(inputs, std::cout);
   std::ostream& text = runtime::text_stream(config, std::cout);
   if (!timing_path.empty()) {
-    const runtime::JobDescription job = runtime::single_rank_job(result.device);
+    const runtime::JobDescription job = runtime::single_rank_job(result.device, inputs.layout);
     const runtime::RankTiming own{result.events, result.step_seconds, result.stage_parameters};
     io::write_timing_file(timing_path, runtime::make_timing_run(config, inputs.model, job, result, {own}));
     if (!config.train.quiet) text << "timing: " << timing_path << "\n";

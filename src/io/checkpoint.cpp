@@ -218,6 +218,7 @@ Checkpoint read_checkpoint_attributes(hid_t file, const std::string& path) {
     c.model.tied_head = head == "tied";
   }
   c.config_text = read_string_attribute(file, "config", path);
+  if (H5Aexists(file, "layout") > 0) c.layout_text = read_string_attribute(file, "layout", path);
   c.plan_text = read_string_attribute(file, "plan", path);
   if (H5Aexists(file, "tokenizer") > 0) c.tokenizer_text = read_string_attribute(file, "tokenizer", path);
   if (H5Aexists(file, "weights_only") > 0) {
@@ -264,6 +265,7 @@ void write_checkpoint_attributes(hid_t file, const Checkpoint& c, const std::str
   write_int_attribute(file, "model_sequence_length", c.model.sequence_length, context);
   if (!c.model.tied_head) write_string_attribute(file, "model_lm_head", "untied", context);
   write_string_attribute(file, "config", c.config_text, context);
+  if (!c.layout_text.empty()) write_string_attribute(file, "layout", c.layout_text, context);
   write_string_attribute(file, "plan", c.plan_text, context);
   if (!c.tokenizer_text.empty()) write_string_attribute(file, "tokenizer", c.tokenizer_text, context);
   if (c.weights_only) write_int_attribute(file, "weights_only", 1, context);

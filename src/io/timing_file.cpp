@@ -63,6 +63,7 @@ void write_file(const std::string& path, const TimingRun& r) {
   write_string_attribute(file, "time_unit", "s", context);
   write_string_attribute(file, "clock", "steady clock of each rank, from a barrier before the first step", context);
   write_string_attribute(file, "config", r.config_text, context);
+  write_string_attribute(file, "layout", r.layout_text, context);
   write_string_attribute(file, "model_name", r.model_name, context);
   write_string_attribute(file, "device", r.device, context);
   write_string_attribute(file, "schedule", r.schedule, context);

@@ -49,7 +49,7 @@ enum class JobKind { train, evaluate };
 // What every rank prepares before talking to the others; failures here are
 // bad input (exit 2) unless said otherwise.
 struct Setup {
-  io::Config config;  // as read; inputs.config once the inputs are read
+  io::Config config;  // as read, until read_inputs moves it into inputs.config (the one copy from then on)
   ModelShape model;
   RunInputs inputs;
   std::vector<model::StageSpec> stages;
@@ -83,23 +83,26 @@ void prepare(Setup& s, const std::string& config_file, const std::vector<std::st
 }
 
 
-// The searched layout replaces the fixed one's keys (so that logs,
-// checkpoints and the timing file show what ran).
+// The searched layout (or a plan file's) becomes what runs: the inputs'
+// layout, which checkpoints and the timing file record beside the config
+// as written.
 void adopt_layout(Setup& setup, const JobLayout& layout, int ranks) {
-  io::Config& c = setup.inputs.config;
+  const io::Config& c = setup.inputs.config;
+  StepLayout& run = setup.inputs.layout;
   // Validation keeps the sequences the fixed layout would have evaluated
   // (eval_batches batches of micro-batch x replicas), whatever the layout.
   const int evaluated = c.train.eval_batches * c.train.micro_batch_sequences *
                         (ranks / io::fixed_tensor_parallel(c) / c.pipeline.stages);
   const int per_batch = layout.micro_batch_sequences * layout.plan.data_parallel;
-  c.train.eval_batches = std::max(1, (evaluated + per_batch - 1) / per_batch);
-  c.train.micro_batch_sequences = layout.micro_batch_sequences;
-  c.train.gradient_accumulation = layout.micro_batches;
-  c.pipeline.micro_batches_per_flush = layout.micro_batches_per_flush < layout.micro_batches ? layout.micro_batches_per_flush : 0;
-  c.pipeline.stages = layout.plan.pipeline_stages;
-  c.pipeline.tensor_parallel = layout.plan.tensor_parallel;
-  c.pipeline.layers_per_stage = layout.layers_per_stage;
-  setup.stages = model::split_layers(setup.inputs.model.layers, c.pipeline.stages, c.pipeline.layers_per_stage);
+  run.source = layout.source;
+  run.eval_batches = std::max(1, (evaluated + per_batch - 1) / per_batch);
+  run.micro_batch_sequences = layout.micro_batch_sequences;
+  run.micro_batches = layout.micro_batches;
+  run.micro_batches_per_flush = layout.micro_batches_per_flush < layout.micro_batches ? layout.micro_batches_per_flush : 0;
+  run.stages = layout.plan.pipeline_stages;
+  run.tensor_parallel = layout.plan.tensor_parallel;
+  run.layers_per_stage = layout.layers_per_stage;
+  setup.stages = model::split_layers(setup.inputs.model.layers, run.stages, run.layers_per_stage);
 }
 
 // The network the planner sees: network.matrix, else probed (one rank: trivial).
@@ -295,7 +298,8 @@ class JobConnections {
 };
 
 // Rank 0's closing lines: the summary and where a step's time went.
-void report_job_end(const TrainResult& result, const io::Config& config, int ranks, int pp, std::ostream& log) {
+void report_job_end(const TrainResult& result, const RunInputs& inputs, int ranks, int pp, std::ostream& log) {
+  const io::Config& config = inputs.config;
   if (result.stopped_by_signal) {
     std::cerr << stopped_summary(result);
   } else {
@@ -304,7 +308,7 @@ void report_job_end(const TrainResult& result, const io::Config& config, int ran
   if (config.train.quiet) return;
   const StepBreakdown& b = result.breakdown;
   // The pipeline share of the pipeline phase: the bubble plus transfers.
-  const int m = config.train.gradient_accumulation;
+  const int m = inputs.layout.micro_batches;
   const double measured = b.pipeline_s / (b.compute_s + b.pipeline_s);
   const double ideal = static_cast<double>(pp - 1) / (m + pp - 1);
   char line[320];
@@ -369,8 +373,8 @@ int read_inputs(Job& job, const std::string& config_file, const std::vector<std:
     return failed;
   }
   attempt([&] {
-    setup.inputs = kind == JobKind::train ? prepare_run(setup.config, setup.model)
-                                          : prepare_evaluation(setup.config, setup.model);
+    setup.inputs = kind == JobKind::train ? prepare_run(std::move(setup.config), setup.model)
+                                          : prepare_evaluation(std::move(setup.config), setup.model);
   });
   return agree_on_failure(error, code, job.deadline_s);
 }
@@ -460,6 +464,7 @@ int train_and_report(Job& job, const RankRole& role, const RankConnections& with
   }
   if (!config.timing.file.empty()) {
     JobDescription described;
+    described.layout = job.setup.inputs.layout;
     described.device = result.device;
     described.network = job.network;
     described.network_source = job.setup.matrix ? config.network.matrix : (job.ranks > 1 ? "probed" : "single rank");
@@ -472,7 +477,7 @@ int train_and_report(Job& job, const RankRole& role, const RankConnections& with
     if (role.reports && !config.train.quiet) text << "timing: " << timing_path << "\n";
   }
   if (role.reports) {
-    report_job_end(result, config, static_cast<int>(topology.job_ranks.size()), job.plan.pipeline_stages, text);
+    report_job_end(result, job.setup.inputs, static_cast<int>(topology.job_ranks.size()), job.plan.pipeline_stages, text);
   }
   return result.stopped_by_signal ? kExitRunError : 0;
 }

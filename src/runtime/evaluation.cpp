@@ -29,6 +29,7 @@ double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives
 RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
   RunInputs inputs;
   inputs.config = std::move(config);
+  inputs.layout = fixed_step_layout(inputs.config);
   inputs.model = model;
   const io::Config& c = inputs.config;
   inputs.data.emplace(std::vector<std::uint16_t>{}, io::read_token_shard(c.data.validation, model.vocabulary), c.train.seed,
@@ -57,7 +58,7 @@ RunInputs read_evaluation_inputs(const std::string& config_file, const std::vect
 
 Evaluation evaluate(RunInputs& inputs, const RankRole& role, const RankConnections& with) {
   const io::Config& c = inputs.config;
-  const int B = c.train.micro_batch_sequences, T = inputs.model.sequence_length;
+  const int B = inputs.layout.micro_batch_sequences, T = inputs.model.sequence_length;
   with.backend.set_matmul_precision(c.device.matmul_precision);
   model::Stage stage(inputs.model, role.spec, with.backend, B, 1, with.tensor_group);
   if (inputs.resume) {
@@ -68,7 +69,7 @@ Evaluation evaluate(RunInputs& inputs, const RankRole& role, const RankConnectio
   PipelineStep pipeline(stage, with.backend, c.pipeline.schedule, role.stage, role.stages, 1);
   inputs.data->set_replica(role.replica, role.replicas);
   Evaluation e;
-  e.loss = validation_loss(pipeline, with.links, with.collectives, *inputs.data, B, T, c.train.eval_batches, role.replicas,
+  e.loss = validation_loss(pipeline, with.links, with.collectives, *inputs.data, B, T, inputs.layout.eval_batches, role.replicas,
                            &e.global_batches);
   return e;
 }
@@ -98,7 +99,7 @@ std::string evaluation_report(const Evaluation& e, const RunInputs& inputs) {
                                          : "the initialised model (train.seed " + std::to_string(c.train.seed) + ", no checkpoint)";
   std::snprintf(numbers, sizeof numbers, "validation loss %.6f (perplexity %.3f)\n", e.loss, std::exp(e.loss));
   return "geotrain eval: " + what + ", " + std::to_string(e.global_batches) + " batches x " +
-         std::to_string(c.train.micro_batch_sequences) + " sequences x " + std::to_string(inputs.model.sequence_length) +
+         std::to_string(inputs.layout.micro_batch_sequences) + " sequences x " + std::to_string(inputs.model.sequence_length) +
          " tokens of " + c.data.validation + "\n" + numbers;
 }
 

@@ -130,7 +130,7 @@ class RankTrainer {
   void start_timeline();
 
   double validation() {
-    return validation_loss(pipeline_, with_.links, with_.collectives, data_, B_, T_, config_.train.eval_batches,
+    return validation_loss(pipeline_, with_.links, with_.collectives, data_, B_, T_, layout_.eval_batches,
                            role_.replicas);
   }
 
@@ -199,8 +199,9 @@ class RankTrainer {
   const RankConnections& with_;
   ProgressLog progress_;
   io::TokenDataset& data_;
+  const StepLayout& layout_;  // what runs (the config as written may leave it to the layout search)
   const int B_, T_, m_;
-  const int flushes_;  // pipeline flushes per step (pipeline.micro_batches_per_flush)
+  const int flushes_;  // pipeline flushes per step (layout.micro_batches_per_flush)
   model::Stage stage_;
   model::AdamW optimizer_;
   PipelineStep pipeline_;

@@ -1,5 +1,7 @@
 #include "geotrain/runtime/run_inputs.hpp"
 
+#include <sstream>
+
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
 #include "geotrain/runtime/checkpointing.hpp"
@@ -7,9 +9,37 @@
 
 namespace geotrain::runtime {
 
+StepLayout fixed_step_layout(const io::Config& config) {
+  StepLayout layout;
+  layout.stages = config.pipeline.stages;
+  layout.tensor_parallel = config.pipeline.tensor_parallel;
+  layout.layers_per_stage = config.pipeline.layers_per_stage;
+  layout.micro_batch_sequences = config.train.micro_batch_sequences;
+  layout.micro_batches = config.train.gradient_accumulation;
+  layout.micro_batches_per_flush = config.pipeline.micro_batches_per_flush;
+  layout.eval_batches = config.train.eval_batches;
+  return layout;
+}
+
+std::string describe(const StepLayout& layout) {
+  std::ostringstream text;
+  text << "layout.source = \"" << layout.source << "\"\n"
+       << "layout.stages = " << layout.stages << "\n"
+       << "layout.tensor_parallel = " << layout.tensor_parallel << "\n"
+       << "layout.layers_per_stage = [";
+  for (std::size_t s = 0; s < layout.layers_per_stage.size(); ++s) text << (s ? ", " : "") << layout.layers_per_stage[s];
+  text << "]\n"
+       << "layout.micro_batch_sequences = " << layout.micro_batch_sequences << "\n"
+       << "layout.micro_batches = " << layout.micro_batches << "\n"
+       << "layout.micro_batches_per_flush = " << layout.micro_batches_per_flush << "\n"
+       << "layout.eval_batches = " << layout.eval_batches << "\n";
+  return text.str();
+}
+
 RunInputs prepare_run(io::Config config, const ModelShape& model) {
   RunInputs inputs;
   inputs.config = std::move(config);
+  inputs.layout = fixed_step_layout(inputs.config);
   inputs.model = model;
   const io::Config& c = inputs.config;
   // Before the shards: a vocabulary too small for the tokenizer is named as such, not as a stray token id.

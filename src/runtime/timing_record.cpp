@@ -61,13 +61,12 @@ double step_end_s(const plan::Network& network, const plan::Plan& plan, const pl
 plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& model, const JobDescription& job,
                                   const std::vector<RankTiming>& ranks, const MeasuredCompute& measured) {
   plan::PipelineWork work;
-  const int per_flush = config.pipeline.micro_batches_per_flush > 0 ? config.pipeline.micro_batches_per_flush : config.train.gradient_accumulation;
-  work.micro_batches_per_flush = per_flush;
-  work.flushes = config.train.gradient_accumulation / per_flush;
+  work.flushes = job.layout.flushes();
+  work.micro_batches_per_flush = job.layout.micro_batches / work.flushes;
   work.forward_s = measured.forward_s;
   work.backward_s = measured.backward_s;
   auto encoded = [&](WireFormat format, double values) { return encoded_bytes(config, format, values); };
-  const double values = 1.0 * config.train.micro_batch_sequences * model.sequence_length * model.hidden;
+  const double values = 1.0 * job.layout.micro_batch_sequences * model.sequence_length * model.hidden;
   work.activation_bytes = encoded(config.compression.activations, values);
   work.activation_gradient_bytes = encoded(config.compression.activation_gradients, values);
   work.outer = io::outer_sync(config);
@@ -98,8 +97,9 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
 
 }  // namespace
 
-JobDescription single_rank_job(const std::string& device) {
+JobDescription single_rank_job(const std::string& device, const StepLayout& layout) {
   JobDescription job;
+  job.layout = layout;
   job.device = device;
   job.network.device_count = 1;
   job.network.latency_s = {0.0};
@@ -139,6 +139,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   const int n = static_cast<int>(ranks.size());
   const int pp = job.plan.pipeline_stages, dp = job.plan.data_parallel;
   run.config_text = io::describe(config);
+  run.layout_text = describe(job.layout);
   run.model_name = model.name;
   run.device = job.device;
   run.schedule = plan::to_string(config.pipeline.schedule);
@@ -148,8 +149,8 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.ranks = n;
   run.pipeline_stages = pp;
   run.data_parallel = dp;
-  run.micro_batches = config.train.gradient_accumulation;
-  run.micro_batch_sequences = config.train.micro_batch_sequences;
+  run.micro_batches = job.layout.micro_batches;
+  run.micro_batch_sequences = job.layout.micro_batch_sequences;
   run.sequence_length = model.sequence_length;
   run.first_step = reporting.first_step;
   run.tokens_per_step = reporting.tokens_per_step;

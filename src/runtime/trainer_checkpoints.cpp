@@ -162,6 +162,7 @@ void RankTrainer::save(int completed_steps) {
   metadata.sampler = data_.state();
   metadata.model = model_;
   metadata.config_text = io::describe(config_);
+  metadata.layout_text = describe(layout_);
   metadata.plan_text = role_.plan_text;
   metadata.tokenizer_text = tokenizer_text_;
   metadata.residual_layout = residual_layout();

@@ -86,7 +86,8 @@ struct Checkpoint {
   std::int64_t global_batch_sequences = 0;  // of the run that wrote it; 0: not recorded (older files)
   SamplerState sampler;
   ModelShape model;
-  std::string config_text;
+  std::string config_text;     // the run's settings as the user wrote them (TOML)
+  std::string layout_text;     // how the run cut up a step (TOML, runtime::describe(StepLayout)); "": older files
   std::string plan_text;
   std::string tokenizer_text;  // the training data's tokenizer file; "" = the byte tokenizer
   bool weights_only = false;   // no optimizer moments (see above)

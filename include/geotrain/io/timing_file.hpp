@@ -44,7 +44,7 @@ struct TimingEvent {
 };
 
 struct TimingRun {
-  std::string config_text, model_name, device, schedule, placement, plan_text, network_source;
+  std::string config_text, layout_text, model_name, device, schedule, placement, plan_text, network_source;
   int ranks = 1, pipeline_stages = 1, data_parallel = 1, micro_batches = 1, micro_batch_sequences = 1;
   int sequence_length = 1, first_step = 0;
   double tokens_per_step = 0, model_flops_per_token = 0, device_peak_flops_per_s = 0;

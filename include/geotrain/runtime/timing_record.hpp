@@ -24,6 +24,7 @@ struct RankTiming {
 };
 
 struct JobDescription {
+  StepLayout layout;            // what ran (the config may leave it to the layout search)
   std::string device;           // the backend's description
   plan::Network network;        // ranks x ranks
   std::string network_source;   // "probed", a scenario file, or "single rank"
@@ -32,7 +33,7 @@ struct JobDescription {
 };
 
 // A one-rank job: one stage, one replica, a 1 x 1 network.
-JobDescription single_rank_job(const std::string& device);
+JobDescription single_rank_job(const std::string& device, const StepLayout& layout);
 
 // `reporting` is the reporting rank's result (losses, learning rates);
 // `ranks[r]` is rank r's timing.

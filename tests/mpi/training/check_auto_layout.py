@@ -127,6 +127,30 @@ def check_tensor_parallel(geotrain, common, auto, mpirun, reference, failures):
             failures.append(f"plan file, tp = 2: rank {idle}, idle in the plan, printed no idle line")
 
 
+def check_recorded_layout(timing_file, plan, plan_file, failures):
+    """The timing file keeps the config as the user wrote it (attribute "config") and what ran beside it
+    (attribute "layout": the plan file's stages, layers and micro-batches)."""
+    import h5py
+    import tomllib
+    try:
+        with h5py.File(timing_file) as f:
+            config, layout = (tomllib.loads(f.attrs[name]) for name in ("config", "layout"))
+    except (OSError, KeyError) as e:
+        failures.append(f"{timing_file}: {e}")
+        return
+    written = {"stages": config["pipeline"]["stages"], "micro_batches": config["train"]["gradient_accumulation"],
+               "plan_file": config["pipeline"]["plan_file"]}
+    if written != {"stages": 2, "micro_batches": 4, "plan_file": plan_file}:
+        failures.append(f"{timing_file}: attribute config holds {written}, not the settings as written")
+    ran = {"stages": layout["layout"]["stages"], "layers_per_stage": layout["layout"]["layers_per_stage"],
+           "micro_batches": layout["layout"]["micro_batches"], "source": layout["layout"]["source"]}
+    expected = {"stages": plan["pp"], "layers_per_stage": plan["layers_per_stage"],
+                "micro_batches": plan["micro_batches"], "source": plan_file}
+    print(f"timing file: config as written {written}; layout that ran {ran}")
+    if ran != expected:
+        failures.append(f"{timing_file}: attribute layout holds {ran}, the plan file says {expected}")
+
+
 def main():
     (geotrain, config), mpirun = arguments_and_mpirun()
     common = short_run_flags(config, STEPS, 2) + ["--model.layers=8", "--timing.file=", "--train.metrics_file="]
@@ -176,8 +200,11 @@ def main():
         with open(plan_file, "w") as f:
             f.write(planned.stdout)
         plan = json.loads(planned.stdout)
-        done = run([*mpirun, "-n", "4", geotrain, "train", *common, f"--pipeline.plan_file={plan_file}"])
+        timing_file = os.path.abspath("auto-layout-plan-timing.h5")
+        done = run([*mpirun, "-n", "4", geotrain, "train", *common, f"--pipeline.plan_file={plan_file}",
+                    f"--timing.file={timing_file}"])
         values = losses_of(done, "plan file", failures)
+        check_recorded_layout(timing_file, plan, plan_file, failures)
         if values is not None:
             expected = (f"layers [{' '.join(map(str, plan['layers_per_stage']))}]", f"{plan['micro_batches']} micro-batches "
                         f"of {plan['micro_batch_sequences']} sequences")
