@@ -1,5 +1,6 @@
 """What the training check scripts share: their command line (arguments, then
 "--" and the mpirun command) and the flags of a short, quiet training run."""
+import os
 import sys
 
 
@@ -8,10 +9,22 @@ def arguments_and_mpirun():
     return sys.argv[1:separator], sys.argv[separator + 1:]
 
 
+def fixture_flags():
+    """The sanitizer presets (asan-mpi, tsan) set GEOTRAIN_TEST_FIXTURE=short: the same model, so the
+    same parameters, buckets, fragments and checkpoint tensors, on sequences of 32 tokens instead of
+    the config's 128: every code path the release run takes, a quarter of its arithmetic, which a
+    sanitizer slows most. The numbers at full size are the release run's to check."""
+    fixture = os.environ.get("GEOTRAIN_TEST_FIXTURE", "")
+    if fixture not in ("", "short"):
+        sys.exit(f"GEOTRAIN_TEST_FIXTURE={fixture}: unknown fixture (short, or unset for the config's own)")
+    return ["--model.sequence_length=32"] if fixture == "short" else []
+
+
 def short_run_flags(config, steps, eval_batches):
     """One JSON record per step on stdout, no evaluation during the run, no checkpoints."""
-    return [config, f"--train.steps={steps}", "--train.log_every_steps=1", "--train.log_json=true",
-            "--optimizer.warmup_steps=2", "--train.eval_every_steps=0", f"--train.eval_batches={eval_batches}",
+    return [config, *fixture_flags(), f"--train.steps={steps}", "--train.log_every_steps=1",
+            "--train.log_json=true", "--optimizer.warmup_steps=2", "--train.eval_every_steps=0",
+            f"--train.eval_batches={eval_batches}",
             "--checkpoint.dir="]  # no checkpoints: parallel tests share the working directory
 
 
