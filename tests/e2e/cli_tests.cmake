@@ -212,6 +212,15 @@ if(TARGET geotrain_runtime)
   endforeach()
 endif()
 
+# A byte flipped in any tensor of a checkpoint (single file or sharded folder)
+# stops eval, sample, resume, init_from and convert naming file and tensor.
+if(TARGET geotrain_runtime)
+  add_test(NAME cli.checkpoint.checksums
+           COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_checksums.py ${GT}
+                   ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/checksum-tests)
+  set_tests_properties(cli.checkpoint.checksums PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+endif()
+
 # plan --out / --rankfile / --hostfile / --slurm-hostfile from a probed matrix's host names.
 add_test(NAME cli.plan.launch-files
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_launch_files.sh ${GT} ${CMAKE_CURRENT_BINARY_DIR}/launch-files

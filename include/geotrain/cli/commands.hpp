@@ -148,6 +148,7 @@ struct ConvertCommandOptions {
   std::string to_hf;        // checkpoint file
   std::string out;          // checkpoint file (from-hf) or folder (to-hf)
   int sequence_length = 0;  // from-hf: positions kept; 0 = n_positions
+  bool overwrite = false;   // to-hf: write into a folder that is not empty
 };
 
 void add_convert_command(CLI::App& app, ConvertCommandOptions& options);
