@@ -113,6 +113,11 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint
 // and every shard its manifest lists (a missing one: InputError naming it).
 Checkpoint read_checkpoint(const std::string& path);
 
+// The root attributes only (model, step, config, tokenizer; no tensor) of
+// either form: what a command needs to know the checkpoint's model before
+// it reads the tensors. Throws InputError naming the file.
+Checkpoint read_checkpoint_header(const std::string& path);
+
 // Reads and checks a single-file checkpoint: an HDF5 file, the format version, every
 // attribute, and for every /params tensor its two moments with the same
 // shape (unless weights_only). Throws InputError "<path>: <field>: <what>".
