@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from requires import require  # noqa: E402
@@ -107,8 +108,8 @@ def checkpoint_files(path):
 def load_gpt(path, dtype=torch.float64):
     root, files = checkpoint_files(path)
     with h5py.File(root, "r") as f:
-        if int(f.attrs["format_version"]) != 1:
-            raise ValueError(f"{root}: format_version {f.attrs['format_version']} is not 1")
+        if int(f.attrs["format_version"]) != 2:
+            raise ValueError(f"{root}: format_version {f.attrs['format_version']} is not 2")
         a = f.attrs
         head = a.get("model_lm_head", "tied")
         head = head.decode() if isinstance(head, bytes) else str(head)
@@ -124,7 +125,10 @@ def load_gpt(path, dtype=torch.float64):
                     parameter = wanted.pop(name)
                     if tuple(stored.shape) != tuple(parameter.shape):
                         raise ValueError(f"{file}: /params/{name}: shape {stored.shape}, model {tuple(parameter.shape)}")
-                    parameter.copy_(torch.from_numpy(np.asarray(stored, dtype=np.float32)).to(dtype))
+                    values = np.asarray(stored, dtype="<f4")  # h5py verifies a Fletcher32 filter itself
+                    if "crc32" in stored.attrs and zlib.crc32(values.tobytes()) != int(stored.attrs["crc32"]):
+                        raise ValueError(f"{file}: /params/{name}: damaged: its bytes fail their crc32 attribute")
+                    parameter.copy_(torch.from_numpy(values.astype(np.float32)).to(dtype))
     if wanted:
         raise ValueError(f"{path}: /params/{sorted(wanted)[0]}: missing")
     return model
@@ -132,7 +136,7 @@ def load_gpt(path, dtype=torch.float64):
 
 def read_shard(path):
     header = np.fromfile(path, dtype="<i4", count=256)
-    if header[0] != 20240520 or header[1] != 1:
+    if header[0] != 20240520 or header[1] not in (1, 2):
         raise ValueError(f"{path}: not a version-1 token shard")
     tokens = np.fromfile(path, dtype="<u2", offset=1024)
     if len(tokens) != header[2]:

@@ -11,10 +11,12 @@
 // geotrain reads - every attribute and dataset it looks at, in every shape
 // a writer could give them - plus the damage a crash or a bad disk leaves.
 //
-// Invariants of an accepted file: format version 1, non-negative step and
+// Invariants of an accepted file: the current format version, non-negative step and
 // sampler state, at least one tensor, unique names, rank 1..4, dimensions
 // >= 1, and value and both moments of exactly product(shape) floats (no
-// moments when weights_only); and it writes back and reads again unchanged.
+// moments when weights_only); every float array one the writer wrote (a
+// flipped byte is caught by the checksums); and it writes back and reads
+// again unchanged.
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -56,5 +58,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   check_accepted(checkpoint);
+  check_unchanged_floats(checkpoint, base_checkpoint());
   return 0;
 }

@@ -210,7 +210,29 @@ struct Region {
   hsize_t size;
 };
 
-// Where the tensors' floats lie in the file (contiguous datasets only).
+// Where a dataset's floats lie in the file: its one block (contiguous) or
+// each of its chunks (geotrain's writers chunk them for Fletcher32).
+inline void add_regions(hid_t set, std::vector<Region>& regions) {
+  const haddr_t offset = H5Dget_offset(set);
+  const hsize_t size = H5Dget_storage_size(set);
+  if (offset != HADDR_UNDEF && size > 0) {
+    regions.push_back({offset, size});
+    return;
+  }
+  H5Handle space(H5Dget_space(set), H5Sclose);
+  hsize_t chunks = 0;
+  if (!space.ok() || H5Dget_num_chunks(set, space, &chunks) < 0) return;
+  for (hsize_t i = 0; i < chunks; ++i) {
+    unsigned mask = 0;
+    haddr_t at = HADDR_UNDEF;
+    hsize_t bytes = 0;
+    if (H5Dget_chunk_info(set, space, i, nullptr, &mask, &at, &bytes) >= 0 && at != HADDR_UNDEF && bytes > 0) {
+      regions.push_back({at, bytes});
+    }
+  }
+}
+
+// Where the tensors' floats lie in the file.
 inline std::vector<Region> raw_data_regions(hid_t file) {
   std::vector<Region> regions;
   for (const char* group : kTensorGroups) {
@@ -218,10 +240,7 @@ inline std::vector<Region> raw_data_regions(hid_t file) {
       const std::string path = std::string(group) + "/" + name;
       if (H5Lexists(file, group, H5P_DEFAULT) <= 0 || H5Lexists(file, path.c_str(), H5P_DEFAULT) <= 0) continue;
       H5Handle set(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);  // fails on a group or a dangling link
-      if (!set.ok()) continue;
-      const haddr_t offset = H5Dget_offset(set);
-      const hsize_t size = H5Dget_storage_size(set);
-      if (offset != HADDR_UNDEF && size > 0) regions.push_back({offset, size});
+      if (set.ok()) add_regions(set, regions);
     }
   }
   return regions;
@@ -284,6 +303,25 @@ inline bool same_checkpoint(const Checkpoint& a, const Checkpoint& b) {
     }
   }
   return true;
+}
+
+// Checksums: every float array a reader accepted is one the base
+// checkpoint wrote (a value or moment of some tensor; links may move them),
+// never one with a flipped byte.
+inline void check_unchanged_floats(const Checkpoint& accepted, const Checkpoint& base) {
+  auto written = [&](const std::vector<float>& floats) {
+    for (const CheckpointTensor& t : base.tensors) {
+      for (const auto* b : {&t.value, &t.first_moment, &t.second_moment}) {
+        if (same_floats(floats, *b)) return true;
+      }
+    }
+    return false;
+  };
+  for (const CheckpointTensor& t : accepted.tensors) {
+    for (const auto* values : {&t.value, &t.first_moment, &t.second_moment}) {
+      FUZZ_CHECK(values->empty() || written(*values), t.name + ": floats the writer never wrote were accepted");
+    }
+  }
 }
 
 inline void check_accepted(const Checkpoint& c) {

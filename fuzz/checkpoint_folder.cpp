@@ -135,5 +135,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                "accepted a listed shard that is not a file of the folder: " + shard);
   }
   check_accepted(checkpoint);
+  check_unchanged_floats(checkpoint, base_checkpoint());
   return 0;
 }

@@ -40,8 +40,41 @@ int from_hf(const ConvertCommandOptions& o) {
   return 0;
 }
 
+// A Hugging Face folder's files that a loader might read beside ours: with
+// --overwrite they are removed, so that no stale weights, config or
+// tokenizer of another model stay beside the new ones.
+constexpr const char* kHfModelFiles[] = {
+    "model.safetensors",  "model.safetensors.index.json", "pytorch_model.bin",   "pytorch_model.bin.index.json",
+    "tf_model.h5",        "flax_model.msgpack",           "config.json",         "generation_config.json",
+    "tokenizer.json",     "tokenizer_config.json",        "special_tokens_map.json", "vocab.json",
+    "merges.txt",         "added_tokens.json"};
+
+// --out of --to-hf: a new or empty folder, or (--overwrite) any folder.
+// Returns whether it holds files.
+bool check_hf_folder(const ConvertCommandOptions& o) {
+  std::error_code error;
+  if (!fs::exists(o.out, error)) return false;
+  if (!fs::is_directory(o.out, error)) {
+    throw InputError("command line: --out: " + o.out + " is a file, not a folder (name a new or empty folder)");
+  }
+  fs::directory_iterator entries(o.out, error);
+  if (error) throw InputError("command line: --out: " + o.out + ": cannot list: " + error.message());
+  if (entries == fs::directory_iterator()) return false;
+  if (!o.overwrite) {
+    throw InputError("command line: --out: " + o.out + " is not empty (it holds " +
+                     entries->path().filename().string() +
+                     "); name a new or empty folder, or add --overwrite to replace its model files");
+  }
+  return true;
+}
+
 int to_hf(const ConvertCommandOptions& o) {
-  io::Checkpoint checkpoint = io::read_checkpoint(o.to_hf);
+  const bool replacing = check_hf_folder(o);
+  io::Checkpoint checkpoint = io::read_checkpoint(o.to_hf);  // read (and verified) before anything is removed
+  std::error_code error;
+  for (const char* name : kHfModelFiles) {
+    if (replacing) fs::remove(fs::path(o.out) / name, error);
+  }
   const ModelShape model = checkpoint.model;
   const std::int64_t steps = checkpoint.completed_steps;
   io::write_hf_gpt2(std::move(checkpoint), o.to_hf, o.out);
@@ -64,6 +97,9 @@ void add_convert_command(CLI::App& app, ConvertCommandOptions& o) {
                       "--from-hf: keep the first N positions of wpe (default: all, n_positions)")
       ->check(CLI::Range(1, 1 << 30))
       ->needs(from);
+  convert->add_flag("--overwrite", o.overwrite,
+                    "--to-hf: write into a folder that is not empty, replacing its model, config and tokenizer files")
+      ->needs(to);
 }
 
 int run_convert_command(const ConvertCommandOptions& o) {

@@ -7,23 +7,18 @@
 
 #include "geotrain/cli/commands.hpp"
 #include "geotrain/runtime/evaluation.hpp"
-#ifdef GEOTRAIN_HAVE_MPI_TRAINING
-#include "geotrain/job/distributed_job.hpp"
-#endif
 
 namespace geotrain::cli {
 
 void add_eval_command(CLI::App& app, EvalCommandOptions& o) {
   add_config_subcommand(app, "eval",
-                        "Validation loss of a checkpoint, alone or as every rank of an mpirun/srun job: "
-                        "geotrain eval [CONFIG.toml] [--checkpoint.resume=FILE] [--section.key=value ...]",
-                        o.config_file, o.overrides);
+                        "Validation loss of a checkpoint (checkpoint.resume; its model, and without CONFIG its data "
+                        "and batches), alone or as every rank of an mpirun/srun job",
+                        o);
 }
 
 int run_eval_command(const EvalCommandOptions& o) {
-#ifdef GEOTRAIN_HAVE_MPI_TRAINING
-  if (runtime::launched_by_mpi()) return runtime::run_distributed_evaluation(o.config_file, o.overrides, std::cout);
-#endif
+  if (const int code = run_if_launched_by_mpi(o, true); code >= 0) return code;
   runtime::RunInputs inputs = runtime::read_evaluation_inputs(o.config_file, o.overrides);
   const runtime::Evaluation evaluation = runtime::evaluate_single_rank(inputs);
   std::cout << runtime::evaluation_report(evaluation, inputs) << std::flush;

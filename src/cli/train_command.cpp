@@ -16,11 +16,12 @@
 namespace geotrain::cli {
 
 CLI::App* add_config_subcommand(CLI::App& app, const std::string& name, const std::string& description,
-                                std::string& config_file, std::vector<std::string>& overrides) {
-  CLI::App* command = app.add_subcommand(name, description);
-  command->add_option("config", config_file, "run configuration (TOML); defaults without it");
+                                ConfigCommandOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      name, description + ": geotrain " + name + " [CONFIG.toml] [--section.key=value ...]");
+  command->add_option("config", options.config_file, "run configuration (TOML); defaults without it");
   command->allow_extras();  // --section.key=value overrides, checked by the config loader
-  command->callback([command, &overrides] { overrides = command->remaining(); });
+  command->callback([command, &options] { options.overrides = command->remaining(); });
   // Every key with its default and doc, from the settings tree itself.
   command->footer([] { return "\n" + io::config_reference_text(); });
   command->add_flag_callback(
@@ -33,17 +34,23 @@ CLI::App* add_config_subcommand(CLI::App& app, const std::string& name, const st
   return command;
 }
 
+int run_if_launched_by_mpi(const ConfigCommandOptions& o, bool evaluation) {
+#ifdef GEOTRAIN_HAVE_MPI_TRAINING
+  if (!runtime::launched_by_mpi()) return -1;
+  return evaluation ? runtime::run_distributed_evaluation(o.config_file, o.overrides, std::cout)
+                    : runtime::run_distributed_training(o.config_file, o.overrides, std::cout);
+#else
+  (void)o, (void)evaluation;
+  return -1;
+#endif
+}
+
 void add_train_command(CLI::App& app, TrainCommandOptions& o) {
-  add_config_subcommand(app, "train",
-                        "Train a GPT model, alone or as every rank of an mpirun/srun job: "
-                        "geotrain train [CONFIG.toml] [--section.key=value ...]",
-                        o.config_file, o.overrides);
+  add_config_subcommand(app, "train", "Train a GPT model, alone or as every rank of an mpirun/srun job", o);
 }
 
 int run_train_command(const TrainCommandOptions& o) {
-#ifdef GEOTRAIN_HAVE_MPI_TRAINING
-  if (runtime::launched_by_mpi()) return runtime::run_distributed_training(o.config_file, o.overrides, std::cout);
-#endif
+  if (const int code = run_if_launched_by_mpi(o, false); code >= 0) return code;
   const io::Config loaded = io::read_config(o.config_file, o.overrides);
   if (loaded.pipeline.stages > 1) {
     throw loaded.error("pipeline.stages",

@@ -5,7 +5,9 @@
 #include "geotrain/io/checkpoint.hpp"
 
 #include <hdf5.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
@@ -29,10 +31,70 @@ std::string shape_text(const std::vector<int>& shape) {
   return s + "]";
 }
 
+// Chunks of at most 2^18 floats (1 MiB): the unit that HDF5's Fletcher32
+// filter checks, so that a damaged byte is found in the chunk that holds it.
+constexpr hsize_t kChunkElements = hsize_t{1} << 18;
+
+// Chunked storage with HDF5's Fletcher32 filter: every chunk carries its
+// checksum, which libhdf5 (h5py and h5dump too) verifies on every read.
+Handle checksummed_layout(const std::vector<hsize_t>& dims, const std::string& context) {
+  Handle properties(GT_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), context, false), H5Pclose);
+  std::vector<hsize_t> chunk(dims.size());
+  hsize_t room = kChunkElements;
+  for (std::size_t i = dims.size(); i-- > 0;) {  // whole rows first, then as many rows as fit
+    chunk[i] = std::max<hsize_t>(1, std::min(dims[i], room));
+    room = std::max<hsize_t>(1, room / chunk[i]);
+  }
+  GT_H5_CHECK(H5Pset_chunk(properties, static_cast<int>(chunk.size()), chunk.data()), context, false);
+  GT_H5_CHECK(H5Pset_fletcher32(properties), context, false);
+  return properties;
+}
+
 void write_dataset(hid_t group, const std::string& name, const std::vector<int>& shape, std::span<const float> data,
                    const std::string& context) {
-  write_array(group, name, std::vector<hsize_t>(shape.begin(), shape.end()), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-              data.data(), "", context);
+  const std::vector<hsize_t> dims(shape.begin(), shape.end());
+  const Handle layout = checksummed_layout(dims, context);
+  write_array(group, name, dims, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data.data(), "", context, layout);
+}
+
+// What guards a tensor's bytes: HDF5's Fletcher32 filter (the files written
+// by one process) or a crc32 attribute (the collective writer's, which
+// cannot filter: parallel HDF5 filters only collective writes).
+enum class Checksum { fletcher32, crc32 };
+
+Checksum checksum_of(hid_t set, const std::string& field) {
+  Handle properties(GT_H5_CHECK(H5Dget_create_plist(set), field, true), H5Pclose);
+  const int filters = GT_H5_CHECK(H5Pget_nfilters(properties), field, true);
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0;
+    std::size_t values = 0;
+    if (H5Pget_filter2(properties, static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr, nullptr) ==
+        H5Z_FILTER_FLETCHER32) {
+      return Checksum::fletcher32;
+    }
+  }
+  if (H5Aexists(set, "crc32") > 0) return Checksum::crc32;
+  throw InputError(field + ": no checksum (neither HDF5's Fletcher32 filter nor a crc32 attribute): not written by "
+                   "this geotrain; write it again with geotrain (convert --from-hf, or train)");
+}
+
+// Reads the floats of `set` and verifies their checksum.
+void read_verified(hid_t set, const std::string& field, std::vector<float>& data) {
+  const Checksum checksum = checksum_of(set, field);
+  if (H5Dread(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0) {
+    const std::string cause = last_error_text();
+    throw InputError(field + ": damaged: " +
+                     (checksum == Checksum::fletcher32 ? "its bytes fail their Fletcher32 checksum (" + cause + ")"
+                                                       : "cannot be read (" + cause + ")") +
+                     "; use another checkpoint or an intact copy of this one");
+  }
+  if (checksum == Checksum::fletcher32) return;
+  const std::int64_t stored = detail::read_int_attribute(set, "crc32", field);
+  if (stored != detail::crc32_of(data)) {
+    throw InputError(field + ": damaged: its bytes fail their checksum (attribute crc32 " + std::to_string(stored) +
+                     ", bytes " + std::to_string(detail::crc32_of(data)) +
+                     "); use another checkpoint or an intact copy of this one");
+  }
 }
 
 // H5Aread fills one value per element: an attribute holding an array (or
@@ -103,7 +165,7 @@ std::vector<float> read_dataset(hid_t group, const std::string& name, const std:
     throw InputError(field + ": shape " + shape_text(shape) + " differs from the parameter's " + shape_text(expected));
   }
   std::vector<float> data(element_count(shape));
-  GT_H5_CHECK(H5Dread(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), field, true);
+  read_verified(set, field, data);
   return data;
 }
 
@@ -135,6 +197,11 @@ Checkpoint read_weights(hid_t file, const std::string& path, Checkpoint c) {
 }  // namespace
 
 namespace detail {
+
+std::int64_t crc32_of(std::span<const float> data) {
+  return static_cast<std::int64_t>(
+      crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size() * sizeof(float)));
+}
 
 std::int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
   Handle type;
@@ -188,7 +255,9 @@ std::int64_t read_format_version(hid_t file, const std::string& path) {
   const std::int64_t version = read_int_attribute(file, "format_version", path);
   if (version != kCheckpointFormatVersion) {
     throw InputError(path + ": attribute format_version: " + std::to_string(version) +
-                     " is not supported (this geotrain reads version " + std::to_string(kCheckpointFormatVersion) + ")");
+                     " is not supported (this geotrain reads version " + std::to_string(kCheckpointFormatVersion) +
+                     (version == 1 ? ", whose tensors carry checksums; version 1 was written by an older geotrain)"
+                                   : ")"));
   }
   return version;
 }

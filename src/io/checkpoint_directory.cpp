@@ -251,6 +251,14 @@ Checkpoint read_checkpoint(const std::string& path) {
   return read_checkpoint_file(path);
 }
 
+Checkpoint read_checkpoint_header(const std::string& path) {
+  const auto hdf5_in_use = use_library();
+  const fs::path given(path);
+  const std::string root = fs::is_directory(given) ? (given / kManifestName).string() : path;
+  const Handle file = detail::open_checkpoint_file(root);
+  return detail::read_checkpoint_attributes(file, root);
+}
+
 std::string resolve_resume(const std::string& dir, const std::string& resume) {
   if (resume != "auto") return resume;
   const fs::path latest = fs::path(dir) / "latest";

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "geotrain/io/checkpoint.hpp"
@@ -31,6 +32,10 @@ hdf5::Handle create_group(hid_t parent, const char* name, const std::string& con
 // std::invalid_argument naming `writer` and the tensor unless it holds
 // element_count(shape) floats, and as many of each moment `with_moments`.
 void check_tensor_size(const CheckpointTensor& t, bool with_moments, const char* writer);
+
+// The CRC-32 (zlib's) of the floats' bytes: the crc32 attribute of a
+// dataset written without the Fletcher32 filter (parallel_checkpoint.cpp).
+std::int64_t crc32_of(std::span<const float> data);
 
 // Reading: every failure is an InputError naming `path` and the object.
 // The file at `path`, read-only (it must exist and be HDF5).

@@ -68,7 +68,11 @@ void check_cross_section_rules(const Config& c, const Checks& checks) {
     checks.fail("outer.local_steps", "needs network.transport = mpi (the outer step runs on the host)");
   }
   if (c.optimizer.warmup_steps > c.train.steps) {
-    checks.fail("optimizer.warmup_steps", "is larger than train.steps (" + std::to_string(c.train.steps) + ")");
+    const bool by_default = c.optimizer.warmup_steps == decltype(c.optimizer){}.warmup_steps;
+    checks.fail("optimizer.warmup_steps", "is " + std::to_string(c.optimizer.warmup_steps) +
+                                              (by_default ? " (the default)" : "") + ", larger than train.steps (" +
+                                              std::to_string(c.train.steps) + "): set it to at most " +
+                                              std::to_string(c.train.steps) + " (e.g. --optimizer.warmup_steps=0)");
   }
 }
 

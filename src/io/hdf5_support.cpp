@@ -7,11 +7,9 @@
 
 namespace geotrain::io::hdf5 {
 
-namespace {
-
 // The innermost message of HDF5's error stack: the most specific cause
 // ("file signature not found"), where the outer ones repeat the call.
-std::string hdf5_error_text() {
+std::string last_error_text() {
   std::string text;
   auto keep_last = [](unsigned, const H5E_error2_t* error, void* out) -> herr_t {
     if (error->desc != nullptr && *error->desc != '\0') *static_cast<std::string*>(out) = error->desc;
@@ -24,10 +22,8 @@ std::string hdf5_error_text() {
   return text.empty() ? "no HDF5 error message" : text;
 }
 
-}  // namespace
-
 void h5_failed(const CallSite& site, const std::string& context, bool reading) {
-  const std::string message = context + ": " + describe_failed_call(site, hdf5_error_text());
+  const std::string message = context + ": " + describe_failed_call(site, last_error_text());
   if (reading) throw InputError(message);
   throw RunError(message);
 }
@@ -77,10 +73,11 @@ void write_string_attribute(hid_t object, const char* name, const std::string& v
 }
 
 void write_array(hid_t group, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
-                 hid_t memory_type, const void* data, const std::string& unit, const std::string& context) {
+                 hid_t memory_type, const void* data, const std::string& unit, const std::string& context,
+                 hid_t properties) {
   Handle space(GT_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), context, false),
                H5Sclose);
-  Handle set(GT_H5_CHECK(H5Dcreate2(group, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  Handle set(GT_H5_CHECK(H5Dcreate2(group, name.c_str(), file_type, space, H5P_DEFAULT, properties, H5P_DEFAULT),
                          context + ": " + name, false),
              H5Dclose);
   GT_H5_CHECK(H5Dwrite(set, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), context + ": " + name, false);

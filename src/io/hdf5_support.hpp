@@ -69,14 +69,19 @@ void quiet_hdf5();
 std::unique_lock<std::recursive_mutex> use_library();
 
 hid_t utf8_string_type();  // caller closes
+
+// The innermost message of this thread's HDF5 error stack, which it clears.
+std::string last_error_text();
 void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& context);
 void write_double_attribute(hid_t object, const char* name, double value, const std::string& context);
 void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& context);
 
 // A dataset of `dims` (row-major) from `data`, stored as `file_type`, read
 // from memory as `memory_type`; an attribute "unit" when `unit` is not empty.
+// `properties`: the dataset's creation properties (layout, filters).
 void write_array(hid_t group, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
-                 hid_t memory_type, const void* data, const std::string& unit, const std::string& context);
+                 hid_t memory_type, const void* data, const std::string& unit, const std::string& context,
+                 hid_t properties = H5P_DEFAULT);
 void write_doubles(hid_t group, const std::string& name, const std::vector<double>& values, const std::string& unit,
                    const std::string& context, std::vector<hsize_t> dims = {});
 void write_ints(hid_t group, const std::string& name, const std::vector<std::int32_t>& values, const std::string& unit,

@@ -30,14 +30,20 @@ struct Entry {
   bool moments = false;
   std::string name;
   std::vector<hsize_t> dims;
+  std::vector<std::int64_t> crc32;  // of the value, then of each moment (detail::crc32_of)
 };
 
-// "name\tresidual\tmoments\td0,d1,...\n" per tensor (names hold neither tabs
-// nor newlines: they are geotrain's own parameter and residual names).
+// "name\tresidual\tmoments\tcrc,crc,crc\td0,d1,...\n" per tensor (names hold
+// neither tabs nor newlines: they are geotrain's own parameter and residual
+// names); the CRC-32 of the value and of each moment, in their order.
 std::string describe(const Checkpoint& part) {
   std::ostringstream out;
   auto line = [&](const CheckpointTensor& t, bool residual, std::size_t count) {
-    out << t.name << '\t' << residual << '\t' << !t.first_moments().empty() << '\t';
+    out << t.name << '\t' << residual << '\t' << !t.first_moments().empty() << '\t' << detail::crc32_of(t.values());
+    if (!t.first_moments().empty()) {
+      out << ',' << detail::crc32_of(t.first_moments()) << ',' << detail::crc32_of(t.second_moments());
+    }
+    out << '\t';
     if (residual) {
       out << count;
     } else {
@@ -57,11 +63,14 @@ std::vector<Entry> parse(const std::string& text, int owner) {
     std::istringstream fields(row);
     Entry e;
     e.owner = owner;
-    std::string dims;
+    std::string crcs, dims;
     std::getline(fields, e.name, '\t');
     fields >> e.residual >> e.moments;
     fields.ignore(1);
+    std::getline(fields, crcs, '\t');
     std::getline(fields, dims);
+    std::istringstream each_crc(crcs);
+    for (std::string c; std::getline(each_crc, c, ',');) e.crc32.push_back(std::stoll(c));
     std::istringstream each(dims);
     for (std::string d; std::getline(each, d, ',');) e.dims.push_back(std::stoull(d));
     entries.push_back(std::move(e));
@@ -171,8 +180,27 @@ std::string write_datasets(MPI_Comm comm, const std::string& temporary, const Ch
 
 // Serially, after the collective close: the attributes (from this member's
 // `part`) that every member would otherwise have to pass identically.
-void write_attributes(const std::string& temporary, const Checkpoint& part, CollectiveFile kind, bool any_residual) {
+// Each dataset's crc32 attribute, from its owner's entry (the Fletcher32
+// filter of the other writers needs collective writes in parallel HDF5).
+void write_checksums(hid_t file, const std::vector<Entry>& entries, const std::string& temporary) {
+  for (const Entry& e : entries) {
+    const std::vector<std::string> groups =
+        e.residual ? std::vector<std::string>{"error_feedback"}
+                   : (e.moments ? std::vector<std::string>{"params", "optimizer/m", "optimizer/v"}
+                                : std::vector<std::string>{"params"});
+    if (e.crc32.size() != groups.size()) throw RunError(temporary + ": /params/" + e.name + ": checksums not exchanged");
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const std::string path = groups[i] + "/" + e.name;
+      Handle set(GT_H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT), temporary + ": /" + path, false), H5Dclose);
+      write_int_attribute(set, "crc32", e.crc32[i], temporary + ": /" + path);
+    }
+  }
+}
+
+void write_attributes(const std::string& temporary, const Checkpoint& part, CollectiveFile kind,
+                      const std::vector<Entry>& entries, bool any_residual) {
   Handle file(GT_H5_CHECK(H5Fopen(temporary.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), temporary, false), H5Fclose);
+  write_checksums(file, entries, temporary);
   if (kind == CollectiveFile::whole) {
     detail::write_checkpoint_attributes(file, part, temporary);
   } else {
@@ -220,7 +248,7 @@ void write_checkpoint_collectively(int fortran_comm, const std::string& path, co
     check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm), "agreeing on the checkpoint", path);
     if (!any_failed && me == 0) {
       try {
-        write_attributes(temporary, part, kind, any_residual);
+        write_attributes(temporary, part, kind, entries, any_residual);
       } catch (const std::exception& e) {
         error = e.what();
       }

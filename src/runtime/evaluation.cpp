@@ -3,6 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/tokenizer.hpp"
@@ -50,9 +54,68 @@ RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
   return inputs;
 }
 
+namespace {
+
+// What decides which batches a loss is the mean of: the training's values
+// (from the checkpoint's config), so that eval scores what training scored.
+constexpr const char* kScoringKeys[] = {"data.train", "data.validation", "train.micro_batch_sequences",
+                                        "train.eval_batches", "train.seed"};
+
+// The checkpoint's "section.key = value" lines of kScoringKeys as
+// --key=value overrides, then the command line's own (which win).
+std::vector<std::string> training_settings(const std::string& config_text, const std::vector<std::string>& overrides) {
+  std::vector<std::string> settings;
+  std::istringstream lines(config_text);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t equals = line.find(" = ");
+    if (equals == std::string::npos) continue;
+    const std::string key = line.substr(0, equals);
+    for (const char* wanted : kScoringKeys) {
+      if (key == wanted) settings.push_back("--" + key + "=" + line.substr(equals + 3));
+    }
+  }
+  settings.insert(settings.end(), overrides.begin(), overrides.end());
+  return settings;
+}
+
+// The checkpoint's model; a model.* value given that differs from it is an
+// error naming both.
+ModelShape model_of_checkpoint(const io::Config& c, const io::Checkpoint& header, const std::string& path) {
+  const ModelShape& have = header.model;
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"layers", {c.model.layers, have.layers}},        {"hidden", {c.model.hidden, have.hidden}},
+      {"heads", {c.model.heads, have.heads}},           {"vocabulary", {c.model.vocabulary, have.vocabulary}},
+      {"sequence_length", {c.model.sequence_length, have.sequence_length}}};
+  for (const auto& [name, values] : fields) {
+    if (values.first != 0 && values.first != values.second) {
+      throw c.error(std::string("model.") + name,
+                    std::to_string(values.first) + " contradicts the checkpoint's " + std::to_string(values.second) +
+                        " (" + path + ": attribute model_" + name + "); leave it out: eval takes the model from the checkpoint");
+    }
+  }
+  if (c.model.lm_head != LmHead::model_file && (c.model.lm_head == LmHead::tied) != have.tied_head) {
+    throw c.error("model.lm_head", std::string(have.tied_head ? "untied" : "tied") +
+                                       " contradicts the checkpoint's " + (have.tied_head ? "tied" : "untied") + " head (" +
+                                       path + ": attribute model_lm_head); leave it out");
+  }
+  return have;
+}
+
+}  // namespace
+
 RunInputs read_evaluation_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
   io::Config config = io::read_config(config_file, overrides);
-  const ModelShape model = io::load_model(config).model;
+  const std::string resume =
+      config.checkpoint.resume.empty() ? "" : io::resolve_resume(config.checkpoint.dir, config.checkpoint.resume);
+  if (resume.empty()) {
+    const ModelShape model = io::load_model(config).model;
+    return prepare_evaluation(std::move(config), model);
+  }
+  // The model (and, without a config file, the data and batches) are the
+  // checkpoint's: no model file or inputs/ folder is needed.
+  const io::Checkpoint header = io::read_checkpoint_header(resume);
+  if (config_file.empty()) config = io::default_config(training_settings(header.config_text, overrides));
+  const ModelShape model = model_of_checkpoint(config, header, resume);
   return prepare_evaluation(std::move(config), model);
 }
 

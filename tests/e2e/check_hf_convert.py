@@ -241,6 +241,32 @@ def case_bad_inputs(c):
                        c.train_args(extra=[f"--checkpoint.init_from={weights}", "--model.hidden=64"]))
     expect_input_error(c, r"absent\.h5: cannot open file \(no such checkpoint\)",
                        c.train_args(extra=[f"--checkpoint.init_from={c.path('absent.h5')}"]))
+    check_to_hf_refuses_a_full_folder(c, weights)
+
+
+def check_to_hf_refuses_a_full_folder(c, weights):
+    """--to-hf into a folder that holds files: exit 2 and nothing changed,
+    unless --overwrite, which replaces the model's files and removes the
+    stale ones (pytorch_model.bin) a loader could pick up instead."""
+    folder = c.path("full")
+    ref.write_folder(folder, dict(c.config, n_layer=7), c.tensors)
+    with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
+        f.write(b"stale")
+    before = {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
+    expect_input_error(c, r"command line: --out: .*full is not empty \(it holds .*\); name a new or empty folder, or add "
+                          r"--overwrite", ["convert", "--to-hf", weights, "--out", folder])
+    after = {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
+    if after != before:
+        fail("a refused --to-hf changed the folder")
+    c.run(["convert", "--to-hf", weights, "--out", folder, "--overwrite"])
+    if os.path.exists(os.path.join(folder, "pytorch_model.bin")):
+        fail("--overwrite left the stale pytorch_model.bin beside the new weights")
+    with open(os.path.join(folder, "config.json")) as f:
+        if json.load(f)["n_layer"] != LAYERS:
+            fail("--overwrite did not replace config.json")
+    os.makedirs(c.path("empty"))
+    c.run(["convert", "--to-hf", weights, "--out", c.path("empty")])
+    print("ok: --to-hf refuses a folder with files (exit 2, unchanged); --overwrite replaces them; an empty folder is fine")
 
 
 def no_key_folder(c, name, key):

@@ -212,6 +212,24 @@ if(TARGET geotrain_runtime)
   endforeach()
 endif()
 
+# A byte flipped in any tensor of a checkpoint (single file or sharded folder)
+# stops eval, sample, resume, init_from and convert naming file and tensor.
+if(TARGET geotrain_runtime)
+  add_test(NAME cli.checkpoint.checksums
+           COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_checksums.py ${GT}
+                   ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/checksum-tests)
+  set_tests_properties(cli.checkpoint.checksums PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+endif()
+
+# eval takes the model, data and batches from the checkpoint: a copied
+# checkpoint of a non-default shape evaluated elsewhere with no model flags.
+if(TARGET geotrain_runtime)
+  add_test(NAME cli.eval.from-checkpoint
+           COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_eval_from_checkpoint.py ${GT}
+                   ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/eval-from-checkpoint)
+  set_tests_properties(cli.eval.from-checkpoint PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+endif()
+
 # plan --out / --rankfile / --hostfile / --slurm-hostfile from a probed matrix's host names.
 add_test(NAME cli.plan.launch-files
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_launch_files.sh ${GT} ${CMAKE_CURRENT_BINARY_DIR}/launch-files
@@ -253,9 +271,13 @@ if(TARGET geotrain_runtime)
                      sample --checkpoint ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml)
   expect_input_error(eval-missing-checkpoint "no-such-checkpoint\\.h5: cannot open file"
                      eval --checkpoint.resume=${BAD}/no-such-checkpoint.h5)
-  expect_input_error(eval-other-model "step_00000030\\.h5: attribute model_layers: the checkpoint has 4"
+  expect_input_error(eval-other-model
+                     "command line: model\\.layers: 2 contradicts the checkpoint's 4 \\(.*step_00000030\\.h5: attribute model_layers\\)"
                      eval --model.layers=2 --checkpoint.resume=${SAMPLE_CKPT})
   expect_input_error(eval-unknown-key "command line: train.eval_batchez: unknown key" eval --train.eval_batchez=3)
+  expect_input_error(train-short-default-warmup
+                     "optimizer\\.warmup_steps: is 20 \\(the default\\), larger than train\\.steps \\(5\\): set it to at most 5"
+                     train --train.steps=5)
   expect_input_error(train-sample-temperature "command line: train.sample_temperature: must be in \\[0"
                      train --train.sample_temperature=-1)
   expect_input_error(train-sample-empty-prompt "command line: train.sample_prompt: encodes to no tokens"

@@ -306,10 +306,10 @@ TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
   }
 
   io::Checkpoint future = sample_checkpoint();
-  future.format_version = 2;
+  future.format_version = 3;
   const std::string version = (dir / "version.h5").string();
   io::write_checkpoint_file(version, future);
-  expect_rejected(version, "format_version: 2 is not supported");
+  expect_rejected(version, "format_version: 3 is not supported");
 
   const std::string no_moment = (dir / "no-moment.h5").string();
   fs::copy_file(good, no_moment);

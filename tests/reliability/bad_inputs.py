@@ -120,6 +120,19 @@ class Table:
             edit(f)
         return path
 
+    def flipped_byte_checkpoint(self, name, dataset):
+        """A copy of the good checkpoint with one byte of `dataset`'s first chunk flipped."""
+        path = os.path.join(self.bad, name)
+        shutil.copy(self.good_checkpoint, path)
+        with h5py.File(path, "r") as f:
+            info = f[dataset].id.get_chunk_info(0)
+        with open(path, "r+b") as out:
+            out.seek(info.byte_offset + info.size // 3)
+            byte = out.read(1)[0]
+            out.seek(info.byte_offset + info.size // 3)
+            out.write(bytes([byte ^ 0x01]))
+        return path
+
     def build(self):
         quick_text = open(QUICK).read().replace('"models/', '"' + os.path.join(REPO, "inputs/models/")) \
                                         .replace('"data/', '"' + os.path.join(REPO, "inputs/data/"))
@@ -226,9 +239,12 @@ class Table:
             name = "params/h.0.mlp.fc.weight"
             data = f[name][()]
             del f[name]
-            f[name] = data[:, : data.shape[1] // 2]
+            f.create_dataset(name, data=data[:, : data.shape[1] // 2], fletcher32=True)  # with its checksum
         self.add("checkpoint", "wrong-shape", r"wrong-shape\.h5: /(params|optimizer/m)/h\.0\.mlp\.fc\.weight: shape",
                  args=resume(self.damaged_checkpoint("wrong-shape.h5", reshape)))
+
+        self.add("checkpoint", "flipped-byte", r"flipped-byte\.h5: /params/h\.1\.mlp\.proj\.weight: damaged: .*Fletcher32",
+                 args=resume(self.flipped_byte_checkpoint("flipped-byte.h5", "params/h.1.mlp.proj.weight")))
 
         def version(f):
             f.attrs["format_version"] = np.int64(99)

@@ -79,7 +79,7 @@ TEST(Config, BadInputNamesFileAndKey) {
       {"[train]\nsteps = 0\n", {}, "train.steps: must be > 0"},
       {"[train]\nmicro_batch_sequences = -2\n", {}, "train.micro_batch_sequences: must be >= 0"},
       {"[optimizer]\nlearning_rate = nan\n", {}, "optimizer.learning_rate: must be in"},
-      {"[optimizer]\nwarmup_steps = 500\n[train]\nsteps = 10\n", {}, "optimizer.warmup_steps: is larger"},
+      {"[optimizer]\nwarmup_steps = 500\n[train]\nsteps = 10\n", {}, "optimizer.warmup_steps: is 500, larger than train.steps (10): set it to at most 10"},
       {"[device]\nkind = \"tpu\"\n", {}, "device.kind: must be one of auto, cpu, cuda"},
       {"steps = 3\n", {}, "steps: expected a table"},
       {"[train\n", {}, "line 1"},

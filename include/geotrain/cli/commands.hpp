@@ -128,15 +128,22 @@ struct SimulateCommandOptions {
 void add_simulate_command(CLI::App& app, SimulateCommandOptions& options);
 int run_simulate_command(const SimulateCommandOptions& options);
 
-struct TrainCommandOptions {
+// What a subcommand that takes a run configuration reads: [CONFIG.toml] then
+// --section.key=value overrides, which the config loader checks.
+struct ConfigCommandOptions {
   std::string config_file;
   std::vector<std::string> overrides;  // "--section.key=value"
 };
+using TrainCommandOptions = ConfigCommandOptions;
 
-// A subcommand that takes a run configuration: [CONFIG.toml] then
-// --section.key=value overrides, which the config loader checks.
+// `name` as such a subcommand, usage "geotrain NAME [CONFIG.toml] ...".
 CLI::App* add_config_subcommand(CLI::App& app, const std::string& name, const std::string& description,
-                                std::string& config_file, std::vector<std::string>& overrides);
+                                ConfigCommandOptions& options);
+
+// Under mpirun or srun (built with MPI training): the exit code of the
+// distributed form of train or eval (`evaluation`) run with `options`;
+// else -1: the caller runs alone.
+int run_if_launched_by_mpi(const ConfigCommandOptions& options, bool evaluation);
 
 void add_train_command(CLI::App& app, TrainCommandOptions& options);
 int run_train_command(const TrainCommandOptions& options);
@@ -148,6 +155,7 @@ struct ConvertCommandOptions {
   std::string to_hf;        // checkpoint file
   std::string out;          // checkpoint file (from-hf) or folder (to-hf)
   int sequence_length = 0;  // from-hf: positions kept; 0 = n_positions
+  bool overwrite = false;   // to-hf: write into a folder that is not empty
 };
 
 void add_convert_command(CLI::App& app, ConvertCommandOptions& options);
@@ -169,10 +177,7 @@ int run_sample_command(const SampleCommandOptions& options);
 
 // geotrain eval: the validation loss of a checkpoint (checkpoint.resume),
 // alone or as every rank of an mpirun/srun job; the train command's config.
-struct EvalCommandOptions {
-  std::string config_file;
-  std::vector<std::string> overrides;  // "--section.key=value"
-};
+using EvalCommandOptions = ConfigCommandOptions;
 
 void add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval_command(const EvalCommandOptions& options);

@@ -1,7 +1,7 @@
 // Checkpoints: HDF5, one self-contained file per checkpoint or (sharded form)
 // one folder of shards plus a manifest.
 //
-// Layout (format version 1; `h5dump -H FILE` shows it):
+// Layout (format version 2; `h5dump -H FILE` shows it):
 //   /params/<name>           float32, the parameter's global shape, e.g. /params/h.3.attn.qkv.weight [384, 128]
 //   /optimizer/m/<name>      AdamW first moment, same shape
 //   /optimizer/v/<name>      AdamW second moment, same shape
@@ -13,6 +13,15 @@
 //                            plan (text), writer ("geotrain 0.1.0")
 // Names are global (independent of the pipeline cut), so a checkpoint
 // written by one layout loads into any other.
+//
+// Checksums (version 2): every tensor dataset is checked on every read.
+// Written by one process (single, sharded, weights only): chunked (at most
+// 2^18 floats a chunk) with HDF5's Fletcher32 filter, which libhdf5, h5py
+// and h5dump verify themselves. Written collectively (parallel, per_site):
+// contiguous, with an attribute crc32 (zlib's CRC-32 of the little-endian
+// float32 bytes), because parallel HDF5 filters only collective writes. A
+// tensor with neither, or whose bytes fail it, is an InputError naming the
+// file and the dataset.
 //
 // Compressed data-parallel gradients (compression.gradients != fp32) add
 // every rank's error-feedback residuals, which differ between replicas:
@@ -50,7 +59,7 @@
 
 namespace geotrain::io {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
 
 // The floats a tensor of `shape` holds (1 for a scalar's empty shape).
 inline std::size_t element_count(const std::vector<int>& shape) {
@@ -104,6 +113,11 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint
 // Reads either form: a single file, or a step folder (or its manifest.h5)
 // and every shard its manifest lists (a missing one: InputError naming it).
 Checkpoint read_checkpoint(const std::string& path);
+
+// The root attributes only (model, step, config, tokenizer; no tensor) of
+// either form: what a command needs to know the checkpoint's model before
+// it reads the tensors. Throws InputError naming the file.
+Checkpoint read_checkpoint_header(const std::string& path);
 
 // Reads and checks a single-file checkpoint: an HDF5 file, the format version, every
 // attribute, and for every /params tensor its two moments with the same

@@ -78,6 +78,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import h5py
 import numpy as np
@@ -308,6 +309,45 @@ def check_compressed_resume(r, form, name="int8", ranks=4, wire=("--compression.
     print("without the residuals the resumed run differs, as it must")
 
 
+def check_tensor_checksums(files, form):
+    """Every tensor dataset carries its checksum: the Fletcher32 filter
+    (files one process writes), or, from the collective writer (parallel,
+    per_site), a crc32 attribute equal to zlib's CRC-32 of its bytes."""
+    collective = form in ("parallel", "per_site")
+    for file in files:
+        with h5py.File(file, "r") as f:
+            datasets = []
+            f.visititems(lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None)
+            for name in datasets:
+                d = f[name]
+                if collective:
+                    want = zlib.crc32(np.asarray(d, dtype="<f4").tobytes())
+                    if "crc32" not in d.attrs or int(d.attrs["crc32"]) != want:
+                        fail(f"{file}: /{name}: crc32 attribute {d.attrs.get('crc32')} is not zlib's {want}")
+                elif d.fletcher32 is not True:
+                    fail(f"{file}: /{name}: no Fletcher32 filter")
+    print(f"{len(files)} file(s) of the {form} form: every tensor carries its checksum")
+
+
+def check_flipped_byte_refused(r, path):
+    """A copy of the parallel form's file with one byte of /params/wte
+    flipped: resuming alone exits 2 naming the file and the tensor."""
+    damaged = os.path.join(r.workdir, "flipped.h5")
+    shutil.copy(path, damaged)
+    with h5py.File(damaged, "r") as f:
+        at = f["params/wte"].id.get_offset() + 13
+    with open(damaged, "r+b") as out:
+        out.seek(at)
+        byte = out.read(1)[0]
+        out.seek(at)
+        out.write(bytes([byte ^ 0x40]))
+    done = r.run(r.command("flipped", extra=[f"--checkpoint.resume={damaged}"]), expect=2)
+    lines = done.stderr.strip().splitlines()
+    if len(lines) != 1 or f"{damaged}: /params/wte: damaged" not in lines[0]:
+        fail(f"a flipped byte in the parallel form's /params/wte: expected one line naming it:\n{done.stderr}")
+    print(f"flipped byte: {lines[0]}")
+
+
 def check_form(path, form, shards_expected):
     """A single file (single, parallel), or a folder whose manifest lists
     the expected shards (sharded: one per stage, written by ranks of
@@ -316,6 +356,7 @@ def check_form(path, form, shards_expected):
     if form in ("single", "parallel"):
         if not os.path.isfile(path):
             fail(f"{path}: not a single-file checkpoint")
+        check_tensor_checksums([path], form)
         return
     manifest, shards = checkpoint_files(path)
     if len(shards) != shards_expected:
@@ -333,6 +374,7 @@ def check_form(path, form, shards_expected):
             if held & names:
                 fail(f"{shard}: holds tensors another shard holds: {sorted(held & names)[:3]}")
             held |= names
+    check_tensor_checksums(shards, form)
     print(f"{path}: manifest and {len(shards)} shards")
 
 
@@ -527,6 +569,8 @@ def main():
         compare_losses(losses_of(done.stdout), golden_losses, HALF + 1, TOLERANCE)
         if form in ("sharded", "per_site"):
             check_missing_shard(r, half)
+        if form == "parallel":
+            check_flipped_byte_refused(r, half)
     elif case == "per-site-separate-folders":
         check_separate_folders(r, golden_losses)
     elif case == "cross-tensor-parallel":
