@@ -108,8 +108,8 @@ def checkpoint_files(path):
 def load_gpt(path, dtype=torch.float64):
     root, files = checkpoint_files(path)
     with h5py.File(root, "r") as f:
-        if int(f.attrs["format_version"]) != 2:
-            raise ValueError(f"{root}: format_version {f.attrs['format_version']} is not 2")
+        if int(f.attrs["format_version"]) not in (1, 2):  # 1: before checksums (read unverified)
+            raise ValueError(f"{root}: format_version {f.attrs['format_version']} is not 1 or 2")
         a = f.attrs
         head = a.get("model_lm_head", "tied")
         head = head.decode() if isinstance(head, bytes) else str(head)

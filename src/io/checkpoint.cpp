@@ -60,7 +60,13 @@ void write_dataset(hid_t group, const std::string& name, const std::vector<int>&
 // What guards a tensor's bytes: HDF5's Fletcher32 filter (the files written
 // by one process) or a crc32 attribute (the collective writer's, which
 // cannot filter: parallel HDF5 filters only collective writes).
-enum class Checksum { fletcher32, crc32 };
+// Files of format version 1, written before checksums, have none: read as they are.
+enum class Checksum { fletcher32, crc32, none };
+
+bool written_before_checksums(hid_t set, const std::string& field) {
+  Handle file(GT_H5_CHECK(H5Iget_file_id(set), field, true), H5Fclose);
+  return H5Aexists(file, "format_version") > 0 && detail::read_int_attribute(file, "format_version", field) == 1;
+}
 
 Checksum checksum_of(hid_t set, const std::string& field) {
   Handle properties(GT_H5_CHECK(H5Dget_create_plist(set), field, true), H5Pclose);
@@ -74,6 +80,7 @@ Checksum checksum_of(hid_t set, const std::string& field) {
     }
   }
   if (H5Aexists(set, "crc32") > 0) return Checksum::crc32;
+  if (written_before_checksums(set, field)) return Checksum::none;
   throw InputError(field + ": no checksum (neither HDF5's Fletcher32 filter nor a crc32 attribute): not written by "
                    "this geotrain; write it again with geotrain (convert --from-hf, or train)");
 }
@@ -88,7 +95,7 @@ void read_verified(hid_t set, const std::string& field, std::vector<float>& data
                                                        : "cannot be read (" + cause + ")") +
                      "; use another checkpoint or an intact copy of this one");
   }
-  if (checksum == Checksum::fletcher32) return;
+  if (checksum != Checksum::crc32) return;
   const std::int64_t stored = detail::read_int_attribute(set, "crc32", field);
   if (stored != detail::crc32_of(data)) {
     throw InputError(field + ": damaged: its bytes fail their checksum (attribute crc32 " + std::to_string(stored) +
@@ -253,11 +260,11 @@ Handle open_checkpoint_file(const std::string& path) {
 
 std::int64_t read_format_version(hid_t file, const std::string& path) {
   const std::int64_t version = read_int_attribute(file, "format_version", path);
-  if (version != kCheckpointFormatVersion) {
+  // Version 1 (before checksums) is still read, its tensors unverified.
+  if (version != kCheckpointFormatVersion && version != 1) {
     throw InputError(path + ": attribute format_version: " + std::to_string(version) +
-                     " is not supported (this geotrain reads version " + std::to_string(kCheckpointFormatVersion) +
-                     (version == 1 ? ", whose tensors carry checksums; version 1 was written by an older geotrain)"
-                                   : ")"));
+                     " is not supported (this geotrain reads versions 1 and " + std::to_string(kCheckpointFormatVersion) +
+                     "; a newer geotrain wrote it?)");
   }
   return version;
 }

@@ -218,19 +218,27 @@ TEST(CheckpointChecksums, ACrc32AttributeIsVerifiedAndATensorWithNoChecksumIsRef
   }
 }
 
-TEST(CheckpointChecksums, VersionOneFilesAreRefusedSayingWhy) {
+// Files written before checksums (format version 1) still load, unverified
+// (a user's older checkpoints stay usable); an unknown version is refused.
+TEST(CheckpointChecksums, VersionOneFilesAreReadUnverifiedAndUnknownVersionsRefused) {
   const fs::path dir = geotrain::testing::scratch_dir("checksum-version");
   io::Checkpoint old = checkpoint_with_large_tensor();
   old.format_version = 1;
   const std::string path = (dir / "old.h5").string();
   io::write_checkpoint_file(path, old);
+  const std::vector<float> values = {1.0f, -2.0f, 0.25f, 8.0f};
+  replace_without_filter(path, values, -1);  // as version 1 stored it: no filter, no crc32
+  EXPECT_EQ(io::read_checkpoint_file(path).find("lnf.bias")->value, values);
+
+  io::Checkpoint future = checkpoint_with_large_tensor();
+  future.format_version = 3;
+  const std::string newer = (dir / "newer.h5").string();
+  io::write_checkpoint_file(newer, future);
   try {
-    io::read_checkpoint_file(path);
-    FAIL() << "a version 1 file was accepted";
+    io::read_checkpoint_file(newer);
+    FAIL() << "a version 3 file was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("format_version: 1 is not supported (this geotrain reads version 2, whose "
-                                         "tensors carry checksums"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(newer + ": attribute format_version: 3 is not supported"), std::string::npos)
         << e.what();
   }
 }
