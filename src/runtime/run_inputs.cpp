@@ -10,15 +10,14 @@
 namespace geotrain::runtime {
 
 StepLayout fixed_step_layout(const io::Config& config) {
-  StepLayout layout;
-  layout.stages = config.pipeline.stages;
-  layout.tensor_parallel = config.pipeline.tensor_parallel;
-  layout.layers_per_stage = config.pipeline.layers_per_stage;
-  layout.micro_batch_sequences = config.train.micro_batch_sequences;
-  layout.micro_batches = config.train.gradient_accumulation;
-  layout.micro_batches_per_flush = config.pipeline.micro_batches_per_flush;
-  layout.eval_batches = config.train.eval_batches;
-  return layout;
+  return {.source = "fixed",
+          .stages = config.pipeline.stages,
+          .tensor_parallel = config.pipeline.tensor_parallel,
+          .layers_per_stage = config.pipeline.layers_per_stage,
+          .micro_batch_sequences = config.train.micro_batch_sequences,
+          .micro_batches = config.train.gradient_accumulation,
+          .micro_batches_per_flush = config.pipeline.micro_batches_per_flush,
+          .eval_batches = config.train.eval_batches};
 }
 
 std::string describe(const StepLayout& layout) {
