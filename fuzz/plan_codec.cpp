@@ -33,29 +33,28 @@ bool decodes(std::span<const std::uint8_t> bytes, int expected_devices) {
   }
 }
 
+// Every row holds `width` entries below `count`, and no entry is in two rows
+// (or twice in one).
+void check_disjoint_rows(const std::vector<std::vector<int>>& rows, int width, std::size_t count,
+                         const char* width_what, const std::string& entry_what) {
+  std::vector<char> seen(count, 0);
+  for (const auto& row : rows) {
+    FUZZ_CHECK(row.size() == static_cast<std::size_t>(width), width_what);
+    for (int entry : row) {
+      FUZZ_CHECK(entry >= 0 && static_cast<std::size_t>(entry) < count && !seen[entry], entry_what + std::to_string(entry));
+      seen[entry] = 1;
+    }
+  }
+}
+
 void check_plan(const Plan& plan) {
   const int pp = plan.pipeline_stages, dp = plan.data_parallel, t = plan.tensor_parallel;
   FUZZ_CHECK(pp >= 1 && dp >= 1 && t >= 1, "degrees");
   FUZZ_CHECK(plan.stages.size() == static_cast<std::size_t>(pp), "stage count");
   FUZZ_CHECK((t == 1) == plan.tensor_groups.empty(), "tensor groups present iff t > 1");
-  std::vector<char> in_group(static_cast<std::size_t>(pp) * dp * t, 0);
-  for (const auto& group : plan.tensor_groups) {
-    FUZZ_CHECK(group.size() == static_cast<std::size_t>(t), "group size");
-    for (int device : group) {
-      FUZZ_CHECK(device >= 0 && static_cast<std::size_t>(device) < in_group.size() && !in_group[device],
-                 "group device " + std::to_string(device));
-      in_group[device] = 1;
-    }
-  }
-  std::vector<char> seen(t == 1 ? static_cast<std::size_t>(pp) * dp : plan.tensor_groups.size(), 0);
-  for (const auto& stage : plan.stages) {
-    FUZZ_CHECK(stage.size() == static_cast<std::size_t>(dp), "stage width");
-    for (int device : stage) {
-      FUZZ_CHECK(device >= 0 && static_cast<std::size_t>(device) < seen.size() && !seen[device],
-                 "device " + std::to_string(device));
-      seen[device] = 1;
-    }
-  }
+  check_disjoint_rows(plan.tensor_groups, t, static_cast<std::size_t>(pp) * dp * t, "group size", "group device ");
+  check_disjoint_rows(plan.stages, dp, t == 1 ? static_cast<std::size_t>(pp) * dp : plan.tensor_groups.size(),
+                      "stage width", "device ");
   FUZZ_CHECK(plan.boundary_s.empty() || plan.boundary_s.size() == static_cast<std::size_t>(pp - 1), "boundaries");
   for (double cost : plan.boundary_s) FUZZ_CHECK(!std::isnan(cost) && cost >= 0, "boundary cost");
   FUZZ_CHECK(!std::isnan(plan.cost.datap_s) && plan.cost.datap_s >= 0, "datap_s");

@@ -13,13 +13,10 @@
 # then: /usr/bin/python3 analysis/checkpoint_sites_report.py runs/emulate-checkpoints
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps=${1:-6}
-out=runs/emulate-checkpoints
-rm -rf "$out"
-mkdir -p "$out"
-export OMP_NUM_THREADS=1
+rm -rf runs/emulate-checkpoints
 source jobs/emulate/run_emulated.sh
-file=inputs/scenarios/world-wide.toml
+start_experiment runs/emulate-checkpoints 6 "$@"
+file=$world_wide_file
 options="--sites Oregon,Tokyo --devices 2,2 --bandwidth-scale 0.05"
 layout="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1"
 # shellcheck disable=SC2086  # option lists are words

@@ -16,13 +16,10 @@
 #   bash jobs/emulate/communication.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps=${1:-6}
-out=runs/emulate-communication
-mkdir -p "$out"
-export OMP_NUM_THREADS=1
 source jobs/emulate/run_emulated.sh
-file=inputs/scenarios/world-wide.toml
-options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
+start_experiment runs/emulate-communication 6 "$@"
+file=$world_wide_file
+options=$world_wide_sites
 after="--network.gradient_bucket_mb=0"
 buckets="--network.gradient_bucket_mb=1"
 int8="--compression.gradients=int8 --compression.activations=int8 --compression.activation_gradients=int8"

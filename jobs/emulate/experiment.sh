@@ -20,13 +20,10 @@
 # paper's are not.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps=${1:-6}
-out=runs/emulate
-mkdir -p "$out"
-export OMP_NUM_THREADS=1
 source jobs/emulate/run_emulated.sh
+start_experiment runs/emulate 6 "$@"
 scenarios=(
-  "world-wide|inputs/scenarios/world-wide.toml|--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
+  "world-wide|$world_wide_file|$world_wide_sites"
   "regional|inputs/scenarios/regional.toml|--devices 2,2,2,2 --bandwidth-scale 0.05"
   "multi-dc|inputs/scenarios/multi-dc.toml|--devices 4,4 --bandwidth-scale 0.1"
 )

@@ -69,13 +69,10 @@
 #   bash jobs/emulate/local_steps.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-steps=${1:-40}
-out=runs/emulate-local-steps
-mkdir -p "$out"
-export OMP_NUM_THREADS=1
 source jobs/emulate/run_emulated.sh
-file=inputs/scenarios/world-wide.toml
-options="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
+start_experiment runs/emulate-local-steps 40 "$@"
+file=$world_wide_file
+options=$world_wide_sites
 inside="--pipeline.stages=2 --train.gradient_accumulation=4 --train.micro_batch_sequences=1 --network.gradient_bucket_mb=1"
 whole="--pipeline.stages=1 --train.gradient_accumulation=2 --train.micro_batch_sequences=1"
 whole2="--pipeline.stages=1 --train.gradient_accumulation=1 --train.micro_batch_sequences=2"

@@ -1,5 +1,19 @@
-# The emulation experiments' one training run, sourced by experiment.sh and
-# communication.sh: `run NAME SCENARIO_FILE "EMULATE OPTIONS" PLACEMENT
+# What the emulation experiments share, sourced by each from the repository
+# root. `start_experiment OUT DEFAULT_STEPS [STEPS]`: $out and $steps (STEPS,
+# else DEFAULT_STEPS), the folder made, one OpenMP thread per rank.
+start_experiment() {
+  out=$1
+  steps=${3:-$2}
+  mkdir -p "$out"
+  export OMP_NUM_THREADS=1
+}
+# The world-wide scenario's four sites, two ranks each, the bandwidth x0.05.
+# shellcheck disable=SC2034  # for the experiments that source this file
+world_wide_file=inputs/scenarios/world-wide.toml
+# shellcheck disable=SC2034
+world_wide_sites="--sites Oregon,Virginia,Tokyo,London --devices 2,2,2,2 --bandwidth-scale 0.05"
+
+# The one training run: `run NAME SCENARIO_FILE "EMULATE OPTIONS" PLACEMENT
 # SCHEDULE SUFFIX [GEOTRAIN OPTIONS...]` trains inputs/models/emulation.toml
 # as 4 stages x 2 replicas in jobs/emulate/emulate.py's emulated network and
 # writes $out/NAME-PLACEMENTSUFFIX.h5 and, beside it, -traffic.json: the

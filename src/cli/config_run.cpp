@@ -247,6 +247,17 @@ void add_config_mode(CLI::App* command, ConfigRunOptions& run, std::vector<std::
   });
 }
 
+CLI::App* add_scenario_command(CLI::App& app, ScenarioCommandOptions& o, const ScenarioCommandText& text) {
+  CLI::App* command = app.add_subcommand(text.name, text.description);
+  command->add_option("--scenario", o.scenario, std::string(text.scenario) + "; with CONFIG: the network");
+  command->add_option("--model", o.model, text.model);
+  command->add_option("--pp", o.pp, "pipeline stages D_pp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
+  command->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the scenario's [workload])")
+      ->check(CLI::PositiveNumber);
+  add_config_mode(command, o.run, {"--scenario", "--json"});
+  return command;
+}
+
 void check_config_mode(const ConfigRunOptions& run, const char* command) {
   if (run.config_file.empty()) {
     if (!run.overrides.empty()) {

@@ -61,16 +61,17 @@ int run_layout_search(const PlanCommandOptions& o, const io::Scenario& scenario,
   return 0;
 }
 
+const ScenarioCommandText kPlanText{
+    "plan",
+    "Compute the tasklet allocation: for a training config as `train` would run it (geotrain plan CONFIG.toml "
+    "[--section.key=value ...]), or for a network scenario (--scenario FILE)",
+    "scenario TOML file (site-based or full matrix)",
+    "model TOML file to plan for (default: the scenario's [workload] model)"};
+
 }  // namespace
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
-  CLI::App* plan = app.add_subcommand(
-      "plan", "Compute the tasklet allocation: for a training config as `train` would run it (geotrain plan CONFIG.toml "
-              "[--section.key=value ...]), or for a network scenario (--scenario FILE)");
-  plan->add_option("--scenario", o.scenario, "scenario TOML file (site-based or full matrix); with CONFIG: the network");
-  plan->add_option("--model", o.model, "model TOML file to plan for (default: the scenario's [workload] model)");
-  plan->add_option("--pp", o.pp, "pipeline stages D_pp (default: the file's [workload])")->check(CLI::PositiveNumber);
-  plan->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the file's [workload])")->check(CLI::PositiveNumber);
+  CLI::App* plan = add_scenario_command(app, o, kPlanText);
   plan->add_option("--tp", o.tp,
                    "tensor-parallel degree for the layout search (devices of one node per unit; default: searched "
                    "over 1, 2, 4, 8 where they divide the heads and fit a node)")
@@ -106,7 +107,6 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--hostfile", o.hostfile, std::string("write an Open MPI hostfile (host slots=N)") + from_hosts);
   plan->add_option("--slurm-hostfile", o.slurm_hostfile,
                    std::string("write one host per rank, for SLURM_HOSTFILE=FILE srun --distribution=arbitrary") + from_hosts);
-  add_config_mode(plan, o.run, {"--scenario", "--json"});
 }
 
 int run_plan_command(const PlanCommandOptions& o) {

@@ -24,6 +24,15 @@
 namespace geotrain::cli {
 namespace {
 
+// to["name"] = from.name for each member name given (nlohmann's own
+// per-member step, as its NLOHMANN_DEFINE_TYPE macros use it).
+#define GT_JSON_MEMBERS(to, from, ...)                                      \
+  do {                                                                      \
+    nlohmann::json& nlohmann_json_j = (to);                                 \
+    const auto& nlohmann_json_t = (from);                                   \
+    NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(NLOHMANN_JSON_TO, __VA_ARGS__)) \
+  } while (false)
+
 static_assert(io::DeviceSpeed{}.peak_tflops == plan::kV100PeakTflops &&
                   io::DeviceSpeed{}.efficiency == plan::kCalibratedEfficiency,
               "model-file device defaults and the simulator's must agree");
@@ -312,9 +321,7 @@ void add_extension_json(const Resolved& r, nlohmann::json& j) {
   j["activation_gradient_bytes"] = r.work.activation_gradient_bytes.value_or(r.work.activation_bytes);
   j["tied_head"] = r.config.lm_head && r.config.tied_head;
   j["tied_embedding_bytes"] = r.work.tied_embedding_bytes;
-  j["tied_exchange_s"] = r.result.tied_exchange_s;
-  j["utilisation_mean"] = r.result.utilisation_mean;
-  j["utilisation_min"] = r.result.utilisation_min;
+  GT_JSON_MEMBERS(j, r.result, tied_exchange_s, utilisation_mean, utilisation_min);
   const plan::FlushRecommendation& f = r.flush;
   if (f.candidates.empty()) return;  // flushless: no flush to recommend
   nlohmann::json candidates = nlohmann::json::array();
@@ -339,8 +346,7 @@ void add_outer_json(const Resolved& r, nlohmann::json& j) {
   j["outer_wire"] = outer.enabled() ? encoding_json(outer.wire.value_or(WireEncoding{})) : nullptr;
   j["outer_fragments"] = outer.fragments;
   j["outer_within_site"] = outer.within_site;
-  j["local_step_s"] = res.local_step_s;
-  j["outer_exposed_s"] = res.outer_exposed_s;
+  GT_JSON_MEMBERS(j, res, local_step_s, outer_exposed_s);
   const bool sites = !r.scenario.network.site_of_device.empty();
   j["cross_site_bytes_per_step"] = sites ? nlohmann::json(res.cross_site_bytes()) : nlohmann::json(nullptr);
   j["cross_site_pipeline_bytes"] = sites ? nlohmann::json(res.cross_site_pipeline_bytes) : nlohmann::json(nullptr);
@@ -361,42 +367,23 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
                 {"layers", c.model.layers},         {"hidden", c.model.hidden},
                 {"heads", c.model.heads},           {"sequence_length", c.model.sequence_length},
                 {"vocabulary", c.model.vocabulary}};
-  j["global_batch_sequences"] = c.global_batch_sequences;
-  j["micro_batch_sequences"] = c.micro_batch_sequences;
   j["device"] = {{"peak_tflops", c.peak_tflops}, {"efficiency", c.efficiency}};
-  j["bandwidth_scale"] = o.bandwidth_scale;
+  GT_JSON_MEMBERS(j, o, bandwidth_scale, seed, system);
+  GT_JSON_MEMBERS(j, r, plan_cost_s);
   j["placement"] = plan::to_string(r.placement);
-  j["seed"] = o.seed;
-  j["plan_cost_s"] = r.plan_cost_s;
   j["planner_seconds"] = r.placed.planner_seconds;
-  j["system"] = o.system;
   j["schedule"] = plan::to_string(c.schedule);
-  j["flushless"] = c.flushless;
-  j["flushless_ahead"] = c.flushless_ahead;
   j["dp_scheme"] = plan::to_string(c.dp_scheme);
-  j["overlap_communication"] = c.overlap_communication;
-  j["recompute"] = c.recompute;
-  j["gradient_bucket_mb"] = c.gradient_bucket_mb;
-  j["lm_head"] = c.lm_head;
-  j["micro_batches"] = res.micro_batches;
-  j["micro_batches_per_flush"] = res.micro_batches_per_flush;
-  j["flushes"] = res.flushes;
-  j["iteration_s"] = res.iteration_s;
-  j["pipeline_phase_s"] = res.pipeline_phase_s;
-  j["compute_s"] = res.compute_s;
-  j["pipeline_comm_s"] = res.pipeline_comm_s;
-  j["datap_comm_s"] = res.datap_comm_s;
-  j["bubble_fraction"] = res.bubble_fraction;
   j["flops_formula"] = plan::to_string(c.flops_formula);
-  j["flops_per_iteration"] = res.flops_per_iteration;
-  j["pflops"] = res.pflops;
-  j["tokens_per_s"] = res.tokens_per_s;
-  j["activation_bytes"] = r.work.activation_bytes;
+  GT_JSON_MEMBERS(j, c, global_batch_sequences, micro_batch_sequences, flushless, flushless_ahead, overlap_communication,
+                  recompute, gradient_bucket_mb, lm_head);
+  GT_JSON_MEMBERS(j, res, micro_batches, micro_batches_per_flush, flushes, iteration_s, pipeline_phase_s, compute_s,
+                  pipeline_comm_s, datap_comm_s, bubble_fraction, flops_per_iteration, pflops, tokens_per_s,
+                  stage_datap_s, stage_last_backward_s);
+  GT_JSON_MEMBERS(j, r.work, activation_bytes);
   j["stage_forward_s"] = r.work.forward_s;
   j["stage_backward_s"] = r.work.backward_s;
   j["stage_gradient_bytes"] = r.work.gradient_bytes;
-  j["stage_datap_s"] = res.stage_datap_s;
-  j["stage_last_backward_s"] = res.stage_last_backward_s;
   j["stages"] = r.placed.plan.stages;
   add_extension_json(r, j);
   if (r.show_outer) add_outer_json(r, j);
@@ -409,6 +396,14 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   }
   return j.dump(2) + "\n";
 }
+
+const ScenarioCommandText kSimulateText{
+    "simulate",
+    "Simulate one training iteration (time, PFLOPS, split): of a training config as `train` would run it "
+    "(geotrain simulate CONFIG.toml [--section.key=value ...]), or of a placement on a scenario (--scenario FILE "
+    "--model FILE)",
+    "scenario TOML file (the network; pp x dp from its [workload])",
+    "model TOML file ([model], optional [device] and [batch]); not with CONFIG"};
 
 std::string render_timeline(const Resolved& r) {
   std::ostringstream out;
@@ -423,13 +418,7 @@ std::string render_timeline(const Resolved& r) {
 }  // namespace
 
 void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
-  CLI::App* sim = app.add_subcommand(
-      "simulate", "Simulate one training iteration (time, PFLOPS, split): of a training config as `train` would run it "
-                  "(geotrain simulate CONFIG.toml [--section.key=value ...]), or of a placement on a scenario (--scenario FILE --model FILE)");
-  sim->add_option("--scenario", o.scenario, "scenario TOML file (the network; pp x dp from its [workload]); with CONFIG: the network");
-  sim->add_option("--model", o.model, "model TOML file ([model], optional [device] and [batch]); not with CONFIG");
-  sim->add_option("--pp", o.pp, "pipeline stages D_pp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
-  sim->add_option("--dp", o.dp, "data-parallel degree D_dp (default: the scenario's [workload])")->check(CLI::PositiveNumber);
+  CLI::App* sim = add_scenario_command(app, o, kSimulateText);
   sim->add_option("--layers", o.layers, "transformer layers (default: the model file)")->check(CLI::PositiveNumber);
   sim->add_option("--vocabulary", o.vocabulary, "vocabulary size (default: the model file)")->check(CLI::PositiveNumber);
   sim->add_option("--batch", o.batch, "global batch in sequences (default: [batch] or 1024)")->check(CLI::PositiveNumber);
@@ -493,7 +482,6 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   sim->add_flag("--timeline", o.timeline,
                 "print every timed step as CSV (replica,stage,device,step,start_s,end_s); with --flushless, the "
                 "stream of " + std::to_string(plan::kFlushlessSteps) + " steps, its micro-batches numbered through");
-  add_config_mode(sim, o.run, {"--scenario", "--json"});
 }
 
 int run_simulate_command(const SimulateCommandOptions& o) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -15,11 +16,28 @@ using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, 
                             DeviceRequest*, MatmulPrecision*, ActivationStorage*, LayoutChoice*, Transport*, WireFormat*,
                             LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*, plan::Placement*>;
 
+// A field's own bounds (Checks::positive or Checks::in_range, on each entry
+// of a list), checked before the rest of its section's checks.
+struct Bounds {
+  enum Kind { none, positive, range } kind = none;
+  double low = 0, high = 0;
+};
+
 struct Field {
   std::string key;  // "section.name"
   Target target;
   const char* doc;
   bool is_path = false;  // relative values are resolved against the file's folder
+  Bounds bounds{};
+
+  Field&& positive() && {
+    bounds = {Bounds::positive};
+    return std::move(*this);
+  }
+  Field&& in_range(double low, double high) && {
+    bounds = {Bounds::range, low, high};
+    return std::move(*this);
+  }
 };
 
 struct Section {

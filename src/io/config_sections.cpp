@@ -1,7 +1,12 @@
 // Each section of the settings tree: its keys with their doc strings, and
 // the checks that need that section alone. The rules between sections live
 // in config_rules.cpp.
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "config_fields.hpp"
 #include "geotrain/io/model_file.hpp"
@@ -9,17 +14,45 @@
 namespace geotrain::io::config_table {
 namespace {
 
-Section model_section(ModelSettings& m) {
-  return {"model", "The model's shape: a model file and its overrides (0: the file's value).",
-          {{"model.file", &m.file, "The shape file (inputs/models/*.toml); relative to the config file.", true},
-           {"model.layers", &m.layers, "Transformer blocks; 0: the model file's."},
-           {"model.hidden", &m.hidden, "Width of the residual stream; 0: the model file's."},
-           {"model.heads", &m.heads, "Attention heads (must divide model.hidden); 0: the model file's."},
-           {"model.vocabulary", &m.vocabulary, "Token ids the embedding holds; 0: the model file's."},
-           {"model.sequence_length", &m.sequence_length, "Tokens per sequence; 0: the model file's."},
-           {"model.lm_head", &m.lm_head,
-            "The LM head: model-file (as the model file says), tied (the token embedding, as GPT-2; with 2+ stages its "
-            "gradient crosses from the last stage to the first every step) or untied (the last stage's own matrix)."}}};
+// A row of a section's table: the key is the field's name, spelt once (the
+// section function's settings are `s`; section() puts "name." in front).
+#define GT_FIELD(member, ...) Field{#member, &s.member, __VA_ARGS__}
+
+Section section(const char* name, const char* doc, std::vector<Field> fields) {
+  for (Field& f : fields) f.key = name + ("." + f.key);
+  return {name, doc, std::move(fields)};
+}
+
+void check_bounds(const Field& f, const Checks& checks) {
+  if (f.bounds.kind == Bounds::none) return;
+  std::visit(
+      [&](const auto* target) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(target)>>;
+        if constexpr (std::is_same_v<T, std::vector<double>>) {
+          for (double value : *target) checks.in_range(f.key, value, f.bounds.low, f.bounds.high);
+        } else if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+          if (f.bounds.kind == Bounds::positive) checks.positive(f.key, static_cast<long long>(*target));
+          else checks.in_range(f.key, static_cast<double>(*target), f.bounds.low, f.bounds.high);
+        } else {
+          throw std::logic_error(f.key + ": bounds on a field that is not a number");
+        }
+      },
+      f.target);
+}
+
+Section model_section(ModelSettings& s) {
+  return section(
+      "model", "The model's shape: a model file and its overrides (0: the file's value).",
+      {GT_FIELD(file, "The shape file (inputs/models/*.toml); relative to the config file.", true),
+       GT_FIELD(layers, "Transformer blocks; 0: the model file's."),
+       GT_FIELD(hidden, "Width of the residual stream; 0: the model file's."),
+       GT_FIELD(heads, "Attention heads (must divide model.hidden); 0: the model file's."),
+       GT_FIELD(vocabulary, "Token ids the embedding holds; 0: the model file's."),
+       GT_FIELD(sequence_length, "Tokens per sequence; 0: the model file's."),
+       GT_FIELD(
+           lm_head,
+           "The LM head: model-file (as the model file says), tied (the token embedding, as GPT-2; with 2+ stages its "
+           "gradient crosses from the last stage to the first every step) or untied (the last stage's own matrix).")});
 }
 
 void check_model(const ModelSettings& m, const Checks& checks) {
@@ -32,33 +65,34 @@ void check_model(const ModelSettings& m, const Checks& checks) {
   }
 }
 
-Section device_section(DeviceSettings& d) {
-  return {"device", "Where the kernels run and at what precision.",
-          {{"device.kind", &d.kind, "auto (CUDA where a GPU is usable, else the CPU), cpu or cuda (an error without a GPU)."},
-           {"device.matmul_precision", &d.matmul_precision,
-            "fp32 or bf16: the GEMM operands' precision (master weights, optimizer state, layernorm and softmax "
-            "statistics stay fp32; on the CPU bf16 is emulated by rounding, for parity tests)."},
-           {"device.activation_storage", &d.activation_storage,
-            "fp32 or bf16: each layer's activations kept for the backward at half the bytes (the forward, the "
-            "weights and the optimizer state stay fp32)."},
-           {"device.peak_tflops", &d.peak_tflops, "The device's peak, for MFU in the progress line; 0: the backend's default."}}};
+Section device_section(DeviceSettings& s) {
+  return section(
+      "device", "Where the kernels run and at what precision.",
+      {GT_FIELD(kind, "auto (CUDA where a GPU is usable, else the CPU), cpu or cuda (an error without a GPU)."),
+       GT_FIELD(matmul_precision,
+                "fp32 or bf16: the GEMM operands' precision (master weights, optimizer state, layernorm and softmax "
+                "statistics stay fp32; on the CPU bf16 is emulated by rounding, for parity tests)."),
+       GT_FIELD(activation_storage,
+                "fp32 or bf16: each layer's activations kept for the backward at half the bytes (the forward, the "
+                "weights and the optimizer state stay fp32)."),
+       GT_FIELD(peak_tflops, "The device's peak, for MFU in the progress line; 0: the backend's default.")
+           .in_range(0, 1e6)});
 }
 
-void check_device(const DeviceSettings& d, const Checks& checks) { checks.in_range("device.peak_tflops", d.peak_tflops, 0, 1e6); }
-
-Section compression_section(CompressionSettings& c) {
-  return {"compression", "What crosses slow links, and how it is encoded (lossy formats keep error feedback where noted).",
-          {{"compression.gradients", &c.gradients,
-            "fp32, int8, int4 or topk: the data-parallel gradient sum's wire (with error feedback); with local steps "
-            "also the pseudo-gradient's."},
-           {"compression.activations", &c.activations, "fp32, int8 or int4: pipeline activations (no error feedback)."},
-           {"compression.activation_gradients", &c.activation_gradients,
-            "fp32, int8 or int4: pipeline activation gradients (no error feedback)."},
-           {"compression.tied_embedding", &c.tied_embedding,
-            "fp32, int8, int4 or topk: the tied embedding's gradient, summed every step between a pipeline's first "
-            "and last stage (with error feedback)."},
-           {"compression.group_size", &c.group_size, "int8 / int4: values per fp32 scale."},
-           {"compression.topk_fraction", &c.topk_fraction, "topk: the share of the values sent."}}};
+Section compression_section(CompressionSettings& s) {
+  return section(
+      "compression", "What crosses slow links, and how it is encoded (lossy formats keep error feedback where noted).",
+      {GT_FIELD(
+           gradients,
+           "fp32, int8, int4 or topk: the data-parallel gradient sum's wire (with error feedback); with local steps "
+           "also the pseudo-gradient's."),
+       GT_FIELD(activations, "fp32, int8 or int4: pipeline activations (no error feedback)."),
+       GT_FIELD(activation_gradients, "fp32, int8 or int4: pipeline activation gradients (no error feedback)."),
+       GT_FIELD(tied_embedding,
+                "fp32, int8, int4 or topk: the tied embedding's gradient, summed every step between a pipeline's first "
+                "and last stage (with error feedback)."),
+       GT_FIELD(group_size, "int8 / int4: values per fp32 scale."),
+       GT_FIELD(topk_fraction, "topk: the share of the values sent.")});
 }
 
 void check_compression(const CompressionSettings& c, const Checks& checks) {
@@ -74,77 +108,75 @@ void check_compression(const CompressionSettings& c, const Checks& checks) {
   }
 }
 
-Section data_section(DataSettings& d) {
-  return {"data", "Token shards (tools/prepare_data.py writes them).",
-          {{"data.train", &d.train, "The training shard; relative to the config file.", true},
-           {"data.validation", &d.validation, "The validation shard; relative to the config file.", true}}};
+Section data_section(DataSettings& s) {
+  return section("data", "Token shards (tools/prepare_data.py writes them).",
+                 {GT_FIELD(train, "The training shard; relative to the config file.", true),
+                  GT_FIELD(validation, "The validation shard; relative to the config file.", true)});
 }
 
-Section train_section(TrainSettings& t) {
-  return {"train", "The training loop: steps, batch, evaluation, logging and samples.",
-          {{"train.steps", &t.steps, "Optimizer steps of the run."},
-           {"train.micro_batch_sequences", &t.micro_batch_sequences, "Sequences per micro-batch (B)."},
-           {"train.gradient_accumulation", &t.gradient_accumulation,
-            "Micro-batches per step on one rank; under a pipeline, each replica's micro-batches per step (m)."},
-           {"train.seed", &t.seed, "Seeds the weights, the data order and samples."},
-           {"train.eval_every_steps", &t.eval_every_steps, "Validation every this many steps; 0: only at the end."},
-           {"train.eval_batches", &t.eval_batches, "Validation batches per evaluation."},
-           {"train.log_every_steps", &t.log_every_steps, "A progress line every this many steps."},
-           {"train.quiet", &t.quiet, "No progress lines."},
-           {"train.log_json", &t.log_json, "stdout: JSON lines only (text goes to stderr)."},
-           {"train.metrics_file", &t.metrics_file,
-            "JSON lines, one per step; {job} as in timing.file; \"\": none."},
-           {"train.sample_every_steps", &t.sample_every_steps,
-            "A sample of the model's text every this many steps, drawn as `geotrain sample --seed train.seed` "
-            "draws it; 0: never."},
-           {"train.sample_prompt", &t.sample_prompt, "The samples' prompt."},
-           {"train.sample_tokens", &t.sample_tokens, "Tokens per sample."},
-           {"train.sample_temperature", &t.sample_temperature, "The samples' temperature; 0: greedy."}}};
+Section train_section(TrainSettings& s) {
+  return section(
+      "train", "The training loop: steps, batch, evaluation, logging and samples.",
+      {GT_FIELD(steps, "Optimizer steps of the run.").positive(),
+       GT_FIELD(micro_batch_sequences, "Sequences per micro-batch (B).").positive(),
+       GT_FIELD(gradient_accumulation,
+                "Micro-batches per step on one rank; under a pipeline, each replica's micro-batches per step (m).")
+           .positive(),
+       GT_FIELD(seed, "Seeds the weights, the data order and samples."),
+       GT_FIELD(eval_every_steps, "Validation every this many steps; 0: only at the end."),
+       GT_FIELD(eval_batches, "Validation batches per evaluation.").positive(),
+       GT_FIELD(log_every_steps, "A progress line every this many steps.").positive(),
+       GT_FIELD(quiet, "No progress lines."),
+       GT_FIELD(log_json, "stdout: JSON lines only (text goes to stderr)."),
+       GT_FIELD(metrics_file, "JSON lines, one per step; {job} as in timing.file; \"\": none."),
+       GT_FIELD(sample_every_steps,
+                "A sample of the model's text every this many steps, drawn as `geotrain sample --seed train.seed` "
+                "draws it; 0: never."),
+       GT_FIELD(sample_prompt, "The samples' prompt."),
+       GT_FIELD(sample_tokens, "Tokens per sample.").positive(),
+       GT_FIELD(sample_temperature, "The samples' temperature; 0: greedy.").in_range(0, 1e6)});
 }
 
 void check_train(const TrainSettings& t, const Checks& checks) {
-  checks.positive("train.steps", t.steps);
-  checks.positive("train.micro_batch_sequences", t.micro_batch_sequences);
-  checks.positive("train.gradient_accumulation", t.gradient_accumulation);
-  checks.positive("train.eval_batches", t.eval_batches);
-  checks.positive("train.log_every_steps", t.log_every_steps);
-  checks.positive("train.sample_tokens", t.sample_tokens);
   if (t.gradient_accumulation > 16000) {
     checks.fail("train.gradient_accumulation", "must be <= 16000 (message tags), got " + std::to_string(t.gradient_accumulation));
   }
-  checks.in_range("train.sample_temperature", t.sample_temperature, 0, 1e6);
 }
 
-Section pipeline_section(PipelineSettings& p) {
-  return {"pipeline", "The layout: stages, schedule, tensor parallelism and placement. Under mpirun, ranks = "
-                      "tensor_parallel x stages x data-parallel replicas.",
-          {{"pipeline.stages", &p.stages, "Pipeline stages."},
-           {"pipeline.schedule", &p.schedule, "1f1b or gpipe."},
-           {"pipeline.layers_per_stage", &p.layers_per_stage, "Blocks of each stage, one entry per stage; []: an even split."},
-           {"pipeline.micro_batches_per_flush", &p.micro_batches_per_flush,
-            "A step's micro-batches in flushes of this many (fewer activations alive with GPipe, a bubble per flush); "
-            "0: one flush of all of them."},
-           {"pipeline.flushless", &p.flushless,
-            "No flush between steps (PipeDream-2BW): one unbroken 1F1B stream, each step's gradient computed on "
-            "weights one update older than the newest; numerics differ from synchronous training."},
-           {"pipeline.flushless_ahead", &p.flushless_ahead,
-            "Flushless: forwards each stage runs ahead of its backwards beyond 1F1B's p - 1 - s, so that a round trip "
-            "over a slow link finds work waiting."},
-           {"pipeline.tensor_parallel", &p.tensor_parallel,
-            "Ranks of one node that split every layer of a stage (Megatron-style); must divide model.heads. With "
-            "layout = auto: the degree the search must use; 0: the search chooses it."},
-           {"pipeline.layout", &p.layout,
-            "fixed (stages, layers_per_stage and the train.* batch as given, every rank used) or auto (rank 0's "
-            "layout search chooses stages, replicas, micro-batches, the layer split and which ranks train)."},
-           {"pipeline.plan_file", &p.plan_file,
-            "A plan to train exactly, as `geotrain plan --json` printed it; relative to the config file; \"\": none.", true},
-           {"pipeline.placement", &p.placement, "planned, rank-order, dtfm-rank-order or random: which device holds which stage."},
-           {"pipeline.plan_candidates", &p.plan_candidates, "The planner's search effort (candidates per island)."}}};
+Section pipeline_section(PipelineSettings& s) {
+  return section(
+      "pipeline",
+      "The layout: stages, schedule, tensor parallelism and placement. Under mpirun, ranks = "
+      "tensor_parallel x stages x data-parallel replicas.",
+      {GT_FIELD(stages, "Pipeline stages.").positive(),
+       GT_FIELD(schedule, "1f1b or gpipe."),
+       GT_FIELD(layers_per_stage, "Blocks of each stage, one entry per stage; []: an even split."),
+       GT_FIELD(
+           micro_batches_per_flush,
+           "A step's micro-batches in flushes of this many (fewer activations alive with GPipe, a bubble per flush); "
+           "0: one flush of all of them."),
+       GT_FIELD(flushless,
+                "No flush between steps (PipeDream-2BW): one unbroken 1F1B stream, each step's gradient computed on "
+                "weights one update older than the newest; numerics differ from synchronous training."),
+       GT_FIELD(
+           flushless_ahead,
+           "Flushless: forwards each stage runs ahead of its backwards beyond 1F1B's p - 1 - s, so that a round trip "
+           "over a slow link finds work waiting."),
+       GT_FIELD(tensor_parallel,
+                "Ranks of one node that split every layer of a stage (Megatron-style); must divide model.heads. With "
+                "layout = auto: the degree the search must use; 0: the search chooses it."),
+       GT_FIELD(layout,
+                "fixed (stages, layers_per_stage and the train.* batch as given, every rank used) or auto (rank 0's "
+                "layout search chooses stages, replicas, micro-batches, the layer split and which ranks train)."),
+       GT_FIELD(
+           plan_file,
+           "A plan to train exactly, as `geotrain plan --json` printed it; relative to the config file; \"\": none.",
+           true),
+       GT_FIELD(placement, "planned, rank-order, dtfm-rank-order or random: which device holds which stage."),
+       GT_FIELD(plan_candidates, "The planner's search effort (candidates per island).").positive()});
 }
 
 void check_pipeline(const PipelineSettings& p, const Checks& checks) {
-  checks.positive("pipeline.stages", p.stages);
-  checks.positive("pipeline.plan_candidates", p.plan_candidates);
   if (p.tensor_parallel < 0 || (p.tensor_parallel == 0 && p.layout != LayoutChoice::automatic)) {
     checks.fail("pipeline.tensor_parallel", "must be >= 1 (0: chosen by the layout search, with pipeline.layout = "
                 "auto), got " + std::to_string(p.tensor_parallel));
@@ -170,46 +202,44 @@ void check_pipeline(const PipelineSettings& p, const Checks& checks) {
   }
 }
 
-Section network_section(NetworkSettings& n) {
-  return {"network", "The network: probed or read from a file, the deadline every wait has, and the transports.",
-          {{"network.matrix", &n.matrix,
-            "A scenario file to plan on instead of probing (e.g. under emulation); relative to the config file; "
-            "\"\": probe.", true},
-           {"network.deadline_s", &n.deadline_s, "The longest any rank waits for a peer before the job stops."},
-           {"network.probe_bytes", &n.probe_bytes, "The start-up probe's bandwidth message size."},
-           {"network.gradient_bucket_mb", &n.gradient_bucket_mb,
-            "Data-parallel gradient sums start in buckets of this many MiB during the step's last backward; 0: one "
-            "sum after it."},
-           {"network.transport", &n.transport, "auto (NCCL on GPUs where built, else MPI), mpi or nccl."}}};
+Section network_section(NetworkSettings& s) {
+  return section(
+      "network", "The network: probed or read from a file, the deadline every wait has, and the transports.",
+      {GT_FIELD(matrix,
+                "A scenario file to plan on instead of probing (e.g. under emulation); relative to the config file; "
+                "\"\": probe.",
+                true),
+       GT_FIELD(deadline_s, "The longest any rank waits for a peer before the job stops.").in_range(0.01, 1e7),
+       GT_FIELD(probe_bytes, "The start-up probe's bandwidth message size.").positive(),
+       GT_FIELD(gradient_bucket_mb,
+                "Data-parallel gradient sums start in buckets of this many MiB during the step's last backward; 0: one "
+                "sum after it.")
+           .in_range(0, 1e6),
+       GT_FIELD(transport, "auto (NCCL on GPUs where built, else MPI), mpi or nccl.")});
 }
 
-void check_network(const NetworkSettings& n, const Checks& checks) {
-  checks.positive("network.probe_bytes", n.probe_bytes);
-  checks.in_range("network.deadline_s", n.deadline_s, 0.01, 1e7);
-  checks.in_range("network.gradient_bucket_mb", n.gradient_bucket_mb, 0, 1e6);
-}
-
-Section checkpoint_section(CheckpointSettings& c) {
-  return {"checkpoint", "HDF5 checkpoints: where, how often, how they are written, and what a run starts from.",
-          {{"checkpoint.dir", &c.dir, "Where checkpoints go; relative to the working directory; \"\": none."},
-           {"checkpoint.every_steps", &c.every_steps, "A checkpoint every this many steps; 0: only at the end (and on SIGTERM)."},
-           {"checkpoint.keep", &c.keep, "The newest checkpoints kept."},
-           {"checkpoint.resume", &c.resume, "\"\", auto (checkpoint.dir's latest, if any) or a checkpoint to continue."},
-           {"checkpoint.init_from", &c.init_from,
-            "A checkpoint whose weights start the run (fresh optimizer, step 0, data from the start): fine-tuning. "
-            "With resume = auto a checkpoint already in checkpoint.dir wins."},
-           {"checkpoint.asynchronous", &c.asynchronous, "Written by a background thread while training goes on."},
-           {"checkpoint.deadline_s", &c.deadline_s,
-            "Under mpirun, the longest the training thread waits for a write in flight before every rank stops."},
-           {"checkpoint.snapshot", &c.snapshot,
-            "On the CPU: copy parameters and moments before an asynchronous write (12 bytes per parameter), so that "
-            "only the copy holds training up; false: the next optimizer step waits for the write."},
-           {"checkpoint.form", &c.form, "auto, single, sharded, parallel or per_site (docs/checkpoints.md)."}}};
+Section checkpoint_section(CheckpointSettings& s) {
+  return section(
+      "checkpoint", "HDF5 checkpoints: where, how often, how they are written, and what a run starts from.",
+      {GT_FIELD(dir, "Where checkpoints go; relative to the working directory; \"\": none."),
+       GT_FIELD(every_steps, "A checkpoint every this many steps; 0: only at the end (and on SIGTERM)."),
+       GT_FIELD(keep, "The newest checkpoints kept.").positive(),
+       GT_FIELD(resume, "\"\", auto (checkpoint.dir's latest, if any) or a checkpoint to continue."),
+       GT_FIELD(init_from,
+                "A checkpoint whose weights start the run (fresh optimizer, step 0, data from the start): fine-tuning. "
+                "With resume = auto a checkpoint already in checkpoint.dir wins."),
+       GT_FIELD(asynchronous, "Written by a background thread while training goes on."),
+       GT_FIELD(deadline_s,
+                "Under mpirun, the longest the training thread waits for a write in flight before every rank stops.")
+           .in_range(0.01, 1e7),
+       GT_FIELD(
+           snapshot,
+           "On the CPU: copy parameters and moments before an asynchronous write (12 bytes per parameter), so that "
+           "only the copy holds training up; false: the next optimizer step waits for the write."),
+       GT_FIELD(form, "auto, single, sharded, parallel or per_site (docs/checkpoints.md).")});
 }
 
 void check_checkpoint(const CheckpointSettings& c, const Checks& checks) {
-  checks.positive("checkpoint.keep", c.keep);
-  checks.in_range("checkpoint.deadline_s", c.deadline_s, 0.01, 1e7);
   if (c.resume == "auto" && c.dir.empty()) {
     checks.fail("checkpoint.resume", "auto needs checkpoint.dir (where to look for the latest checkpoint)");
   }
@@ -219,32 +249,34 @@ void check_checkpoint(const CheckpointSettings& c, const Checks& checks) {
   }
 }
 
-Section timing_section(TimingSettings& t) {
-  return {"timing", "The run's HDF5 timing file (analysis/ reads it).",
-          {{"timing.file", &t.file,
-            "The timing file; {job}: the Slurm job id or the start time; relative to the working directory; \"\": none."},
-           {"timing.max_event_steps", &t.max_event_steps, "Steps whose events are kept (the first ones); per-step records always."}}};
+Section timing_section(TimingSettings& s) {
+  return section("timing", "The run's HDF5 timing file (analysis/ reads it).",
+                 {GT_FIELD(file,
+                           "The timing file; {job}: the Slurm job id or the start time; relative to the working "
+                           "directory; \"\": none."),
+                  GT_FIELD(max_event_steps, "Steps whose events are kept (the first ones); per-step records always.")});
 }
 
-Section outer_section(OuterSettings& o) {
-  return {"outer", "Local steps (DiLoCo): replicas step on their own data and synchronise every local_steps steps.",
-          {{"outer.local_steps", &o.local_steps,
-            "Inner optimizer steps between outer synchronisations (H); 0: synchronous data parallelism."},
-           {"outer.learning_rate", &o.learning_rate, "The outer Nesterov step's learning rate."},
-           {"outer.momentum", &o.momentum, "The outer Nesterov step's momentum."},
-           {"outer.fragments", &o.fragments,
-            "Streaming: a stage's parameters in this many fragments, synchronised at staggered steps, each exchange "
-            "overlapping the inner steps; 1: the whole stage at once."},
-           {"outer.sync_within_site", &o.sync_within_site,
-            "Replicas in one site sum their gradients every step; only the sites take local steps."},
-           {"outer.synchronous_steps", &o.synchronous_steps,
-            "Post-local SGD: the first this many steps synchronous, then local steps from the parameters they reach."}}};
+Section outer_section(OuterSettings& s) {
+  return section(
+      "outer", "Local steps (DiLoCo): replicas step on their own data and synchronise every local_steps steps.",
+      {GT_FIELD(local_steps,
+                "Inner optimizer steps between outer synchronisations (H); 0: synchronous data parallelism."),
+       GT_FIELD(learning_rate, "The outer Nesterov step's learning rate.").in_range(1e-6, 10),
+       GT_FIELD(momentum, "The outer Nesterov step's momentum.").in_range(0, 0.999999),
+       GT_FIELD(
+           fragments,
+           "Streaming: a stage's parameters in this many fragments, synchronised at staggered steps, each exchange "
+           "overlapping the inner steps; 1: the whole stage at once.")
+           .positive(),
+       GT_FIELD(sync_within_site,
+                "Replicas in one site sum their gradients every step; only the sites take local steps."),
+       GT_FIELD(
+           synchronous_steps,
+           "Post-local SGD: the first this many steps synchronous, then local steps from the parameters they reach.")});
 }
 
 void check_outer(const OuterSettings& o, const Checks& checks) {
-  checks.in_range("outer.learning_rate", o.learning_rate, 1e-6, 10);
-  checks.in_range("outer.momentum", o.momentum, 0, 0.999999);
-  checks.positive("outer.fragments", o.fragments);
   if (o.local_steps > 0 && o.fragments > o.local_steps) {
     checks.fail("outer.fragments", "must be <= outer.local_steps (" + std::to_string(o.local_steps) +
                 "): each fragment is synchronised once every local_steps steps, one step apart at least; got " +
@@ -261,48 +293,38 @@ void check_outer(const OuterSettings& o, const Checks& checks) {
   }
 }
 
-Section emulation_section(EmulationSettings& e) {
-  return {"emulation", "For experiments on one machine only, never for real runs.",
-          {{"emulation.compute_slowdown", &e.compute_slowdown,
-            "Per rank: its forward and backward (and its device probe) take this many times as long, the extra spent "
-            "asleep, so that identical CPUs act as mixed devices; []: none, else one entry per rank."}}};
+Section emulation_section(EmulationSettings& s) {
+  return section(
+      "emulation", "For experiments on one machine only, never for real runs.",
+      {GT_FIELD(
+           compute_slowdown,
+           "Per rank: its forward and backward (and its device probe) take this many times as long, the extra spent "
+           "asleep, so that identical CPUs act as mixed devices; []: none, else one entry per rank.")
+           .in_range(1, 1000)});
 }
 
-void check_emulation(const EmulationSettings& e, const Checks& checks) {
-  for (double factor : e.compute_slowdown) checks.in_range("emulation.compute_slowdown", factor, 1, 1000);
+Section plan_section(PlanSettings& s) {
+  return section(
+      "plan", "What geotrain plan and simulate assume where the config cannot know it (train ignores it).",
+      {GT_FIELD(ranks,
+                "The job's rank count that plan and simulate price without --ranks or network.matrix (as ranks of one "
+                "host with equal links); 0: they need one of those. train uses the ranks it is started on.")
+           .in_range(0, 1 << 20)});
 }
 
-Section plan_section(PlanSettings& p) {
-  return {"plan", "What geotrain plan and simulate assume where the config cannot know it (train ignores it).",
-          {{"plan.ranks", &p.ranks,
-            "The job's rank count that plan and simulate price without --ranks or network.matrix (as ranks of one "
-            "host with equal links); 0: they need one of those. train uses the ranks it is started on."}}};
-}
-
-void check_plan(const PlanSettings& p, const Checks& checks) { checks.in_range("plan.ranks", p.ranks, 0, 1 << 20); }
-
-Section optimizer_section(OptimizerSettings& o) {
-  return {"optimizer", "The inner optimizer and its learning-rate schedule (linear warm-up, cosine decay).",
-          {{"optimizer.kind", &o.kind, "adamw or sgd (with decoupled weight decay)."},
-           {"optimizer.learning_rate", &o.learning_rate, "The peak learning rate."},
-           {"optimizer.min_learning_rate_fraction", &o.min_learning_rate_fraction, "The cosine's floor, as a share of the peak."},
-           {"optimizer.warmup_steps", &o.warmup_steps, "Steps of linear warm-up."},
-           {"optimizer.decay_steps", &o.decay_steps, "Length of the cosine schedule; 0: train.steps."},
-           {"optimizer.beta1", &o.beta1, "AdamW's first-moment decay (SGD's momentum)."},
-           {"optimizer.beta2", &o.beta2, "AdamW's second-moment decay."},
-           {"optimizer.epsilon", &o.epsilon, "AdamW's epsilon."},
-           {"optimizer.weight_decay", &o.weight_decay, "Decoupled weight decay."},
-           {"optimizer.gradient_clip", &o.gradient_clip, "The global gradient norm is clipped to this; 0: no clipping."}}};
-}
-
-void check_optimizer(const OptimizerSettings& o, const Checks& checks) {
-  checks.in_range("optimizer.learning_rate", o.learning_rate, 1e-12, 10);
-  checks.in_range("optimizer.min_learning_rate_fraction", o.min_learning_rate_fraction, 0, 1);
-  checks.in_range("optimizer.beta1", o.beta1, 0, 0.999999);
-  checks.in_range("optimizer.beta2", o.beta2, 0, 0.999999);
-  checks.in_range("optimizer.epsilon", o.epsilon, 1e-30, 1);
-  checks.in_range("optimizer.weight_decay", o.weight_decay, 0, 10);
-  checks.in_range("optimizer.gradient_clip", o.gradient_clip, 0, 1e9);
+Section optimizer_section(OptimizerSettings& s) {
+  return section(
+      "optimizer", "The inner optimizer and its learning-rate schedule (linear warm-up, cosine decay).",
+      {GT_FIELD(kind, "adamw or sgd (with decoupled weight decay)."),
+       GT_FIELD(learning_rate, "The peak learning rate.").in_range(1e-12, 10),
+       GT_FIELD(min_learning_rate_fraction, "The cosine's floor, as a share of the peak.").in_range(0, 1),
+       GT_FIELD(warmup_steps, "Steps of linear warm-up."),
+       GT_FIELD(decay_steps, "Length of the cosine schedule; 0: train.steps."),
+       GT_FIELD(beta1, "AdamW's first-moment decay (SGD's momentum).").in_range(0, 0.999999),
+       GT_FIELD(beta2, "AdamW's second-moment decay.").in_range(0, 0.999999),
+       GT_FIELD(epsilon, "AdamW's epsilon.").in_range(1e-30, 1),
+       GT_FIELD(weight_decay, "Decoupled weight decay.").in_range(0, 10),
+       GT_FIELD(gradient_clip, "The global gradient norm is clipped to this; 0: no clipping.").in_range(0, 1e9)});
 }
 
 }  // namespace
@@ -316,16 +338,28 @@ std::vector<Section> sections(Config& c) {
 }
 
 void check_sections(const Config& c, const Checks& checks) {
+  Config copy = c;  // sections() points into the config it is given; the bounds only read
+  const std::vector<Section> all = sections(copy);
+  auto bounds = [&](const std::string& name) {
+    for (const Section& s : all) {
+      if (s.name != name) continue;
+      for (const Field& f : s.fields) check_bounds(f, checks);
+    }
+  };
+  bounds("train");
   check_train(c.train, checks);
+  bounds("pipeline");
   check_pipeline(c.pipeline, checks);
-  check_network(c.network, checks);
+  bounds("network");
+  bounds("checkpoint");
   check_checkpoint(c.checkpoint, checks);
   check_model(c.model, checks);
   check_compression(c.compression, checks);
-  check_emulation(c.emulation, checks);
-  check_plan(c.plan, checks);
-  check_optimizer(c.optimizer, checks);
-  check_device(c.device, checks);
+  bounds("emulation");
+  bounds("plan");
+  bounds("optimizer");
+  bounds("device");
+  bounds("outer");
   check_outer(c.outer, checks);
 }
 

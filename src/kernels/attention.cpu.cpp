@@ -136,13 +136,34 @@ struct BackwardTiles {
   float lse[kT], D[kT];
 };
 
-void load_query_tile(BackwardTiles& w, const HeadView& head, const float* dout_head, const float* lse_head,
-                     const float* D_head, int r0, int rows, bool bf16) {
+// One (batch, head) slice of the backward, with the settings of the call.
+struct BackwardSlice {
+  float* dqkv;        // the head's q columns of token 0 in dqkv (k at +C, v at +2C)
+  const float* dout;  // the head's columns of dout, token 0
+  HeadView head;
+  const float* lse;  // the slice's T values of lse and of D
+  const float* D;
+  int T;
+  float scale;
+  bool bf16;
+};
+
+// The rows of backward tile `tile`: first .. first + count - 1.
+struct TileRows {
+  int first, count;
+};
+TileRows tile_rows(int tile, int T) {
+  const int first = tile * BackwardTiles::kT;
+  return {first, std::min(BackwardTiles::kT, T - first)};
+}
+
+void load_query_tile(BackwardTiles& w, const BackwardSlice& s, int r0, int rows) {
+  const HeadView& head = s.head;
   for (int r = 0; r < rows; ++r) {
-    load_row(w.q[r], head.q(r0 + r), head.hs, bf16);
-    load_row(w.dout[r], dout_head + static_cast<std::ptrdiff_t>(r0 + r) * head.C, head.hs, bf16);
-    w.lse[r] = lse_head[r0 + r];
-    w.D[r] = D_head[r0 + r];
+    load_row(w.q[r], head.q(r0 + r), head.hs, s.bf16);
+    load_row(w.dout[r], s.dout + static_cast<std::ptrdiff_t>(r0 + r) * head.C, head.hs, s.bf16);
+    w.lse[r] = s.lse[r0 + r];
+    w.D[r] = s.D[r0 + r];
   }
 }
 
@@ -165,25 +186,23 @@ inline Recomputed recompute(const BackwardTiles& w, int r, int c, int hs, float 
 }
 
 // dk, dv of one key tile, over the query tiles from its own to the last.
-GEOTRAIN_SIMD_CLONES void backward_key_tile(float* dqkv_head, const float* dout_head, const HeadView& head,
-                                            const float* lse_head, const float* D_head, int tile, int T,
-                                            float scale, bool bf16) {
+GEOTRAIN_SIMD_CLONES void backward_key_tile(const BackwardSlice s, int tile) {
   constexpr int kT = BackwardTiles::kT;
-  const int hs = head.hs, C = head.C;
-  const int c0 = tile * kT, cols = std::min(kT, T - c0);
+  const int hs = s.head.hs, C = s.head.C;
+  const auto [c0, cols] = tile_rows(tile, s.T);
   BackwardTiles w;
   alignas(64) float dk[kT][kMaxHs] = {}, dv[kT][kMaxHs] = {};
-  load_key_tile(w, head, c0, cols, bf16);
-  const int query_tiles = (T + kT - 1) / kT;
+  load_key_tile(w, s.head, c0, cols, s.bf16);
+  const int query_tiles = (s.T + kT - 1) / kT;
   for (int query_tile = tile; query_tile < query_tiles; ++query_tile) {
-    const int r0 = query_tile * kT, rows = std::min(kT, T - r0);
-    load_query_tile(w, head, dout_head, lse_head, D_head, r0, rows, bf16);
+    const auto [r0, rows] = tile_rows(query_tile, s.T);
+    load_query_tile(w, s, r0, rows);
     for (int c = 0; c < cols; ++c) {
       float* dk_c = dk[c];
       float* dv_c = dv[c];
       for (int r = std::max(0, c0 + c - r0); r < rows; ++r) {  // query r0 + r >= key c0 + c
-        const Recomputed g = recompute(w, r, c, hs, scale);
-        const float p = operand(g.p, bf16), ds = operand(g.ds, bf16);
+        const Recomputed g = recompute(w, r, c, hs, s.scale);
+        const float p = operand(g.p, s.bf16), ds = operand(g.ds, s.bf16);
         const float* dout_r = w.dout[r];
         const float* q_r = w.q[r];
 #pragma omp simd
@@ -195,7 +214,7 @@ GEOTRAIN_SIMD_CLONES void backward_key_tile(float* dqkv_head, const float* dout_
     }
   }
   for (int c = 0; c < cols; ++c) {
-    float* row = dqkv_head + static_cast<std::ptrdiff_t>(c0 + c) * 3 * C;
+    float* row = s.dqkv + static_cast<std::ptrdiff_t>(c0 + c) * 3 * C;
     for (int i = 0; i < hs; ++i) {
       row[C + i] += dk[c][i];
       row[2 * C + i] += dv[c][i];
@@ -204,23 +223,21 @@ GEOTRAIN_SIMD_CLONES void backward_key_tile(float* dqkv_head, const float* dout_
 }
 
 // dq of one query tile, over the key tiles from the first to its own.
-GEOTRAIN_SIMD_CLONES void backward_query_tile(float* dqkv_head, const float* dout_head, const HeadView& head,
-                                              const float* lse_head, const float* D_head, int tile, int T,
-                                              float scale, bool bf16) {
+GEOTRAIN_SIMD_CLONES void backward_query_tile(const BackwardSlice s, int tile) {
   constexpr int kT = BackwardTiles::kT;
-  const int hs = head.hs, C = head.C;
-  const int r0 = tile * kT, rows = std::min(kT, T - r0);
+  const int hs = s.head.hs, C = s.head.C;
+  const auto [r0, rows] = tile_rows(tile, s.T);
   BackwardTiles w;
   alignas(64) float dq[kT][kMaxHs] = {};
-  load_query_tile(w, head, dout_head, lse_head, D_head, r0, rows, bf16);
+  load_query_tile(w, s, r0, rows);
   for (int key_tile = 0; key_tile <= tile; ++key_tile) {
-    const int c0 = key_tile * kT, cols = std::min(kT, T - c0);
-    load_key_tile(w, head, c0, cols, bf16);
+    const auto [c0, cols] = tile_rows(key_tile, s.T);
+    load_key_tile(w, s.head, c0, cols, s.bf16);
     for (int r = 0; r < rows; ++r) {
       float* dq_r = dq[r];
       const int keys = std::min(cols, r0 + r - c0 + 1);
       for (int c = 0; c < keys; ++c) {
-        const float ds = operand(recompute(w, r, c, hs, scale).ds, bf16);
+        const float ds = operand(recompute(w, r, c, hs, s.scale).ds, s.bf16);
         const float* k_c = w.k[c];
 #pragma omp simd
         for (int i = 0; i < hs; ++i) dq_r[i] += ds * k_c[i];
@@ -228,7 +245,7 @@ GEOTRAIN_SIMD_CLONES void backward_query_tile(float* dqkv_head, const float* dou
     }
   }
   for (int r = 0; r < rows; ++r) {
-    float* row = dqkv_head + static_cast<std::ptrdiff_t>(r0 + r) * 3 * C;
+    float* row = s.dqkv + static_cast<std::ptrdiff_t>(r0 + r) * 3 * C;
     for (int i = 0; i < hs; ++i) row[i] += dq[r][i];
   }
 }
@@ -289,26 +306,21 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 
   const int tiles = (T + kAttentionBackwardTile - 1) / kAttentionBackwardTile;
   const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(B) * NH * tiles;
-  auto run = [&](auto&& body) {
+  auto run = [&](auto&& pass) {
 #pragma omp parallel for schedule(dynamic, 1) if (worth_parallel(work))
     for (std::ptrdiff_t index = 0; index < tasks; ++index) {
       const Task task = task_of(index, NH, tiles);
       const std::ptrdiff_t token0 = static_cast<std::ptrdiff_t>(task.b) * T;
       const std::ptrdiff_t slice = static_cast<std::ptrdiff_t>(task.b) * NH + task.h;
       const HeadView head{qkv + token0 * 3 * C + task.h * hs, C, hs};
-      body(dqkv + token0 * 3 * C + task.h * hs, dout + token0 * C + task.h * hs, head, lse + slice * T,
-           D + slice * T, task.tile);
+      pass(BackwardSlice{dqkv + token0 * 3 * C + task.h * hs, dout + token0 * C + task.h * hs, head, lse + slice * T,
+                         D + slice * T, T, scale, bf16},
+           task.tile);
     }
   };
   // Two passes, as the two CUDA kernels: dk and dv per key tile, dq per query tile.
-  run([&](float* dqkv_head, const float* dout_head, const HeadView& head, const float* lse_head,
-          const float* D_head, int tile) {
-    backward_key_tile(dqkv_head, dout_head, head, lse_head, D_head, tile, T, scale, bf16);
-  });
-  run([&](float* dqkv_head, const float* dout_head, const HeadView& head, const float* lse_head,
-          const float* D_head, int tile) {
-    backward_query_tile(dqkv_head, dout_head, head, lse_head, D_head, tile, T, scale, bf16);
-  });
+  run(backward_key_tile);
+  run(backward_query_tile);
 }
 
 }  // namespace geotrain::kernels::cpu

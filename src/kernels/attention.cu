@@ -119,6 +119,19 @@ __device__ inline HeadSlice head_slice(const float* qkv, const float* dout, int 
   return s;
 }
 
+// f(j, d) for each channel d = g + kLanes j < hs that lane g of a row owns (j:
+// the slot of d in the lane's register arrays). The loop unrolls and skips
+// rather than breaks, so that those arrays stay in registers.
+template <int kLanes, typename F>
+__device__ __forceinline__ void for_lane_channels(int g, int hs, F&& f) {
+  GT_UNROLL
+  for (int j = 0; j < kMaxHs / kLanes; ++j) {
+    const int d = g + kLanes * j;
+    if (d >= hs) continue;
+    f(j, d);
+  }
+}
+
 // grid (B*NH, query tiles), block kForwardThreads.
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH, int hs,
                                          float scale, bool bf16) {
@@ -173,24 +186,16 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     __syncthreads();  // k no longer read; p written
     load_tile(kv_tile, kTile, head + 2 * C, stride, c0, T, hs, bf16);
     __syncthreads();
-    GT_UNROLL
-    for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
-      const int d = g + kRowThreads * j;
-      if (d >= hs) continue;  // not break: the loop unrolls, o/dk/dv/dq stay in registers
+    for_lane_channels<kRowThreads>(g, hs, [&](int j, int d) {
       float acc = o[j] * alpha;
       for (int c = 0; c < cols; ++c) acc += p_tile[r * (kTile + 1) + c] * kv_tile[c * ld + d];
       o[j] = acc;
-    }
+    });
   }
   if (r0 + r >= T) return;
   const float inverse = 1.0f / l;  // l >= 1: the row's maximum contributes e^0
   float* out_t = out + (at.token0 + t) * C + at.column;
-  GT_UNROLL
-  for (int j = 0; j < kMaxHs / kRowThreads; ++j) {
-    const int d = g + kRowThreads * j;
-    if (d >= hs) continue;
-    out_t[d] = o[j] * inverse;
-  }
+  for_lane_channels<kRowThreads>(g, hs, [&](int j, int d) { out_t[d] = o[j] * inverse; });
   if (g == 0) lse[static_cast<std::size_t>(slice) * T + t] = m + logf(l);
 }
 
@@ -216,15 +221,23 @@ struct BackwardShared {
   float g[kBack * (kBack + 1)], p[kBack * (kBack + 1)];  // ds (and p) of the tile pair
 };
 
-__device__ void load_query_side(BackwardShared& w, const float* head, const float* dout_head, const float* lse_head,
-                                const float* D_head, std::size_t stride, int C, int r0, int T, int hs, bool bf16) {
-  load_tile(w.q, kBack, head, stride, r0, T, hs, bf16);
-  load_tile(w.dout, kBack, dout_head, C, r0, T, hs, bf16);
+// The query side of a backward tile pair: q and dout rows r0.., their lse and D.
+__device__ void load_query_side(BackwardShared& w, const HeadSlice& at, const float* lse, const float* D, int r0, int T,
+                                int hs, bool bf16) {
+  load_tile(w.q, kBack, at.qkv, at.stride, r0, T, hs, bf16);
+  load_tile(w.dout, kBack, at.dout, at.C, r0, T, hs, bf16);
   if (threadIdx.x < kBack) {
     const int t = r0 + threadIdx.x;
-    w.lse[threadIdx.x] = t < T ? lse_head[t] : 0.0f;
-    w.D[threadIdx.x] = t < T ? D_head[t] : 0.0f;
+    const std::size_t row = static_cast<std::size_t>(at.index) * T + t;
+    w.lse[threadIdx.x] = t < T ? lse[row] : 0.0f;
+    w.D[threadIdx.x] = t < T ? D[row] : 0.0f;
   }
+}
+
+// The key side of a backward tile pair: k and v rows c0..
+__device__ void load_key_side(BackwardShared& w, const HeadSlice& at, int c0, int T, int hs, bool bf16) {
+  load_tile(w.k, kBack, at.qkv + at.C, at.stride, c0, T, hs, bf16);
+  load_tile(w.v, kBack, at.qkv + 2 * at.C, at.stride, c0, T, hs, bf16);
 }
 
 // p and ds for query row r, key row c of the loaded tiles; 0 where masked.
@@ -244,24 +257,19 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
                                               const float* D, int T, int NH, int hs, float scale, bool bf16) {
   __shared__ BackwardShared w;
   const HeadSlice at = head_slice(qkv, dout, T, NH, hs);
-  const int slice = at.index, tile = blockIdx.y, C = at.C, ld = hs + 1;
-  const std::size_t stride = at.stride, token0 = at.token0;
-  const float *head = at.qkv, *dout_head = at.dout;
-  const float* lse_head = lse + static_cast<std::size_t>(slice) * T;
-  const float* D_head = D + static_cast<std::size_t>(slice) * T;
+  const int ld = hs + 1;
   const int c = threadIdx.x / kBackRowThreads, g = threadIdx.x % kBackRowThreads;
-  const int c0 = tile * kBack, key = c0 + c;
+  const int c0 = blockIdx.y * kBack, key = c0 + c;
 
-  load_tile(w.k, kBack, head + C, stride, c0, T, hs, bf16);
-  load_tile(w.v, kBack, head + 2 * C, stride, c0, T, hs, bf16);
+  load_key_side(w, at, c0, T, hs, bf16);
   float dk[kMaxHs / kBackRowThreads], dv[kMaxHs / kBackRowThreads];
   GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) dk[j] = dv[j] = 0.0f;
   const int tiles = (T + kBack - 1) / kBack;
-  for (int query_tile = tile; query_tile < tiles; ++query_tile) {
+  for (int query_tile = blockIdx.y; query_tile < tiles; ++query_tile) {
     const int r0 = query_tile * kBack, rows = min(kBack, T - r0);
     __syncthreads();  // the previous query tile's reads are done
-    load_query_side(w, head, dout_head, lse_head, D_head, stride, C, r0, T, hs, bf16);
+    load_query_side(w, at, lse, D, r0, T, hs, bf16);
     __syncthreads();
     GT_UNROLL
     for (int j = 0; j < kBack / kBackRowThreads; ++j) {
@@ -272,10 +280,7 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
       w.g[c * (kBack + 1) + r] = operand(ds, bf16);
     }
     __syncthreads();
-    GT_UNROLL
-    for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
-      const int d = g + kBackRowThreads * j;
-      if (d >= hs) continue;
+    for_lane_channels<kBackRowThreads>(g, hs, [&](int j, int d) {
       float dk_acc = dk[j], dv_acc = dv[j];
       for (int r = 0; r < rows; ++r) {
         dv_acc += w.p[c * (kBack + 1) + r] * w.dout[r * ld + d];
@@ -283,17 +288,14 @@ __global__ void attention_backward_key_kernel(float* dqkv, const float* dout, co
       }
       dk[j] = dk_acc;
       dv[j] = dv_acc;
-    }
+    });
   }
   if (key >= T) return;
-  float* row = dqkv + (token0 + key) * stride + at.column;
-  GT_UNROLL
-  for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
-    const int d = g + kBackRowThreads * j;
-    if (d >= hs) continue;
-    row[C + d] += dk[j];
-    row[2 * C + d] += dv[j];
-  }
+  float* row = dqkv + (at.token0 + key) * at.stride + at.column;
+  for_lane_channels<kBackRowThreads>(g, hs, [&](int j, int d) {
+    row[at.C + d] += dk[j];
+    row[2 * at.C + d] += dv[j];
+  });
 }
 
 // grid (B*NH, query tiles), block kBackwardThreads: dq of one query tile.
@@ -301,22 +303,18 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
                                                 const float* D, int T, int NH, int hs, float scale, bool bf16) {
   __shared__ BackwardShared w;
   const HeadSlice at = head_slice(qkv, dout, T, NH, hs);
-  const int slice = at.index, tile = blockIdx.y, C = at.C, ld = hs + 1;
-  const std::size_t stride = at.stride, token0 = at.token0;
-  const float *head = at.qkv, *dout_head = at.dout;
+  const int tile = blockIdx.y, ld = hs + 1;
   const int r = threadIdx.x / kBackRowThreads, g = threadIdx.x % kBackRowThreads;
   const int r0 = tile * kBack, t = r0 + r;
 
-  load_query_side(w, head, dout_head, lse + static_cast<std::size_t>(slice) * T, D + static_cast<std::size_t>(slice) * T,
-                  stride, C, r0, T, hs, bf16);
+  load_query_side(w, at, lse, D, r0, T, hs, bf16);
   float dq[kMaxHs / kBackRowThreads];
   GT_UNROLL
   for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) dq[j] = 0.0f;
   for (int key_tile = 0; key_tile <= tile; ++key_tile) {
     const int c0 = key_tile * kBack, cols = min(kBack, T - c0);
     __syncthreads();  // the previous key tile's reads are done
-    load_tile(w.k, kBack, head + C, stride, c0, T, hs, bf16);
-    load_tile(w.v, kBack, head + 2 * C, stride, c0, T, hs, bf16);
+    load_key_side(w, at, c0, T, hs, bf16);
     __syncthreads();
     GT_UNROLL
     for (int j = 0; j < kBack / kBackRowThreads; ++j) {
@@ -326,23 +324,15 @@ __global__ void attention_backward_query_kernel(float* dqkv, const float* dout, 
       w.g[r * (kBack + 1) + c] = operand(ds, bf16);
     }
     __syncthreads();
-    GT_UNROLL
-    for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
-      const int d = g + kBackRowThreads * j;
-      if (d >= hs) continue;
+    for_lane_channels<kBackRowThreads>(g, hs, [&](int j, int d) {
       float acc = dq[j];
       for (int c = 0; c < cols; ++c) acc += w.g[r * (kBack + 1) + c] * w.k[c * ld + d];
       dq[j] = acc;
-    }
+    });
   }
   if (t >= T) return;
-  float* row = dqkv + (token0 + t) * stride + at.column;
-  GT_UNROLL
-  for (int j = 0; j < kMaxHs / kBackRowThreads; ++j) {
-    const int d = g + kBackRowThreads * j;
-    if (d >= hs) continue;
-    row[d] += dq[j];
-  }
+  float* row = dqkv + (at.token0 + t) * at.stride + at.column;
+  for_lane_channels<kBackRowThreads>(g, hs, [&](int j, int d) { row[d] += dq[j]; });
 }
 
 void check_shape(int B, int C, int NH, int T, int tile) {

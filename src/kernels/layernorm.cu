@@ -23,6 +23,25 @@ constexpr int kRowsPerBlock = kRowThreads / kWarpSize;
 constexpr int kRowLanes = kColumnRowLanes;
 constexpr int kRowsPerChunk = kColumnSumRows;
 
+// The rest of one warp's row once each lane holds the sum of its columns of x
+// (x[c] for c = lane, lane + 32, ...): the mean, the centred variance, out and
+// the row's statistics (lane 0).
+__device__ __forceinline__ void normalise_row(float* o, float* mean, float* rstd, const float* x, const float* weight,
+                                              const float* bias, int row, int lane, float sum, int C) {
+  const float m = warp_sum(sum) / C;
+  float squares = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = x[c] - m;
+    squares += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(squares) / C + kLayerNormEps);
+  for (int c = lane; c < C; c += kWarpSize) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, int N, int C) {
   const int lane = threadIdx.x % kWarpSize;
@@ -31,19 +50,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   const float* x = inp + static_cast<std::size_t>(row) * C;
   float sum = 0.0f;
   for (int c = lane; c < C; c += kWarpSize) sum += x[c];
-  const float m = warp_sum(sum) / C;
-  float squares = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float d = x[c] - m;
-    squares += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(squares) / C + kLayerNormEps);
-  float* o = out + static_cast<std::size_t>(row) * C;
-  for (int c = lane; c < C; c += kWarpSize) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  normalise_row(out + static_cast<std::size_t>(row) * C, mean, rstd, x, weight, bias, row, lane, sum, C);
 }
 
 // layernorm_forward_kernel with the residual add in its first loop: each lane
@@ -65,19 +72,7 @@ __global__ void residual_layernorm_forward_kernel(float* residual, float* out, f
     x[c] = r;
     sum += r;
   }
-  const float m = warp_sum(sum) / C;
-  float squares = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float d = x[c] - m;
-    squares += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(squares) / C + kLayerNormEps);
-  float* o = out + offset;
-  for (int c = lane; c < C; c += kWarpSize) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  normalise_row(out + offset, mean, rstd, x, weight, bias, row, lane, sum, C);
 }
 
 __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,

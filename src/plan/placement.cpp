@@ -6,7 +6,6 @@
 #include <random>
 #include <sstream>
 
-#include "geotrain/common/enum_names.hpp"
 
 namespace geotrain::plan {
 
@@ -47,17 +46,6 @@ PlacementResult make_placement(const CostModel& model, Placement placement, cons
   }
   return out;
 }
-
-namespace {
-constexpr EnumName<Placement> kPlacementNames[] = {{Placement::planned, "planned"},
-                                                   {Placement::rank_order, "rank-order"},
-                                                   {Placement::dtfm_rank_order, "dtfm-rank-order"},
-                                                   {Placement::random, "random"}};
-}  // namespace
-
-std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }
-
-bool parse_placement(const std::string& text, Placement* out) { return parse_name_in(kPlacementNames, text, out); }
 
 std::string describe_placement(const Plan& p, const std::string& placement, const Network& net) {
   std::ostringstream out;

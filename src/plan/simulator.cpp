@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "geotrain/common/enum_names.hpp"
 #include "geotrain/common/errors.hpp"
 #include "simulator_internal.hpp"
 
@@ -140,26 +139,6 @@ SimulationResult simulate(const Network& net, const Plan& plan, const Simulation
     result.tokens_per_s = static_cast<double>(c.global_batch_sequences) * c.model.sequence_length / result.iteration_s;
   }
   return result;
-}
-
-namespace {
-constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {{DataParallelScheme::paper, "paper"},
-                                                                     {DataParallelScheme::ring, "ring"},
-                                                                     {DataParallelScheme::central, "central"},
-                                                                     {DataParallelScheme::direct, "direct"}};
-constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
-    {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
-}  // namespace
-
-std::string to_string(DataParallelScheme s) { return name_in(kDataParallelSchemeNames, s); }
-std::string to_string(FlopsFormula f) { return name_in(kFlopsFormulaNames, f); }
-
-bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {
-  return parse_name_in(kDataParallelSchemeNames, text, out);
-}
-
-bool parse_flops_formula(const std::string& text, FlopsFormula* out) {
-  return parse_name_in(kFlopsFormulaNames, text, out);
 }
 
 }  // namespace geotrain::plan

@@ -154,27 +154,24 @@ CheckpointForm resolve_checkpoint_form(CheckpointForm configured, const Checkpoi
                                             : "the serial HDF5 library: install libhdf5-openmpi-dev and rebuild") +
       ")";
   const std::string not_shared = " (" + p.folder_note + ")";
+  const std::string unshared = "checkpoint.dir must be one folder that every rank shares" + not_shared;
+  // The configured form's premise: "checkpoint.form = <form>: <why not>" unless it holds.
+  auto require = [&](bool holds, const std::string& why_not) {
+    if (!holds) throw InputError("checkpoint.form = " + to_string(configured) + ": " + why_not);
+  };
   switch (configured) {
     case CheckpointForm::single:
       return configured;  // rank 0 writes everything: any file system
     case CheckpointForm::sharded:
-      if (!p.shared_folder) {
-        throw InputError("checkpoint.form = sharded: checkpoint.dir must be one folder that every rank shares" +
-                         not_shared + "; use per_site, or single");
-      }
+      require(p.shared_folder, unshared + "; use per_site, or single");
       return configured;
     case CheckpointForm::parallel:
-      if (!p.parallel_io) throw InputError("checkpoint.form = parallel: " + no_parallel_io + "; use sharded or single");
-      if (!p.shared_folder) {
-        throw InputError("checkpoint.form = parallel: checkpoint.dir must be one folder that every rank shares" +
-                         not_shared + "; use per_site");
-      }
+      require(p.parallel_io, no_parallel_io + "; use sharded or single");
+      require(p.shared_folder, unshared + "; use per_site");
       return configured;
     case CheckpointForm::per_site:
-      if (!p.parallel_io) throw InputError("checkpoint.form = per_site: " + no_parallel_io + "; use sharded or single");
-      if (!p.sites_share_folder) {
-        throw InputError("checkpoint.form = per_site: the ranks of a site must share checkpoint.dir" + not_shared);
-      }
+      require(p.parallel_io, no_parallel_io + "; use sharded or single");
+      require(p.sites_share_folder, "the ranks of a site must share checkpoint.dir" + not_shared);
       return configured;
     case CheckpointForm::automatic:
       if (p.shared_folder) return p.parallel_io ? CheckpointForm::parallel : CheckpointForm::sharded;

@@ -21,6 +21,38 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// What a job waits at until the test opens it, from a thread of its own
+// after a delay (while the caller is already waiting on the worker).
+class Gate {
+ public:
+  ~Gate() {
+    if (opener_.joinable()) opener_.join();
+  }
+  void pass() const {
+    while (!open_) std::this_thread::sleep_for(100us);
+  }
+  void open_after(std::chrono::milliseconds delay) {
+    opener_ = std::thread([this, delay] {
+      std::this_thread::sleep_for(delay);
+      open_ = true;
+    });
+  }
+
+ private:
+  std::atomic<bool> open_{false};
+  std::thread opener_;
+};
+
+// A job that passes `gate`, sets `done` and then, given a `failure`, throws it.
+void start_gated_job(BackgroundWorker& worker, const Gate& gate, std::atomic<bool>& done,
+                     const char* failure = nullptr) {
+  worker.start([&gate, &done, failure] {
+    gate.pass();
+    done = true;
+    if (failure != nullptr) throw std::runtime_error(failure);
+  });
+}
+
 TEST(BackgroundWorker, RunsJobsInOrderOneAtATimeOffTheCallersThread) {
   std::mutex mutex;
   std::vector<int> order;
@@ -51,21 +83,15 @@ TEST(BackgroundWorker, RunsJobsInOrderOneAtATimeOffTheCallersThread) {
 }
 
 TEST(BackgroundWorker, WaitReturnsOnlyOnceTheJobIsDoneAndTheCallerGoesOnMeanwhile) {
-  std::atomic<bool> release{false}, done{false};
+  Gate gate;
+  std::atomic<bool> done{false};
   BackgroundWorker worker;
-  worker.start([&] {
-    while (!release) std::this_thread::sleep_for(100us);
-    done = true;
-  });
+  start_gated_job(worker, gate, done);
   EXPECT_TRUE(worker.busy());  // the caller was not blocked by start()
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(20ms);
-    release = true;
-  });
+  gate.open_after(20ms);
   worker.wait();
   EXPECT_TRUE(done.load());
   EXPECT_FALSE(worker.busy());
-  releaser.join();
   worker.wait();  // nothing queued: returns at once
 }
 
@@ -93,21 +119,14 @@ TEST(BackgroundWorker, TheFirstFailureReachesTheNextWaitAndLaterJobsAreDropped) 
 // What checkpoints that borrow the live state rely on: wait_idle() returns
 // only once the job is done, and leaves its failure for wait().
 TEST(BackgroundWorker, WaitIdleReturnsOnceDoneAndKeepsTheFailureForWait) {
-  std::atomic<bool> release{false}, done{false};
+  Gate gate;
+  std::atomic<bool> done{false};
   BackgroundWorker worker;
-  worker.start([&] {
-    while (!release) std::this_thread::sleep_for(100us);
-    done = true;
-    throw std::runtime_error("shard: cannot write");
-  });
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(20ms);
-    release = true;
-  });
+  start_gated_job(worker, gate, done, "shard: cannot write");
+  gate.open_after(20ms);
   worker.wait_idle();
   EXPECT_TRUE(done.load());
   EXPECT_FALSE(worker.busy());
-  releaser.join();
   EXPECT_THROW(worker.wait(), std::runtime_error);
   worker.wait();  // reported once
 }

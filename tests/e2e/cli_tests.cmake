@@ -166,23 +166,28 @@ if(TARGET geotrain_mpi)
     PASS_REGULAR_EXPRESSION "probed 3 ranks.*wrote .*probed-3\\.toml.*Pipeline")
 endif()
 
+# A shell script run with $1 geotrain, $2 the four-site scenario, $3 GPT-2
+# 124M's model file, $4 Python and $5 this build folder (for its outputs).
+function(add_gpt2_four_sites_test name script)
+  add_test(NAME ${name}
+    COMMAND sh -c "${script}"
+            _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
+            ${CMAKE_CURRENT_BINARY_DIR})
+endfunction()
+
 # plan --model plans for that model: c_DP and c_PP by hand for GPT-2 124M
 # (124,439,808 parameters; pp 4: / 4 stages x 4 bytes; 1024 x 1024 tokens
 # / 4 replicas x 768 x 2 bytes), and simulate plans for the model it
 # simulates (the same cost as plan --model, not the scenario's GPT3-XL).
-add_test(NAME cli.plan.model-file
-  COMMAND sh -c "\"$1\" plan --scenario \"$2\" --model \"$3\" --pp 4 --dp 4 --json --candidates 300 --no-baselines --seed 3 > \"$5/plan-gpt2.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" --pp 4 --dp 4 --json --candidates 300 --seed 3 > \"$5/simulate-gpt2.json\" && \"$4\" -c \"import json,sys; p=json.load(open(sys.argv[1])); s=json.load(open(sys.argv[2])); assert p['c_dp_bytes']==124439808, p['c_dp_bytes']; assert p['c_pp_bytes']==402653184, p['c_pp_bytes']; assert abs(s['plan_cost_s']-p['cost_s'])<=1e-9*p['cost_s'], (s['plan_cost_s'], p['cost_s'])\" \"$5/plan-gpt2.json\" \"$5/simulate-gpt2.json\""
-          _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
-          ${CMAKE_CURRENT_BINARY_DIR})
+add_gpt2_four_sites_test(cli.plan.model-file
+  "\"$1\" plan --scenario \"$2\" --model \"$3\" --pp 4 --dp 4 --json --candidates 300 --no-baselines --seed 3 > \"$5/plan-gpt2.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" --pp 4 --dp 4 --json --candidates 300 --seed 3 > \"$5/simulate-gpt2.json\" && \"$4\" -c \"import json,sys; p=json.load(open(sys.argv[1])); s=json.load(open(sys.argv[2])); assert p['c_dp_bytes']==124439808, p['c_dp_bytes']; assert p['c_pp_bytes']==402653184, p['c_pp_bytes']; assert abs(s['plan_cost_s']-p['cost_s'])<=1e-9*p['cost_s'], (s['plan_cost_s'], p['cost_s'])\" \"$5/plan-gpt2.json\" \"$5/simulate-gpt2.json\"")
 
 # Compressed traffic: plan and simulate price the same encoded volumes (GPT-2
 # 124M, pp 4: c_DP = 31,109,952 values, int8 groups of 64 -> 486,093 scales:
 # 33,054,324 bytes; c_PP = 201,326,592 values -> 213,909,504 bytes forward,
 # fp16 402,653,184 back), and simulate reports its utilisation and advice.
-add_test(NAME cli.simulate.compression
-  COMMAND sh -c "f='--compress-gradients int8 --compress-activations int8 --pp 4 --dp 4 --candidates 300 --seed 3 --json'; \"$1\" plan --scenario \"$2\" --model \"$3\" $f --no-baselines > \"$5/plan-int8.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/simulate-int8.json\" && \"$4\" -c \"import json,sys; p=json.load(open(sys.argv[1])); s=json.load(open(sys.argv[2])); assert p['c_dp_bytes']==33054324, p['c_dp_bytes']; assert p['c_pp_bytes']==213909504, p['c_pp_bytes']; assert p['c_pp_gradient_bytes']==402653184, p['c_pp_gradient_bytes']; assert abs(s['plan_cost_s']-p['cost_s'])<=1e-9*p['cost_s']; assert s['compression']['gradients']['format']=='int8' and s['compression']['activation_gradients'] is None; assert 0 < s['utilisation_min'] <= s['utilisation_mean'] <= 1; r=s['recommendation']; assert r['micro_batches_per_flush'] in [c['micro_batches_per_flush'] for c in r['candidates']], r\" \"$5/plan-int8.json\" \"$5/simulate-int8.json\""
-          _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
-          ${CMAKE_CURRENT_BINARY_DIR})
+add_gpt2_four_sites_test(cli.simulate.compression
+  "f='--compress-gradients int8 --compress-activations int8 --pp 4 --dp 4 --candidates 300 --seed 3 --json'; \"$1\" plan --scenario \"$2\" --model \"$3\" $f --no-baselines > \"$5/plan-int8.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/simulate-int8.json\" && \"$4\" -c \"import json,sys; p=json.load(open(sys.argv[1])); s=json.load(open(sys.argv[2])); assert p['c_dp_bytes']==33054324, p['c_dp_bytes']; assert p['c_pp_bytes']==213909504, p['c_pp_bytes']; assert p['c_pp_gradient_bytes']==402653184, p['c_pp_gradient_bytes']; assert abs(s['plan_cost_s']-p['cost_s'])<=1e-9*p['cost_s']; assert s['compression']['gradients']['format']=='int8' and s['compression']['activation_gradients'] is None; assert 0 < s['utilisation_min'] <= s['utilisation_mean'] <= 1; r=s['recommendation']; assert r['micro_batches_per_flush'] in [c['micro_batches_per_flush'] for c in r['candidates']], r\" \"$5/plan-int8.json\" \"$5/simulate-int8.json\"")
 add_test(NAME cli.simulate.tied-head
   COMMAND ${GT} simulate --scenario ${SCN}/tiny-2x2.toml --model ${MOD}/tiny.toml --batch 16 --lm-head on --candidates 50)
 set_tests_properties(cli.simulate.tied-head PROPERTIES
@@ -295,10 +300,8 @@ endif()
 # the last backward, 1F1B over one flush, tied head). On GPT-2 124M over the
 # four-site network the buckets start early and the step is no longer than
 # the same run with the sum after the backward.
-add_test(NAME cli.simulate.geotrain-system
-  COMMAND sh -c "f='--pp 4 --dp 4 --batch 64 --candidates 200 --seed 3 --json --system geotrain'; \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/geotrain-buckets.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f --gradient-bucket-mb 0 > \"$5/geotrain-after.json\" && \"$4\" -c \"import json,sys; b=json.load(open(sys.argv[1])); a=json.load(open(sys.argv[2])); assert b['gradient_bucket_mb']==25 and a['gradient_bucket_mb']==0, (b['gradient_bucket_mb'], a['gradient_bucket_mb']); assert b['dp_scheme']=='direct' and b['schedule']=='1f1b' and b['lm_head'], b; assert b['iteration_s'] < a['iteration_s'], (b['iteration_s'], a['iteration_s'])\" \"$5/geotrain-buckets.json\" \"$5/geotrain-after.json\""
-          _ ${GT} ${SCN}/four-sites-16.toml ${PROJECT_SOURCE_DIR}/inputs/models/gpt2-124m.toml ${Python3_EXECUTABLE}
-          ${CMAKE_CURRENT_BINARY_DIR})
+add_gpt2_four_sites_test(cli.simulate.geotrain-system
+  "f='--pp 4 --dp 4 --batch 64 --candidates 200 --seed 3 --json --system geotrain'; \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/geotrain-buckets.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f --gradient-bucket-mb 0 > \"$5/geotrain-after.json\" && \"$4\" -c \"import json,sys; b=json.load(open(sys.argv[1])); a=json.load(open(sys.argv[2])); assert b['gradient_bucket_mb']==25 and a['gradient_bucket_mb']==0, (b['gradient_bucket_mb'], a['gradient_bucket_mb']); assert b['dp_scheme']=='direct' and b['schedule']=='1f1b' and b['lm_head'], b; assert b['iteration_s'] < a['iteration_s'], (b['iteration_s'], a['iteration_s'])\" \"$5/geotrain-buckets.json\" \"$5/geotrain-after.json\"")
 
 # simulate --flushless: the JSON says so and has no flush to recommend; too
 # few micro-batches for the stream's lead exits 2 naming the flag.

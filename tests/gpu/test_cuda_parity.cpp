@@ -31,12 +31,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <initializer_list>
 #include <iterator>
 #include <memory>
 #include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "geotrain/common/errors.hpp"
@@ -70,6 +72,7 @@ struct Shape {
   const char* name;
   int B, T, C, NH, V, OC;
   int N() const { return B * T; }
+  std::size_t NC() const { return static_cast<std::size_t>(N()) * C; }  // the activations' floats
 };
 // Odd: C = 72 (HS = 24), OC = 200, V = 517, T = 37. GPT-like: HS = 64.
 const Shape kShapes[] = {
@@ -118,6 +121,16 @@ class CudaParity : public ::testing::Test {
   std::unique_ptr<Twin> twin(std::size_t n) { return std::make_unique<Twin>(cpu(), gpu(), n); }
   std::unique_ptr<TwinInts> ints(const std::vector<int>& host) {
     return std::make_unique<TwinInts>(cpu(), gpu(), host);
+  }
+  // A layernorm's weight and bias over C channels, from `seed` on.
+  std::pair<std::unique_ptr<Twin>, std::unique_ptr<Twin>> layernorm_parameters(int C, unsigned seed) {
+    return {twin(random_floats(C, 0.5f, 1.5f, seed)), twin(random_floats(C, -0.5f, 0.5f, seed + 1))};
+  }
+  // Each output agrees within the fp32 tolerance; the messages name `what`
+  // (the shape and the op) and the output.
+  static void expect_fp32_agree(const std::string& what,
+                                std::initializer_list<std::pair<const char*, const Twin*>> outputs) {
+    for (const auto& [output, values] : outputs) EXPECT_TRUE(values->agree(what + " " + output, kFp32Tolerance));
   }
 
   std::unique_ptr<Backend> cpu_, gpu_;
@@ -186,7 +199,7 @@ TEST_F(CudaParity, Embedding) {
     auto tokens = ints(random_ints(static_cast<std::size_t>(s.N()), s.V / 10, 11));
     auto wte = twin(random_floats(static_cast<std::size_t>(s.V) * s.C, -1, 1, 12));
     auto wpe = twin(random_floats(static_cast<std::size_t>(s.T) * s.C, -1, 1, 13));
-    auto out = twin(static_cast<std::size_t>(s.N()) * s.C);
+    auto out = twin(s.NC());
     cpu().embedding_forward(out->c(), tokens->c(), wte->c(), wpe->c(), s.B, s.T, s.C);
     gpu().embedding_forward(out->g(), tokens->g(), wte->g(), wpe->g(), s.B, s.T, s.C);
     EXPECT_TRUE(out->agree(name + " embedding out", kFp32Tolerance));
@@ -198,28 +211,23 @@ TEST_F(CudaParity, Embedding) {
       cpu().embedding_backward(dwte->c(), dwpe->c(), dout->c(), tokens->c(), s.B, s.T, s.C);
       gpu().embedding_backward(dwte->g(), dwpe->g(), dout->g(), tokens->g(), s.B, s.T, s.C);
     }
-    EXPECT_TRUE(dwte->agree(name + " embedding dwte (2 calls)", kFp32Tolerance));
-    EXPECT_TRUE(dwpe->agree(name + " embedding dwpe (2 calls)", kFp32Tolerance));
+    expect_fp32_agree(name + " embedding", {{"dwte (2 calls)", dwte.get()}, {"dwpe (2 calls)", dwpe.get()}});
   }
 }
 
 TEST_F(CudaParity, LayerNorm) {
   for (const Shape& s : kShapes) {
     const std::string name = s.name;
-    const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
     // An offset mean, as activations in a residual stream have.
-    auto inp = twin(random_floats(NC, 1, 4, 21));
-    auto weight = twin(random_floats(s.C, 0.5f, 1.5f, 22));
-    auto bias = twin(random_floats(s.C, -0.5f, 0.5f, 23));
-    auto out = twin(NC), mean = twin(s.N()), rstd = twin(s.N());
+    auto inp = twin(random_floats(s.NC(), 1, 4, 21));
+    auto [weight, bias] = layernorm_parameters(s.C, 22);
+    auto out = twin(s.NC()), mean = twin(s.N()), rstd = twin(s.N());
     cpu().layernorm_forward(out->c(), mean->c(), rstd->c(), inp->c(), weight->c(), bias->c(), s.N(), s.C);
     gpu().layernorm_forward(out->g(), mean->g(), rstd->g(), inp->g(), weight->g(), bias->g(), s.N(), s.C);
-    EXPECT_TRUE(out->agree(name + " layernorm out", kFp32Tolerance));
-    EXPECT_TRUE(mean->agree(name + " layernorm mean", kFp32Tolerance));
-    EXPECT_TRUE(rstd->agree(name + " layernorm rstd", kFp32Tolerance));
+    expect_fp32_agree(name + " layernorm", {{"out", out.get()}, {"mean", mean.get()}, {"rstd", rstd.get()}});
 
-    auto dout = twin(random_floats(NC, -1, 1, 24));
-    auto dinp = twin(random_floats(NC, -1, 1, 25));
+    auto dout = twin(random_floats(s.NC(), -1, 1, 24));
+    auto dinp = twin(random_floats(s.NC(), -1, 1, 25));
     auto dweight = twin(random_floats(s.C, -1, 1, 26));
     auto dbias = twin(random_floats(s.C, -1, 1, 27));
     // Both backward from the CPU's statistics, so that only the backward is compared.
@@ -229,9 +237,7 @@ TEST_F(CudaParity, LayerNorm) {
                              rstd->c(), s.N(), s.C);
     gpu().layernorm_backward(dinp->g(), dweight->g(), dbias->g(), dout->g(), inp->g(), weight->g(), mean->g(),
                              rstd->g(), s.N(), s.C);
-    EXPECT_TRUE(dinp->agree(name + " layernorm dinp", kFp32Tolerance));
-    EXPECT_TRUE(dweight->agree(name + " layernorm dweight", kFp32Tolerance));
-    EXPECT_TRUE(dbias->agree(name + " layernorm dbias", kFp32Tolerance));
+    expect_fp32_agree(name + " layernorm", {{"dinp", dinp.get()}, {"dweight", dweight.get()}, {"dbias", dbias.get()}});
   }
 }
 
@@ -240,20 +246,16 @@ TEST_F(CudaParity, LayerNorm) {
 TEST_F(CudaParity, ResidualLayerNorm) {
   for (const Shape& s : kShapes) {
     const std::string name = s.name;
-    const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
-    auto a = twin(random_floats(NC, 1, 4, 71));
-    auto b = twin(random_floats(NC, -1, 1, 72));
-    auto weight = twin(random_floats(s.C, 0.5f, 1.5f, 73));
-    auto bias = twin(random_floats(s.C, -0.5f, 0.5f, 74));
-    auto out = twin(NC), mean = twin(s.N()), rstd = twin(s.N());
+    auto a = twin(random_floats(s.NC(), 1, 4, 71));
+    auto b = twin(random_floats(s.NC(), -1, 1, 72));
+    auto [weight, bias] = layernorm_parameters(s.C, 73);
+    auto out = twin(s.NC()), mean = twin(s.N()), rstd = twin(s.N());
     cpu().residual_layernorm_forward(a->c(), out->c(), mean->c(), rstd->c(), a->c(), b->c(), weight->c(), bias->c(),
                                      s.N(), s.C);
     gpu().residual_layernorm_forward(a->g(), out->g(), mean->g(), rstd->g(), a->g(), b->g(), weight->g(), bias->g(),
                                      s.N(), s.C);
     EXPECT_TRUE(a->agree(name + " residual_layernorm residual", kExact)) << "a + b is one rounding on both sides";
-    EXPECT_TRUE(out->agree(name + " residual_layernorm out", kFp32Tolerance));
-    EXPECT_TRUE(mean->agree(name + " residual_layernorm mean", kFp32Tolerance));
-    EXPECT_TRUE(rstd->agree(name + " residual_layernorm rstd", kFp32Tolerance));
+    expect_fp32_agree(name + " residual_layernorm", {{"out", out.get()}, {"mean", mean.get()}, {"rstd", rstd.get()}});
   }
 }
 
@@ -384,20 +386,19 @@ TEST_P(CudaParityGemm, Attention) {
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   shapes.push_back({"head-128", 2, 77, 256, 2, 17, 20});
   for (const Shape& s : shapes) {
-    const std::size_t NC = static_cast<std::size_t>(s.N()) * s.C;
     const std::size_t lse_size = static_cast<std::size_t>(s.B) * s.NH * s.T;
-    auto qkv = twin(random_floats(3 * NC, -2, 2, 41));
-    auto out = twin(NC), lse = twin(lse_size);
+    auto qkv = twin(random_floats(3 * s.NC(), -2, 2, 41));
+    auto out = twin(s.NC()), lse = twin(lse_size);
     cpu().attention_forward(out->c(), lse->c(), qkv->c(), s.B, s.T, s.C, s.NH);
     gpu().attention_forward(out->g(), lse->g(), qkv->g(), s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(out->agree(tag(s, "attention out"), tolerance));
     EXPECT_TRUE(lse->agree(tag(s, "attention lse"), tolerance));
 
-    auto dout = twin(random_floats(NC, -1, 1, 42));
-    auto dqkv = twin(random_floats(3 * NC, -1, 1, 43));
+    auto dout = twin(random_floats(s.NC(), -1, 1, 42));
+    auto dqkv = twin(random_floats(3 * s.NC(), -1, 1, 43));
     auto scratch = twin(lse_size);
     // Both backward from the CPU's forward, so that only the backward is compared.
-    gpu().upload(out->g(), out->on_cpu().data(), NC);
+    gpu().upload(out->g(), out->on_cpu().data(), s.NC());
     gpu().upload(lse->g(), lse->on_cpu().data(), lse_size);
     cpu().attention_backward(dqkv->c(), scratch->c(), dout->c(), qkv->c(), out->c(), lse->c(), s.B, s.T, s.C, s.NH);
     gpu().attention_backward(dqkv->g(), scratch->g(), dout->g(), qkv->g(), out->g(), lse->g(), s.B, s.T, s.C, s.NH);
@@ -458,14 +459,17 @@ TEST_F(CudaParity, Bf16Storage) {
   EXPECT_TRUE(out->agree("bf16 storage round trip", kExact));
 }
 
+// The cross-entropy tests' rows of logits: GPT-2's vocabulary with large
+// logits (stability), and a small odd one.
+struct VocabularyCase {
+  const char* name;
+  int N, V;
+  float logit_range;
+};
+constexpr VocabularyCase kVocabularyCases[] = {{"V=50257", 64, 50257, 30.0f}, {"V=517", 111, 517, 3.0f}};
+
 TEST_F(CudaParity, CrossEntropy) {
-  struct Case {
-    const char* name;
-    int N, V;
-    float logit_range;
-  };
-  // GPT-2's vocabulary with large logits (stability), and a small odd one.
-  for (const Case& k : {Case{"V=50257", 64, 50257, 30.0f}, Case{"V=517", 111, 517, 3.0f}}) {
+  for (const VocabularyCase& k : kVocabularyCases) {
     const std::string name = k.name;
     auto logits = twin(random_floats(static_cast<std::size_t>(k.N) * k.V, -k.logit_range, k.logit_range, 71));
     auto targets = ints(random_ints(k.N, k.V, 72));
@@ -502,7 +506,7 @@ TEST_F(CudaParity, EmbeddingShards) {
     const std::string name = s.name;
     auto tokens = ints(random_ints(static_cast<std::size_t>(s.N()), s.V, 17));
     auto wpe = twin(random_floats(static_cast<std::size_t>(s.T) * s.C, -1, 1, 18));
-    auto dout = twin(random_floats(static_cast<std::size_t>(s.N()) * s.C, -1, 1, 19));
+    auto dout = twin(random_floats(s.NC(), -1, 1, 19));
     // Three uneven shards; the last adds the positions.
     const int bounds[] = {0, s.V / 5, s.V / 5 + s.V / 2, s.V};
     for (int shard = 0; shard < 3; ++shard) {
@@ -510,7 +514,7 @@ TEST_F(CudaParity, EmbeddingShards) {
       const bool positions = shard == 2;
       const std::string tag = name + " shard " + std::to_string(shard) + " embedding";
       auto wte_rows = twin(random_floats(static_cast<std::size_t>(rows) * s.C, -1, 1, 20 + shard));
-      auto out = twin(random_floats(static_cast<std::size_t>(s.N()) * s.C, -9, 9, 23));  // overwritten
+      auto out = twin(random_floats(s.NC(), -9, 9, 23));  // overwritten
       cpu().embedding_shard_forward(out->c(), tokens->c(), wte_rows->c(), positions ? wpe->c() : nullptr, s.B, s.T,
                                     s.C, begin, rows);
       gpu().embedding_shard_forward(out->g(), tokens->g(), wte_rows->g(), positions ? wpe->g() : nullptr, s.B, s.T,
@@ -535,12 +539,7 @@ TEST_F(CudaParity, EmbeddingShards) {
 // The maxima are exact; the sums are fp32 block trees on the GPU, double on
 // the CPU.
 TEST_F(CudaParity, CrossEntropyShards) {
-  struct Case {
-    const char* name;
-    int N, V;
-    float logit_range;
-  };
-  for (const Case& k : {Case{"V=50257", 64, 50257, 30.0f}, Case{"V=517", 111, 517, 3.0f}}) {
+  for (const VocabularyCase& k : kVocabularyCases) {
     const std::string name = k.name;
     const std::vector<float> logits = random_floats(static_cast<std::size_t>(k.N) * k.V, -k.logit_range,
                                                     k.logit_range, 75);
@@ -611,7 +610,6 @@ TEST_F(CudaParity, AdamW) {
 TEST_P(CudaParityGemm, BackwardIsBitwiseReproducible) {
   const Shape& s = kShapes[1];
   const int N = s.N();
-  const std::size_t NC = static_cast<std::size_t>(N) * s.C;
   Backend& k = gpu();
   auto run = [&] {
     std::vector<std::vector<float>> results;
@@ -626,18 +624,18 @@ TEST_P(CudaParityGemm, BackwardIsBitwiseReproducible) {
       k.upload(p, host.data(), host.size());
       return p;
     };
-    float* inp = upload(random_floats(NC, -1, 1, 91));
-    float* dout = upload(random_floats(NC, -1, 1, 92));
+    float* inp = upload(random_floats(s.NC(), -1, 1, 91));
+    float* dout = upload(random_floats(s.NC(), -1, 1, 92));
     float* weight = upload(random_floats(static_cast<std::size_t>(s.C) * s.C, -0.1f, 0.1f, 93));
     float* mean = k.alloc(N);
     float* rstd = k.alloc(N);
-    float* ln = k.alloc(NC);
+    float* ln = k.alloc(s.NC());
     k.layernorm_forward(ln, mean, rstd, inp, weight, weight, N, s.C);
-    float* dinp = k.alloc(NC);
+    float* dinp = k.alloc(s.NC());
     float* dw = k.alloc(s.C);
     float* db = k.alloc(s.C);
     k.layernorm_backward(dinp, dw, db, dout, inp, weight, mean, rstd, N, s.C);
-    float* dmat = k.alloc(NC);
+    float* dmat = k.alloc(s.NC());
     float* dweight = k.alloc(static_cast<std::size_t>(s.C) * s.C);
     float* dbias = k.alloc(s.C);
     k.matmul_backward(dmat, dweight, dbias, dout, inp, weight, N, s.C, s.C);
@@ -647,24 +645,24 @@ TEST_P(CudaParityGemm, BackwardIsBitwiseReproducible) {
     float* dwte = k.alloc(static_cast<std::size_t>(7) * s.C);
     float* dwpe = k.alloc(static_cast<std::size_t>(s.T) * s.C);
     k.embedding_backward(dwte, dwpe, dout, tokens, s.B, s.T, s.C);
-    float* qkv = upload(random_floats(3 * NC, -2, 2, 95));
+    float* qkv = upload(random_floats(3 * s.NC(), -2, 2, 95));
     const std::size_t lse_size = static_cast<std::size_t>(s.B) * s.NH * s.T;
     float* lse = k.alloc(lse_size);
-    float* y = k.alloc(NC);
+    float* y = k.alloc(s.NC());
     k.attention_forward(y, lse, qkv, s.B, s.T, s.C, s.NH);
-    float* dqkv = k.alloc(3 * NC);
+    float* dqkv = k.alloc(3 * s.NC());
     float* scratch = k.alloc(lse_size);
     k.attention_backward(dqkv, scratch, dout, qkv, y, lse, s.B, s.T, s.C, s.NH);
-    results.push_back({static_cast<float>(k.sum_of_squares(dqkv, 3 * NC))});
-    keep(dinp, NC);
+    results.push_back({static_cast<float>(k.sum_of_squares(dqkv, 3 * s.NC()))});
+    keep(dinp, s.NC());
     keep(dw, s.C);
     keep(db, s.C);
-    keep(dmat, NC);
+    keep(dmat, s.NC());
     keep(dweight, static_cast<std::size_t>(s.C) * s.C);
     keep(dbias, s.C);
     keep(dwte, static_cast<std::size_t>(7) * s.C);
     keep(dwpe, static_cast<std::size_t>(s.T) * s.C);
-    keep(dqkv, 3 * NC);
+    keep(dqkv, 3 * s.NC());
     for (float* p : {inp, dout, weight, mean, rstd, ln, qkv, lse, y, scratch}) k.release(p);
     k.release(tokens);
     return results;

@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "geotrain/common/errors.hpp"
@@ -50,6 +52,15 @@ class Ops : public ::testing::TestWithParam<std::string> {
   // as NaN: an op that reads them, or skips an element, fails the test.
   DeviceFloats garbage(std::size_t count) { return DeviceFloats(k(), NaNs(count)); }
   DeviceInts upload(const std::vector<int>& host) { return DeviceInts(k(), host); }
+  // Each output matches the golden tensor of its name (fp32); after `calls`
+  // calls of an op that adds into zeros, `calls` times it.
+  static void expect_golden(const GoldenCase& g, std::initializer_list<std::pair<const char*, const DeviceFloats*>> outputs,
+                            int calls = 1) {
+    for (const auto& [name, output] : outputs) {
+      const std::string what = calls == 1 ? name : name + (" after " + std::to_string(calls) + " calls");
+      EXPECT_TRUE(AllClose(what, output->download(), Scaled(g.floats(name), static_cast<float>(calls)), kFp32));
+    }
+  }
 
   std::unique_ptr<Backend> backend_;
 };
@@ -110,9 +121,7 @@ TEST_P(Ops, LayerNormForward) {
   auto inp = upload(g.floats("inp")), weight = upload(g.floats("weight")), bias = upload(g.floats("bias"));
   auto out = garbage(N * C), mean = garbage(N), rstd = garbage(N);
   k().layernorm_forward(out.get(), mean.get(), rstd.get(), inp.get(), weight.get(), bias.get(), N, C);
-  EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
-  EXPECT_TRUE(AllClose("mean", mean.download(), g.floats("mean"), kFp32));
-  EXPECT_TRUE(AllClose("rstd", rstd.download(), g.floats("rstd"), kFp32));
+  expect_golden(g, {{"out", &out}, {"mean", &mean}, {"rstd", &rstd}});
 }
 
 TEST_P(Ops, LayerNormBackwardAccumulates) {
@@ -124,14 +133,10 @@ TEST_P(Ops, LayerNormBackwardAccumulates) {
     k().layernorm_backward(dinp.get(), dweight.get(), dbias.get(), dout.get(), inp.get(), weight.get(),
                            mean.get(), rstd.get(), N, C);
   };
-  backward();
-  EXPECT_TRUE(AllClose("dinp", dinp.download(), g.floats("dinp"), kFp32));
-  EXPECT_TRUE(AllClose("dweight", dweight.download(), g.floats("dweight"), kFp32));
-  EXPECT_TRUE(AllClose("dbias", dbias.download(), g.floats("dbias"), kFp32));
-  backward();
-  EXPECT_TRUE(AllClose("dinp after two calls", dinp.download(), Scaled(g.floats("dinp"), 2), kFp32));
-  EXPECT_TRUE(AllClose("dweight after two calls", dweight.download(), Scaled(g.floats("dweight"), 2), kFp32));
-  EXPECT_TRUE(AllClose("dbias after two calls", dbias.download(), Scaled(g.floats("dbias"), 2), kFp32));
+  for (int calls = 1; calls <= 2; ++calls) {
+    backward();
+    expect_golden(g, {{"dinp", &dinp}, {"dweight", &dweight}, {"dbias", &dbias}}, calls);
+  }
 }
 
 // ---- residual + layernorm, fused
@@ -150,9 +155,7 @@ TEST_P(Ops, ResidualLayerNormForward) {
     k().residual_layernorm_forward(residual, out.get(), mean.get(), rstd.get(), a.get(), b.get(), weight.get(),
                                    bias.get(), N, C);
     EXPECT_TRUE(AllClose("residual", (in_place ? a : separate).download(), g.floats("residual"), kFp32));
-    EXPECT_TRUE(AllClose("out", out.download(), g.floats("out"), kFp32));
-    EXPECT_TRUE(AllClose("mean", mean.download(), g.floats("mean"), kFp32));
-    EXPECT_TRUE(AllClose("rstd", rstd.download(), g.floats("rstd"), kFp32));
+    expect_golden(g, {{"out", &out}, {"mean", &mean}, {"rstd", &rstd}});
   }
 }
 
@@ -166,8 +169,7 @@ TEST_P(Ops, ResidualLayerNormBackwardAddsIntoTheResidualGradient) {
   k().layernorm_backward(dresidual.get(), dweight.get(), dbias.get(), dout.get(), residual.get(), weight.get(),
                          mean.get(), rstd.get(), N, C);
   EXPECT_TRUE(AllClose("da = db", dresidual.download(), g.floats("da"), kFp32));
-  EXPECT_TRUE(AllClose("dweight", dweight.download(), g.floats("dweight"), kFp32));
-  EXPECT_TRUE(AllClose("dbias", dbias.download(), g.floats("dbias"), kFp32));
+  expect_golden(g, {{"dweight", &dweight}, {"dbias", &dbias}});
 }
 
 // ---- matmul + bias + GELU, fused
@@ -438,10 +440,10 @@ TEST_P(Ops, GeluBackwardAccumulates) {
   const auto g = GoldenCase::load("gelu");
   const std::size_t n = g.floats("inp").size();
   auto inp = upload(g.floats("inp")), dout = upload(g.floats("dout")), dinp = zeros(n);
-  k().gelu_backward(dinp.get(), inp.get(), dout.get(), n);
-  EXPECT_TRUE(AllClose("dinp", dinp.download(), g.floats("dinp"), kFp32));
-  k().gelu_backward(dinp.get(), inp.get(), dout.get(), n);
-  EXPECT_TRUE(AllClose("dinp after two calls", dinp.download(), Scaled(g.floats("dinp"), 2), kFp32));
+  for (int calls = 1; calls <= 2; ++calls) {
+    k().gelu_backward(dinp.get(), inp.get(), dout.get(), n);
+    expect_golden(g, {{"dinp", &dinp}}, calls);
+  }
 }
 
 // ---- residual and elementwise helpers

@@ -23,6 +23,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A one-layer model small enough to check tensor by tensor.
+const ModelShape kTinyShape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
+
+// The whole of kTinyShape as one stage, initialised from `seed`, with its
+// optimizer (fresh moments).
+struct TinyStage {
+  TinyStage(kernels::Backend& backend, std::uint64_t seed)
+      : stage(kTinyShape, model::StageSpec::whole(kTinyShape), backend, 1, 1),
+        optimizer(backend, stage, model::OptimizerSettings{}) {
+    stage.initialize(seed);
+  }
+  model::Stage stage;
+  model::AdamW optimizer;
+};
+
 // Opens `path` with HDF5 directly (to damage or inspect what geotrain wrote).
 void with_hdf5_file(const std::string& path, unsigned mode, const std::function<void(hid_t)>& use) {
   const hid_t file = H5Fopen(path.c_str(), mode, H5P_DEFAULT);
@@ -319,10 +334,8 @@ TEST(Checkpoint, BadFilesAreRejectedNamingFileAndField) {
 
 TEST(Checkpoint, RestoreRefusesAnotherModel) {
   auto backend = kernels::make_cpu_backend();
-  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
-  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
-  stage.initialize(1);
-  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  TinyStage tiny(*backend, 1);
+  auto& [stage, optimizer] = tiny;
   io::Checkpoint other = sample_checkpoint();  // hidden 4
   try {
     runtime::restore_tensors(stage, optimizer, *backend, other, "x.h5");
@@ -333,7 +346,7 @@ TEST(Checkpoint, RestoreRefusesAnotherModel) {
   }
   // Same shape, a tensor missing: named.
   io::Checkpoint same;
-  same.model = shape;
+  same.model = kTinyShape;
   for (auto& t : runtime::collect_tensors(stage, optimizer, *backend, false)) {
     if (t.name != "lnf.bias") same.tensors.push_back(t);
   }
@@ -345,10 +358,8 @@ TEST(Checkpoint, RestoreRefusesAnotherModel) {
 TEST(Checkpoint, BorrowedTensorsPointAtTheLiveStateAndWriteTheSame) {
   const fs::path dir = geotrain::testing::scratch_dir("checkpoint-borrowed");
   auto backend = kernels::make_cpu_backend();
-  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
-  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
-  stage.initialize(3);
-  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  TinyStage tiny(*backend, 3);
+  auto& [stage, optimizer] = tiny;
   const auto copies = runtime::collect_tensors(stage, optimizer, *backend, false);
   const auto borrowed = runtime::collect_tensors(stage, optimizer, *backend, false, true);
   ASSERT_EQ(copies.size(), borrowed.size());
@@ -363,7 +374,7 @@ TEST(Checkpoint, BorrowedTensorsPointAtTheLiveStateAndWriteTheSame) {
     EXPECT_TRUE(same(borrowed[i].second_moments(), copies[i].second_moments())) << copies[i].name;
   }
   io::Checkpoint c;
-  c.model = shape;
+  c.model = kTinyShape;
   c.tensors = borrowed;
   const std::string path = (dir / "borrowed.h5").string();
   io::write_checkpoint_file(path, c);
@@ -432,12 +443,10 @@ TEST(Checkpoint, TensorsAreGivenBackOnceTheirBytesAreInTheFileBeforeItIsDurable)
 TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {
   const fs::path dir = geotrain::testing::scratch_dir("checkpoint-weights-only");
   auto backend = kernels::make_cpu_backend();
-  const ModelShape shape{.name = "t", .layers = 1, .hidden = 8, .heads = 2, .vocabulary = 8, .sequence_length = 4};
-  model::Stage source(shape, model::StageSpec::whole(shape), *backend, 1, 1);
-  source.initialize(5);
-  model::AdamW source_optimizer(*backend, source, model::OptimizerSettings{});
+  TinyStage tiny(*backend, 5);
+  auto& [source, source_optimizer] = tiny;
   io::Checkpoint c;
-  c.model = shape;
+  c.model = kTinyShape;
   c.weights_only = true;
   for (io::CheckpointTensor& t : runtime::collect_tensors(source, source_optimizer, *backend, false)) {
     t.first_moment.clear(), t.second_moment.clear();
@@ -451,9 +460,8 @@ TEST(Checkpoint, WeightsOnlyFilesHaveNoOptimizerAndCannotBeResumed) {
   ASSERT_EQ(back.tensors.size(), c.tensors.size());
   EXPECT_TRUE(back.tensors[0].first_moment.empty());
 
-  model::Stage stage(shape, model::StageSpec::whole(shape), *backend, 1, 1);
-  stage.initialize(9);
-  model::AdamW optimizer(*backend, stage, model::OptimizerSettings{});
+  TinyStage target(*backend, 9);
+  auto& [stage, optimizer] = target;
   try {
     runtime::restore_tensors(stage, optimizer, *backend, back, path);
     FAIL() << "resumed a weights-only file";
@@ -484,6 +492,18 @@ TEST(Checkpoint, HuggingFaceNameTableIsTheModelsLayout) {
 }
 
 
+// The message with which resolve_checkpoint_form refuses `form` on these
+// premises; "" (and a failure) if it accepts it.
+std::string refusal(CheckpointForm form, const runtime::CheckpointPremises& premises) {
+  try {
+    const CheckpointForm got = runtime::resolve_checkpoint_form(form, premises);
+    ADD_FAILURE() << to_string(form) << " accepted as " << to_string(got);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // checkpoint.form against what the ranks share, worked by hand: every
 // premise that decides, and an error naming the field where a form cannot work.
 TEST(Checkpoint, FormFollowsWhatTheRanksShare) {
@@ -500,28 +520,17 @@ TEST(Checkpoint, FormFollowsWhatTheRanksShare) {
   serial.parallel_io = false;
   EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::automatic, serial), CheckpointForm::sharded);
   for (CheckpointForm form : {CheckpointForm::parallel, CheckpointForm::per_site}) {
-    try {
-      resolve_checkpoint_form(form, serial);
-      ADD_FAILURE() << "no error without parallel I/O";
-    } catch (const InputError& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("checkpoint.form = " + to_string(form) + ": needs parallel HDF5", 0), 0u)
-          << e.what();
-    }
+    EXPECT_EQ(refusal(form, serial).rfind("checkpoint.form = " + to_string(form) + ": needs parallel HDF5", 0), 0u);
   }
 
   CheckpointPremises per_site_folders{4, false, true, true, "training ranks 2, 3 do not see every rank's files in ck"};
   EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::automatic, per_site_folders), CheckpointForm::per_site);
   EXPECT_EQ(resolve_checkpoint_form(CheckpointForm::single, per_site_folders), CheckpointForm::single);
   for (CheckpointForm form : {CheckpointForm::parallel, CheckpointForm::sharded}) {
-    try {
-      resolve_checkpoint_form(form, per_site_folders);
-      ADD_FAILURE() << "no error without a shared folder";
-    } catch (const InputError& e) {
-      const std::string message = e.what();
-      EXPECT_EQ(message.rfind("checkpoint.form = " + to_string(form) + ": checkpoint.dir must be one folder", 0), 0u)
-          << message;
-      EXPECT_NE(message.find("training ranks 2, 3"), std::string::npos) << message;
-    }
+    const std::string message = refusal(form, per_site_folders);
+    EXPECT_EQ(message.rfind("checkpoint.form = " + to_string(form) + ": checkpoint.dir must be one folder", 0), 0u)
+        << message;
+    EXPECT_NE(message.find("training ranks 2, 3"), std::string::npos) << message;
   }
   CheckpointPremises per_rank_folders = per_site_folders;
   per_rank_folders.sites_share_folder = false;

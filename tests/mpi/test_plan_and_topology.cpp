@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "geotrain/common/errors.hpp"
@@ -45,6 +46,15 @@ plan::Plan plan_on_rank0(int pp, int dp) {
   plan::SearchOptions options;
   options.candidates = 50;
   return plan::search_plan(plan::CostModel(net, w), options).plan;
+}
+
+// The plan whose stage s is held by the units stages[s], one per replica.
+plan::Plan plan_with_stages(std::vector<std::vector<int>> stages) {
+  plan::Plan p;
+  p.pipeline_stages = static_cast<int>(stages.size());
+  p.data_parallel = static_cast<int>(stages.front().size());
+  p.stages = std::move(stages);
+  return p;
 }
 
 TEST(PlanBroadcast, EveryRankGetsTheIdenticalPlan) {
@@ -93,13 +103,11 @@ TEST(Topology, ShuffledPlanGivesConsistentCommunicatorsAndChains) {
   std::vector<int> devices(n);
   for (int i = 0; i < n; ++i) devices[i] = i;
   std::shuffle(devices.begin(), devices.end(), std::mt19937(2024));
-  plan::Plan p;
-  p.pipeline_stages = pp;
-  p.data_parallel = dp;
-  p.stages.assign(pp, std::vector<int>(dp));
+  std::vector<std::vector<int>> stages(pp, std::vector<int>(dp));
   for (int s = 0; s < pp; ++s) {
-    for (int r = 0; r < dp; ++r) p.stages[s][r] = devices[s * dp + r];
+    for (int r = 0; r < dp; ++r) stages[s][r] = devices[s * dp + r];
   }
+  const plan::Plan p = plan_with_stages(stages);
   const auto topology = runtime::make_topology(MPI_COMM_WORLD, p, 20);
   std::fprintf(stderr, "%s\n", runtime::describe(topology).c_str());
 
@@ -148,14 +156,10 @@ TEST(Topology, ShuffledPlanGivesConsistentCommunicatorsAndChains) {
 // choose): those come back idle and in no communicator; the others form the
 // job communicator (by world rank) and their groups as for any plan.
 TEST(Topology, RanksLeftOutOfThePlanAreIdle) {
-  const int n = world_size();
-  ASSERT_GE(n, 3) << "run with at least 3 ranks";
+  ASSERT_GE(world_size(), 3) << "run with at least 3 ranks";
   const int rank = runtime::world_rank();
   // Stages 2 -> 0 (one replica): rank 1 and ranks 3.. are idle.
-  plan::Plan p;
-  p.pipeline_stages = 2;
-  p.data_parallel = 1;
-  p.stages = {{2}, {0}};
+  const plan::Plan p = plan_with_stages({{2}, {0}});
   const auto topology = runtime::make_topology(MPI_COMM_WORLD, p, 20);
   const bool in_plan = rank == 0 || rank == 2;
   EXPECT_EQ(topology.idle, !in_plan);
@@ -190,15 +194,11 @@ namespace {
 // Two 2-rank units, the second unit first in the pipeline: every
 // communicator joins the ranks of one tensor rank, and the unit's group sums.
 TEST(Topology, TensorParallelUnitsChainByTensorRank) {
-  const int n = world_size();
-  ASSERT_GE(n, 4) << "run with at least 4 ranks";
+  ASSERT_GE(world_size(), 4) << "run with at least 4 ranks";
   const int rank = runtime::world_rank();
-  plan::Plan p;
-  p.pipeline_stages = 2;
-  p.data_parallel = 1;
+  plan::Plan p = plan_with_stages({{1}, {0}});
   p.tensor_parallel = 2;
   p.tensor_groups = {{2, 3}, {0, 1}};
-  p.stages = {{1}, {0}};
   const auto topology = runtime::make_topology(MPI_COMM_WORLD, p, 20);
   if (rank >= 4) {
     EXPECT_TRUE(topology.idle);

@@ -150,14 +150,25 @@ class Table:
                  config=config_with("typo.toml", "steps = 300", "stepz = 300"))
         self.add("config", "wrong-type", r"wrong-type\.toml: train\.steps: must be an integer",
                  config=config_with("wrong-type.toml", "steps = 300", 'steps = "many"'))
-        self.add("config", "unknown-key-override", r"command line: checkpoint\.evry_steps: unknown key",
-                 args=["--checkpoint.evry_steps=3"])
-        self.add("config", "unreadable-override", r"command line: train\.steps: must be an integer",
-                 args=["--train.steps=ten"])
-        self.add("config", "zero-micro-batch", r"train\.micro_batch_sequences: must be > 0",
-                 args=["--train.micro_batch_sequences=0"])
-        self.add("config", "zero-accumulation", r"train\.gradient_accumulation: must be > 0",
-                 args=["--train.gradient_accumulation=0"])
+        # Overrides that the checks refuse on 2 ranks: the case, its message, the overrides.
+        for name, pattern, *args in [
+            ("unknown-key-override", r"command line: checkpoint\.evry_steps: unknown key", "--checkpoint.evry_steps=3"),
+            ("unreadable-override", r"command line: train\.steps: must be an integer", "--train.steps=ten"),
+            ("zero-micro-batch", r"train\.micro_batch_sequences: must be > 0", "--train.micro_batch_sequences=0"),
+            ("zero-accumulation", r"train\.gradient_accumulation: must be > 0", "--train.gradient_accumulation=0"),
+            ("layers-per-stage-sum", r"pipeline\.layers_per_stage: the stages hold 3 layers but the model has 4",
+             "--pipeline.layers_per_stage=[1,2]"),
+            ("layers-per-stage-count", r"pipeline\.layers_per_stage: has 3 entries", "--pipeline.layers_per_stage=[1,1,2]"),
+            ("negative-deadline", r"network\.deadline_s: must be in \[0\.01", "--network.deadline_s=-1"),
+            ("resume-auto-without-dir", r"checkpoint\.resume: auto needs checkpoint\.dir",
+             "--checkpoint.dir=", "--checkpoint.resume=auto"),
+            ("nccl-on-cpu", r"network\.transport: nccl needs device\.kind = cuda",
+             "--network.transport=nccl", "--device.kind=cpu"),
+            ("warmup-longer-than-run", r"optimizer\.warmup_steps: is 5, larger than train\.steps \(2\)", "--optimizer.warmup_steps=5"),
+            ("bad-schedule", r"pipeline\.schedule: must be one of gpipe, 1f1b", "--pipeline.schedule=zb"),
+            ("bad-placement", r"pipeline\.placement: must be one of planned", "--pipeline.placement=best"),
+        ]:
+            self.add("config", name, pattern, args=args)
         self.add("config", "stages-do-not-divide-ranks", r"quickstart\.toml: pipeline\.stages: 2 does not divide the 3 ranks",
                  ranks=3)
         self.add("config", "tensor-parallel-does-not-divide-ranks",
@@ -171,20 +182,6 @@ class Table:
                  args=["--pipeline.tensor_parallel=0"])
         self.add("config", "more-stages-than-layers", r"command line: pipeline\.stages: 8 stages but the model has only 4 layers",
                  ranks=8, args=["--pipeline.stages=8"])
-        self.add("config", "layers-per-stage-sum", r"pipeline\.layers_per_stage: the stages hold 3 layers but the model has 4",
-                 args=["--pipeline.layers_per_stage=[1,2]"])
-        self.add("config", "layers-per-stage-count", r"pipeline\.layers_per_stage: has 3 entries",
-                 args=["--pipeline.layers_per_stage=[1,1,2]"])
-        self.add("config", "negative-deadline", r"network\.deadline_s: must be in \[0\.01",
-                 args=["--network.deadline_s=-1"])
-        self.add("config", "resume-auto-without-dir", r"checkpoint\.resume: auto needs checkpoint\.dir",
-                 args=["--checkpoint.dir=", "--checkpoint.resume=auto"])
-        self.add("config", "nccl-on-cpu", r"network\.transport: nccl needs device\.kind = cuda",
-                 args=["--network.transport=nccl", "--device.kind=cpu"])
-        self.add("config", "warmup-longer-than-run", r"optimizer\.warmup_steps: is larger than train\.steps",
-                 args=["--optimizer.warmup_steps=5"])
-        self.add("config", "bad-schedule", r"pipeline\.schedule: must be one of gpipe, 1f1b", args=["--pipeline.schedule=zb"])
-        self.add("config", "bad-placement", r"pipeline\.placement: must be one of planned", args=["--pipeline.placement=best"])
         self.add("config", "missing-model-file", r"no-such-model\.toml: cannot open",
                  args=["--model.file=" + os.path.join(self.bad, "no-such-model.toml")])
         self.add("config", "model-heads-do-not-divide", r"odd-heads\.toml: model\.heads",

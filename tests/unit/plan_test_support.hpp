@@ -10,6 +10,7 @@
 
 #include "geotrain/plan/cost_model.hpp"
 #include "geotrain/plan/plan.hpp"
+#include "geotrain/plan/simulator.hpp"
 
 namespace geotrain::plan::testing {
 
@@ -55,6 +56,44 @@ inline Plan grid_plan(int pp, int dp) {
     for (int r = 0; r < dp; ++r) plan.stages.back().push_back(s * dp + r);
   }
   return plan;
+}
+
+// `batch` sequences of `shape` per iteration (fp16 activations, fp32
+// gradients), in micro-batches of one sequence, on devices of `peak_tflops`
+// at `efficiency`.
+inline SimulationConfig simulation_config(const ModelShape& shape, int batch, double peak_tflops, double efficiency) {
+  SimulationConfig c;
+  c.model = TrainingShape(shape, static_cast<double>(batch) * shape.sequence_length, 2, 4);
+  c.global_batch_sequences = batch;
+  c.micro_batch_sequences = 1;
+  c.peak_tflops = peak_tflops;
+  c.efficiency = efficiency;
+  return c;
+}
+
+// simulation_config at 1e18 FLOP/s (compute negligible) in one flush: the
+// communication decides the step.
+inline SimulationConfig communication_bound(const ModelShape& shape, int batch) {
+  SimulationConfig c = simulation_config(shape, batch, 1e6, 1.0);
+  c.micro_batches_per_flush = 0;
+  return c;
+}
+
+// f(parts) for every composition of `total` into `parts` positive counts, in
+// lexicographic order; `prefix` (empty at the start) holds the counts chosen.
+inline void compositions(int total, int parts, std::vector<int>& prefix,
+                         const std::function<void(const std::vector<int>&)>& f) {
+  if (parts == 1) {
+    prefix.push_back(total);
+    f(prefix);
+    prefix.pop_back();
+    return;
+  }
+  for (int first = 1; first <= total - (parts - 1); ++first) {
+    prefix.push_back(first);
+    compositions(total - first, parts - 1, prefix, f);
+    prefix.pop_back();
+  }
 }
 
 inline Workload example_a_workload() {

@@ -108,19 +108,11 @@ TEST(CompressedWorkload, CostModelLinksCarryBothDirectionsSizes) {
   EXPECT_EQ(asymmetric.pipeline_link(0, 1), asymmetric.pipeline_link(1, 0));
 }
 
-// A step where communication dominates: compute at 1e18 FLOP/s (a layer of
-// s = h = 1024 is 24 x 1024^3 x 7/6 = 3.0064771072e10 FLOPs: 3.0064771072e-8 s
-// forward, 3x backward), links of 1e6 B/s and no latency.
-SimulationConfig communication_bound(const ModelShape& shape, int batch) {
-  SimulationConfig c;
-  c.model = TrainingShape(shape, static_cast<double>(batch) * shape.sequence_length, 2, 4);
-  c.global_batch_sequences = batch;
-  c.micro_batch_sequences = 1;
-  c.micro_batches_per_flush = 0;
-  c.peak_tflops = 1e6;
-  c.efficiency = 1.0;
-  return c;
-}
+// A step where communication dominates (testing::communication_bound):
+// compute at 1e18 FLOP/s (a layer of s = h = 1024 is 24 x 1024^3 x 7/6 =
+// 3.0064771072e10 FLOPs: 3.0064771072e-8 s forward, 3x backward), links of
+// 1e6 B/s and no latency.
+using testing::communication_bound;
 
 TEST(CompressedSimulation, PipelineMessagesShrinkTheStepByTheSavedBytes) {
   // 2 stages of 1 layer, one micro-batch of 1024 x 1024 = 1,048,576 values:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "geotrain/plan/layout_search.hpp"
+#include "plan_test_support.hpp"
 
 namespace geotrain::plan {
 namespace {
@@ -55,20 +56,7 @@ LayoutOptions fixed(int pp, int dp, int micro_batch = 1) {
   return o;
 }
 
-// Every composition of `layers` into `parts` positive counts.
-void compositions(int layers, int parts, std::vector<int>& prefix, const std::function<void(const std::vector<int>&)>& f) {
-  if (parts == 1) {
-    prefix.push_back(layers);
-    f(prefix);
-    prefix.pop_back();
-    return;
-  }
-  for (int first = 1; first <= layers - parts + 1; ++first) {
-    prefix.push_back(first);
-    compositions(layers - first, parts - 1, prefix, f);
-    prefix.pop_back();
-  }
-}
+using testing::compositions;
 
 // The best iteration over every device order (stage s of replica r is
 // order[s * dp + r]) and every contiguous split.

@@ -76,13 +76,9 @@ TEST(LocalSteps, TwoDeviceStepTimeByHand) {
 }
 
 // Compute at 1e18 FLOP/s (negligible), links of 1e6 B/s without latency.
+// (testing::communication_bound, with the direct data-parallel exchange)
 SimulationConfig communication_bound(const ModelShape& shape, int batch) {
-  SimulationConfig c;
-  c.model = TrainingShape(shape, static_cast<double>(batch) * shape.sequence_length, 2, 4);
-  c.global_batch_sequences = batch;
-  c.micro_batches_per_flush = 0;
-  c.peak_tflops = 1e6;
-  c.efficiency = 1.0;
+  SimulationConfig c = testing::communication_bound(shape, batch);
   c.dp_scheme = DataParallelScheme::direct;
   return c;
 }

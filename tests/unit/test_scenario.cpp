@@ -24,13 +24,17 @@
 namespace {
 
 using geotrain::InputError;
-using geotrain::io::load_scenario;
-using geotrain::io::network_to_toml;
-using geotrain::io::parse_scenario;
-using geotrain::io::Scenario;
-using geotrain::io::WorkloadOverrides;
 using geotrain::plan::kBytesPerGbit;
+using namespace geotrain::io;  // the scenario reader under test
 namespace fs = std::filesystem;
+
+// A [sites] table of two sites: 1 ms and 10 Gbps inside a site, 1 Gbps and
+// `inter_latency_ms` between them.
+std::string two_sites(const std::string& names, const std::string& devices, int inter_latency_ms) {
+  return "\n[sites]\nnames = " + names + "\ndevices = " + devices +
+         "\nintra_latency_ms = 1\nintra_bandwidth_gbps = 10\ninter_latency_ms = " + std::to_string(inter_latency_ms) +
+         "\ninter_bandwidth_gbps = 1\n";
+}
 
 std::string scenario_path(const std::string& file) {
   return std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/scenarios/" + file;
@@ -345,15 +349,7 @@ inter_bandwidth_gbps = 1
 }
 
 TEST(ScenarioSites, BlockedIsTheDefault) {
-  const Scenario scenario = parse_scenario(R"(
-[sites]
-names = ["A", "B"]
-devices = [1, 2]
-inter_latency_ms = 20
-inter_bandwidth_gbps = 1
-intra_latency_ms = 1
-intra_bandwidth_gbps = 10
-)", "blocked.toml", {1, std::nullopt});
+  const Scenario scenario = parse_scenario(two_sites(R"(["A", "B"])", "[1, 2]", 20), "blocked.toml", {1, std::nullopt});
   EXPECT_EQ(scenario.network.site_of_device, (std::vector<std::string>{"A", "B", "B"}));
 }
 
@@ -513,15 +509,7 @@ std::string matrix4(const std::string& latency_row1, const std::string& bandwidt
          "bandwidth_gbps = [[0, 10, 1, 1], " + bandwidth_row1 + ", [1, 1, 0, 10], [1, 1, 10, 0]]\n";
 }
 
-const char* kSites = R"(
-[sites]
-names = ["Virginia", "Oregon"]
-devices = [2, 2]
-intra_latency_ms = 1
-intra_bandwidth_gbps = 10
-inter_latency_ms = 50
-inter_bandwidth_gbps = 1
-)";
+const std::string kSites = two_sites(R"(["Virginia", "Oregon"])", "[2, 2]", 50);
 
 std::vector<BadInput> bad_inputs() {
   const std::string good_row_l = "[1, 0, 50, 50]";
@@ -535,7 +523,7 @@ std::vector<BadInput> bad_inputs() {
        {": netwrok: unknown key"}},
       {"unknown-workload-key", (matrix4(good_row_l, good_row_b) + "[workload]\npp = 2\ndp = 2\nlayer = 3\n"),
        {"workload.layer: unknown key"}},
-      {"unknown-link-key", (std::string(kSites) + "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\nlatency = 3\n" +
+      {"unknown-link-key", (kSites + "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\nlatency = 3\n" +
                                 kGoodWorkload),
        {"sites.link[0].latency: unknown key"}},
       {"wrong-type-matrix", (with_workload("[network]\nlatency_ms = \"fast\"\nbandwidth_gbps = [[1]]\n")),
@@ -580,18 +568,18 @@ std::vector<BadInput> bad_inputs() {
        {"sites: cannot be combined with [network]"}},
       {"neither-form", kGoodWorkload, {"network: missing required field"}},
       {"link-site-missing",
-       (std::string(kSites) + "[[sites.link]]\nbetween = [\"Virginia\", \"Ohio\"]\nlatency_ms = 3\n" + kGoodWorkload),
+       (kSites + "[[sites.link]]\nbetween = [\"Virginia\", \"Ohio\"]\nlatency_ms = 3\n" + kGoodWorkload),
        {"sites.link[0].between[1]: site \"Ohio\" is not in sites.names"}},
       {"link-duplicate",
-       (std::string(kSites) +
+       (kSites +
             "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\nlatency_ms = 3\n"
             "[[sites.link]]\nbetween = [\"Oregon\", \"Virginia\"]\nlatency_ms = 4\n" + kGoodWorkload),
        {"sites.link[1].between: the pair Oregon - Virginia is already given"}},
       {"link-empty",
-       (std::string(kSites) + "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\n" + kGoodWorkload),
+       (kSites + "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\n" + kGoodWorkload),
        {"sites.link[0]: needs latency_ms or bandwidth_gbps"}},
       {"link-negative-bandwidth",
-       (std::string(kSites) + "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\nbandwidth_gbps = -2\n" +
+       (kSites + "[[sites.link]]\nbetween = [\"Virginia\", \"Oregon\"]\nbandwidth_gbps = -2\n" +
             kGoodWorkload),
        {"sites.link[0].bandwidth_gbps: must be a finite number > 0, got -2"}},
       {"duplicate-site-name",
@@ -624,7 +612,7 @@ std::vector<BadInput> bad_inputs() {
        {"sites.inter_bandwidth_gbps: missing required field"}},
       {"no-link-values", "[sites]\nnames = [\"A\", \"B\"]\ndevices = [2, 2]\n[workload]\npp = 2\ndp = 2\n",
        {"sites.latency_ms: missing required field"}},
-      {"bad-device-order", (std::string(kSites) + "device_order = \"by-slot\"\n" + kGoodWorkload),
+      {"bad-device-order", (kSites + "device_order = \"by-slot\"\n" + kGoodWorkload),
        {"sites.device_order: must be \"blocked\" or \"round-robin\", got \"by-slot\""}},
       {"missing-names", "[sites]\ndevices = [2, 2]\n", {"sites.names: missing required field"}},
       {"scenario-name-type", ("[scenario]\nname = 3\n" + with_workload(matrix4(good_row_l, good_row_b))),
@@ -642,7 +630,7 @@ TEST_F(ScenarioErrors, EveryBadInputIsRejectedWithFileAndField) {
   // one thing its case breaks.
   EXPECT_NO_THROW(load_scenario(write("good-matrix.toml", matrix4("[1, 0, 50, 50]", "[10, 0, 1, 1]") +
                                                              kGoodWorkload)));
-  EXPECT_NO_THROW(load_scenario(write("good-sites.toml", std::string(kSites) + kGoodWorkload)));
+  EXPECT_NO_THROW(load_scenario(write("good-sites.toml", kSites + kGoodWorkload)));
   for (const BadInput& bad : bad_inputs()) {
     SCOPED_TRACE(bad.name);
     const std::string path = write(bad.name + ".toml", bad.toml);
@@ -673,15 +661,7 @@ TEST(ScenarioNodes, GeoA100NodesByHand) {
 }
 
 TEST(ScenarioNodes, SyntaxErrorsNameTheField) {
-  const std::string head = R"(
-[sites]
-names = ["a", "b"]
-devices = [4, 4]
-intra_latency_ms = 1
-intra_bandwidth_gbps = 10
-inter_latency_ms = 20
-inter_bandwidth_gbps = 1
-)";
+  const std::string head = two_sites(R"(["a", "b"])", "[4, 4]", 20);
   const Scenario plain = parse_scenario(head + "[workload]\npp = 2\ndp = 4\n", "nodes.toml");
   EXPECT_TRUE(plain.network.node_of_device.empty());  // no gpus_per_node: every device its own node
   const Scenario per_pair = parse_scenario(

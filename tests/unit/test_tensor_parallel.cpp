@@ -16,6 +16,7 @@
 #include "geotrain/plan/layout_search.hpp"
 #include "geotrain/plan/memory_model.hpp"
 #include "geotrain/plan/tensor_parallel.hpp"
+#include "plan_test_support.hpp"
 
 namespace geotrain::plan {
 namespace {
@@ -155,19 +156,7 @@ struct Best {
   int tp = 0, pp = 0, dp = 0, b = 0;
 };
 
-void compositions(int total, int parts, std::vector<int>& prefix, const std::function<void(const std::vector<int>&)>& f) {
-  if (parts == 1) {
-    prefix.push_back(total);
-    f(prefix);
-    prefix.pop_back();
-    return;
-  }
-  for (int first = 1; first <= total - (parts - 1); ++first) {
-    prefix.push_back(first);
-    compositions(total - first, parts - 1, prefix, f);
-    prefix.pop_back();
-  }
-}
+using testing::compositions;
 
 // Every tp in `tps`, every pp x dp, every placement of units (any subset:
 // devices of a node are interchangeable here, so placements are sequences of

@@ -97,15 +97,7 @@ TEST(TiedEmbedding, WorkFromTheHeadSetting) {
 }
 
 // Tiny model, 2 stages of 2 layers, 1 replica, batch 16 of 1 sequence.
-SimulationConfig tiny_config() {
-  SimulationConfig c;
-  c.model = TrainingShape(ModelShape{}, 16.0 * 128, 2, 4);
-  c.global_batch_sequences = 16;
-  c.micro_batch_sequences = 1;
-  c.peak_tflops = 1.0;
-  c.efficiency = 0.5;
-  return c;
-}
+SimulationConfig tiny_config() { return testing::simulation_config(ModelShape{}, 16, 1.0, 0.5); }
 
 TEST(FlushRecommendation, GPipeFillAndDrainByHand) {
   // Infinite bandwidth: flushes of m take (m + 1)(tf + tb) each, 16 / m of

@@ -281,28 +281,25 @@ TEST(PlanCodec, TensorParallelInvalidMessagesNameTheField) {
   EXPECT_THROW(encode_plan(tp_without_groups), geotrain::InputError);
 
   // Crafted headers, resealed: t = 0; groups with t = 1; t > 1 without groups;
-  // a header whose group count disagrees with the length.
-  auto zero_tp = good;
-  put_u32_at(zero_tp, kTensorParallelAt, 0);
-  EXPECT_NE(decode_message(resealed(zero_tp), 12).find("tensor_parallel = 0 out of range"), std::string::npos);
-  auto one_with_groups = good;
-  put_u32_at(one_with_groups, kTensorParallelAt, 1);
-  EXPECT_NE(decode_message(resealed(one_with_groups), 12).find("tensor_groups: 5 groups with tensor_parallel = 1"),
-            std::string::npos);
-  auto no_groups = good;
-  put_u32_at(no_groups, kGroupCountAt, 0);
-  EXPECT_NE(decode_message(resealed(no_groups), 12).find("tensor_groups: group count 0"), std::string::npos);
-  auto fewer_groups = good;
-  put_u32_at(fewer_groups, kGroupCountAt, 4);
-  EXPECT_NE(decode_message(resealed(fewer_groups), 12).find("length"), std::string::npos);
-  // Group size = t is structural: t = 3 with the same bytes is a length error.
-  auto three = good;
-  put_u32_at(three, kTensorParallelAt, 3);
-  EXPECT_NE(decode_message(resealed(three), 12).find("length"), std::string::npos);
-  // A stage entry rewritten in place to an out-of-range unit.
-  auto bad_unit = good;
-  put_u32_at(bad_unit, kStagesAt, 77);
-  EXPECT_NE(decode_message(resealed(bad_unit), 12).find("stages[0][0] = 77 is not a unit id"), std::string::npos);
+  // a group count that disagrees with the length; t = 3 with the same bytes
+  // (group size = t is structural: a length error); last, a stage entry
+  // rewritten in place to an out-of-range unit.
+  struct Crafted {
+    std::size_t at;
+    std::uint32_t value;
+    const char* says;
+  };
+  for (const Crafted& c : {Crafted{kTensorParallelAt, 0, "tensor_parallel = 0 out of range"},
+                           Crafted{kTensorParallelAt, 1, "tensor_groups: 5 groups with tensor_parallel = 1"},
+                           Crafted{kGroupCountAt, 0, "tensor_groups: group count 0"},
+                           Crafted{kGroupCountAt, 4, "length"},
+                           Crafted{kTensorParallelAt, 3, "length"},
+                           Crafted{kStagesAt, 77, "stages[0][0] = 77 is not a unit id"}}) {
+    auto bytes = good;
+    put_u32_at(bytes, c.at, c.value);
+    EXPECT_NE(decode_message(resealed(bytes), 12).find(c.says), std::string::npos)
+        << "offset " << c.at << " = " << c.value << ": " << decode_message(resealed(bytes), 12);
+  }
 }
 
 }  // namespace

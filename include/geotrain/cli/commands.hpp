@@ -42,11 +42,16 @@ struct ConfigRunOptions {
   std::vector<std::string> scenario_flags_given; // flags a config replaces, given anyway
 };
 
-struct PlanCommandOptions {
+// What plan and simulate share: a training config, or a scenario file with
+// a model file and the degrees (src/cli/config_run.hpp).
+struct ScenarioCommandOptions {
   ConfigRunOptions run;
   std::string scenario;
-  std::string model;   // "": the scenario's [workload] model
+  std::string model;   // model file (inputs/models/*.toml); plan: "" for the scenario's [workload] model
   int pp = 0, dp = 0;  // 0: from the scenario file
+};
+
+struct PlanCommandOptions : ScenarioCommandOptions {
   int tp = 0;          // tensor-parallel degree for the layout search; 0: searched
   double tp_efficiency = 1.0;  // a unit's speed factor for t > 1 on top of the priced all-reduces
   unsigned long long seed = 1;
@@ -87,11 +92,7 @@ struct PlanCommandOptions {
 void add_plan_command(CLI::App& app, PlanCommandOptions& options);
 int run_plan_command(const PlanCommandOptions& options);
 
-struct SimulateCommandOptions {
-  ConfigRunOptions run;
-  std::string scenario;
-  std::string model;               // model file (inputs/models/*.toml)
-  int pp = 0, dp = 0;              // 0: from the scenario file
+struct SimulateCommandOptions : ScenarioCommandOptions {
   int layers = 0;                  // 0: from the model file
   int vocabulary = 0;              // 0: from the model file
   int batch = 0;                   // global batch in sequences; 0: model file [batch] or 1024

@@ -15,6 +15,8 @@
 #include <mutex>
 #include <thread>
 
+#include "geotrain/common/non_copyable.hpp"
+
 namespace geotrain {
 
 // What a caller lends a background job (a checkpoint that reads the live
@@ -42,14 +44,12 @@ class Loan {
 // (normally or by an exception) at the latest.
 std::function<void()> lend(std::shared_ptr<Loan> loan, std::function<void()> job);
 
-class BackgroundWorker {
+class BackgroundWorker : NonCopyable {
  public:
   BackgroundWorker();
   // Waits for the queued jobs (their errors are dropped: a destructor
   // cannot report them; call wait() first to hear of them).
   ~BackgroundWorker();
-  BackgroundWorker(const BackgroundWorker&) = delete;
-  BackgroundWorker& operator=(const BackgroundWorker&) = delete;
 
   // Queues `job`; jobs run one at a time, first in, first out.
   void start(std::function<void()> job);

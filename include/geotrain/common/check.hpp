@@ -19,6 +19,8 @@
 #pragma once
 #include <string>
 
+#include "geotrain/common/non_copyable.hpp"
+
 namespace geotrain {
 
 struct CallSite {
@@ -46,12 +48,10 @@ void warn_failed_call(const CallSite& site, const std::string& error) noexcept;
 // While one lives, failed calls on this thread throw RunError whatever the
 // handler: for a caller that recovers from them (make_backend("auto") falls
 // back to the CPU when a GPU cannot be set up, also under mpirun).
-class ThrowFailedCalls {
+class ThrowFailedCalls : NonCopyable {
  public:
   ThrowFailedCalls();
   ~ThrowFailedCalls();
-  ThrowFailedCalls(const ThrowFailedCalls&) = delete;
-  ThrowFailedCalls& operator=(const ThrowFailedCalls&) = delete;
 };
 
 // This machine's name, for reports ("unknown host" if the system has none).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "geotrain/common/enum_names.hpp"
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/plan/search.hpp"
 
@@ -30,10 +31,16 @@ PlacementResult make_placement(const CostModel& model, Placement placement, cons
 // standard library.
 Assignment random_assignment(int n, std::uint64_t seed);
 
-std::string to_string(Placement placement);
+// Names as the command line and reports spell them.
+inline constexpr EnumName<Placement> kPlacementNames[] = {{Placement::planned, "planned"},
+                                                          {Placement::rank_order, "rank-order"},
+                                                          {Placement::dtfm_rank_order, "dtfm-rank-order"},
+                                                          {Placement::random, "random"}};
+inline std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }
+inline bool parse_placement(const std::string& text, Placement* out) { return parse_name_in(kPlacementNames, text, out); }
+
 // The plan as `train` prints it: its degrees, predicted communication, each
 // pipeline's ranks (with their sites) and the idle ranks.
 std::string describe_placement(const Plan& plan, const std::string& placement, const Network& network);
-bool parse_placement(const std::string& text, Placement* placement);
 
 }  // namespace geotrain::plan

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/common/enum_names.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/pipeline_schedule.hpp"
 #include "geotrain/plan/plan.hpp"
@@ -230,9 +231,20 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
                         DataParallelScheme scheme);
 
-std::string to_string(DataParallelScheme scheme);
-std::string to_string(FlopsFormula formula);
-bool parse_dp_scheme(const std::string& text, DataParallelScheme* scheme);
-bool parse_flops_formula(const std::string& text, FlopsFormula* formula);
+// Names as the command line and reports spell them.
+inline constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {
+    {DataParallelScheme::paper, "paper"}, {DataParallelScheme::ring, "ring"},
+    {DataParallelScheme::central, "central"}, {DataParallelScheme::direct, "direct"}};
+inline constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
+    {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
+
+inline std::string to_string(DataParallelScheme scheme) { return name_in(kDataParallelSchemeNames, scheme); }
+inline std::string to_string(FlopsFormula formula) { return name_in(kFlopsFormulaNames, formula); }
+inline bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {
+  return parse_name_in(kDataParallelSchemeNames, text, out);
+}
+inline bool parse_flops_formula(const std::string& text, FlopsFormula* out) {
+  return parse_name_in(kFlopsFormulaNames, text, out);
+}
 
 }  // namespace geotrain::plan

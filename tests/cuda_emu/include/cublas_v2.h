@@ -5,16 +5,16 @@
 
 struct cublasContext;
 typedef cublasContext* cublasHandle_t;
+// The status codes, with cuBLAS's values, as one list: the enum and
+// cublasGetStatusName (runtime/cublas.cpp) are both made from it.
+#define CUDA_EMU_CUBLAS_STATUSES(X)                                                                                   \
+  X(CUBLAS_STATUS_SUCCESS, 0) X(CUBLAS_STATUS_NOT_INITIALIZED, 1) X(CUBLAS_STATUS_ALLOC_FAILED, 3)                  \
+  X(CUBLAS_STATUS_INVALID_VALUE, 7) X(CUBLAS_STATUS_ARCH_MISMATCH, 8) X(CUBLAS_STATUS_MAPPING_ERROR, 11)            \
+  X(CUBLAS_STATUS_EXECUTION_FAILED, 13) X(CUBLAS_STATUS_INTERNAL_ERROR, 14) X(CUBLAS_STATUS_NOT_SUPPORTED, 15)
 enum cublasStatus_t {
-  CUBLAS_STATUS_SUCCESS = 0,
-  CUBLAS_STATUS_NOT_INITIALIZED = 1,
-  CUBLAS_STATUS_ALLOC_FAILED = 3,
-  CUBLAS_STATUS_INVALID_VALUE = 7,
-  CUBLAS_STATUS_ARCH_MISMATCH = 8,
-  CUBLAS_STATUS_MAPPING_ERROR = 11,
-  CUBLAS_STATUS_EXECUTION_FAILED = 13,
-  CUBLAS_STATUS_INTERNAL_ERROR = 14,
-  CUBLAS_STATUS_NOT_SUPPORTED = 15,
+#define CUDA_EMU_ENUMERATOR(name, value) name = value,
+  CUDA_EMU_CUBLAS_STATUSES(CUDA_EMU_ENUMERATOR)
+#undef CUDA_EMU_ENUMERATOR
 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
 enum cudaDataType { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 };

@@ -14,16 +14,16 @@ struct dim3 {
 };
 inline constexpr int warpSize = 32;
 
+// The error codes, with CUDA's values, as one list: the enum and
+// cudaGetErrorName (runtime/memory_and_streams.cpp) are both made from it.
+#define CUDA_EMU_ERRORS(X)                                                                                            \
+  X(cudaSuccess, 0) X(cudaErrorInvalidValue, 1) X(cudaErrorMemoryAllocation, 2) X(cudaErrorInvalidConfiguration, 9) \
+  X(cudaErrorInvalidDevicePointer, 17) X(cudaErrorInvalidMemcpyDirection, 21) X(cudaErrorNoDevice, 100)             \
+  X(cudaErrorInvalidDevice, 101) X(cudaErrorLaunchFailure, 719)
 enum cudaError_t {
-  cudaSuccess = 0,
-  cudaErrorInvalidValue = 1,
-  cudaErrorMemoryAllocation = 2,
-  cudaErrorInvalidConfiguration = 9,
-  cudaErrorInvalidDevicePointer = 17,
-  cudaErrorInvalidMemcpyDirection = 21,
-  cudaErrorNoDevice = 100,
-  cudaErrorInvalidDevice = 101,
-  cudaErrorLaunchFailure = 719,
+#define CUDA_EMU_ENUMERATOR(name, value) name = value,
+  CUDA_EMU_ERRORS(CUDA_EMU_ENUMERATOR)
+#undef CUDA_EMU_ENUMERATOR
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,

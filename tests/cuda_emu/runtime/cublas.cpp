@@ -34,12 +34,12 @@ cublasStatus_t cublasGetVersion(cublasHandle_t, int* v) {
 }
 const char* cublasGetStatusName(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    default: return "CUBLAS_STATUS_UNKNOWN";
+#define CUDA_EMU_NAME_CASE(name, value) \
+  case name: return #name;
+    CUDA_EMU_CUBLAS_STATUSES(CUDA_EMU_NAME_CASE)
+#undef CUDA_EMU_NAME_CASE
   }
+  return "CUBLAS_STATUS_UNKNOWN";
 }
 const char* cublasGetStatusString(cublasStatus_t s) { return cublasGetStatusName(s); }
 

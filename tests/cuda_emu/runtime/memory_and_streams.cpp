@@ -63,16 +63,12 @@ using namespace cuda_emu;
 
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    default: return "cudaErrorUnknown";
+#define CUDA_EMU_NAME_CASE(name, value) \
+  case name: return #name;
+    CUDA_EMU_ERRORS(CUDA_EMU_NAME_CASE)
+#undef CUDA_EMU_NAME_CASE
   }
+  return "cudaErrorUnknown";
 }
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
