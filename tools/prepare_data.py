@@ -246,6 +246,22 @@ def load_gpt2(folder):
     return tok, vocab
 
 
+# Ids of GPT-2's own vocabulary (its encoder.json), enough to tell it from
+# another byte-level BPE stored in the same files.
+GPT2_VOCABULARY = 50257
+GPT2_MARKS = {"!": 0, "\u0120the": 262, EOT: 50256}
+
+
+def gpt2_label(tok):
+    """"gpt2" for GPT-2's own vocabulary; otherwise what the files hold, so that shards of another BPE are
+    not taken for GPT-2's (the released GPT-2 weights would read other text from their ids)."""
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size == GPT2_VOCABULARY and all(tok.token_to_id(piece) == i for piece, i in GPT2_MARKS.items()):
+        return "gpt2"
+    return (f"a byte-level BPE from --gpt2-files that is not GPT-2's own ({size} ids, GPT-2 has {GPT2_VOCABULARY}"
+            f"{'' if size != GPT2_VOCABULARY else ' but others at its marker ids'}): GPT-2's weights do not fit it")
+
+
 def check_tokenizer(tok, origin):
     """What geotrain's reader (src/io/bpe_tokenizer.cpp) and uint16 shards
     accept; returns (vocabulary, end-of-text id)."""
@@ -337,7 +353,8 @@ def prepare(args):
     tokenizer_path = os.path.join(args.out, "tokenizer.json")
     if tok is not None:
         write_atomically(tokenizer_path, tok.to_str(pretty=True).encode("utf-8"))
-        tokenizer_note = f"{tokenizer_path} ({args.tokenizer}, vocabulary {vocabulary}, {EOT} = {eot})"
+        label = gpt2_label(tok) if args.tokenizer == "gpt2" else args.tokenizer
+        tokenizer_note = f"{tokenizer_path} ({label}, vocabulary {vocabulary}, {EOT} = {eot})"
     else:
         try:
             if os.path.exists(tokenizer_path):

@@ -275,6 +275,9 @@ def case_gpt2(check):
         summary = check.prepare(*inputs, "--out", out, "--tokenizer", "gpt2", "--gpt2-files", source)
         check.expect(f"--model.vocabulary={eot + 1}" in summary and f"{EOT} = {eot}" in summary,
                      f"gpt2 from {os.path.basename(source)}: vocabulary {eot + 1}, <|endoftext|> = {eot}: {summary}")
+        # These files hold a small BPE in GPT-2's layout, not GPT-2's vocabulary: said so, not labelled gpt2.
+        check.expect(f"not GPT-2's own ({eot + 1} ids, GPT-2 has 50257)" in summary and "(gpt2," not in summary,
+                     f"gpt2 from {os.path.basename(source)}: another BPE labelled as GPT-2's: {summary}")
         check_text_shards(check, out, documents, eot, f"gpt2 from {os.path.basename(source)}")
         shards.append([open(os.path.join(out, n), "rb").read() for n in ("train.bin", "val.bin")])
     check.expect(shards[0] == shards[1], "gpt2: vocab.json + merges.txt and tokenizer.json give the same shards")
