@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (the `fuzz` preset: clang, ASan + UBSan) and
-# fuzzes each for SECONDS_PER_TARGET seconds, one after the other, on a
-# scratch copy of its committed corpus (fuzz/corpus/<name>/ stays as it is).
+# fuzzes each for SECONDS_PER_TARGET seconds, one per core at a time
+# (FUZZ_PARALLEL), on a scratch copy of its committed corpus
+# (fuzz/corpus/<name>/ stays as it is).
 #
 #   bash fuzz/run.sh SECONDS_PER_TARGET [OUT_DIR]     (OUT_DIR: build/fuzz/results)
 #
@@ -45,18 +46,16 @@ executions_in() {
   echo "${n:-0}"
 }
 
-found_anything=0
-json_rows=()
-printf '%-26s %8s %12s %10s  %s\n' harness seconds executions exec/s result
-for name in "${harnesses[@]}"; do
-  corpus="$scratch/corpus/$name" artifacts="$out/$name" log="$out/$name.log"
-  mkdir -p "$corpus" "$artifacts" "$scratch/tmp"
+# One harness: its log, artifacts, table line and JSON row (the last two in
+# $scratch/results/<name>.{line,json}, put together in order below).
+fuzz_one() {
+  local name=$1 corpus="$scratch/corpus/$1" artifacts="$out/$1" log="$out/$1.log" t0=$SECONDS status elapsed runs
+  local result artifact_list="" found dictionary=()
+  mkdir -p "$corpus" "$artifacts" "$scratch/tmp/$name" "$scratch/results"
   rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-* "$artifacts"/slow-unit-*
   cp -R "fuzz/corpus/$name/." "$corpus/"
-  dictionary=()
   [[ -f "fuzz/dict/$name.dict" ]] && dictionary=(-dict="fuzz/dict/$name.dict")
-  t0=$SECONDS
-  TMPDIR="$scratch/tmp" UBSAN_OPTIONS=print_stacktrace=1 \
+  TMPDIR="$scratch/tmp/$name" UBSAN_OPTIONS=print_stacktrace=1 \
     "build/fuzz/fuzz/fuzz_$name" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "${dictionary[@]}" >"$log" 2>&1
   status=$?
@@ -64,16 +63,39 @@ for name in "${harnesses[@]}"; do
   runs=$(executions_in "$log")
   mapfile -t found < <(cd "$artifacts" && ls -1 crash-* leak-* timeout-* oom-* 2>/dev/null)
   if ((status != 0 || ${#found[@]} > 0)); then
-    found_anything=1
     result="FOUND ${#found[@]} (exit $status): ${found[*]:-see $log}"
+    touch "$scratch/results/$name.found"
   else
     result=ok
   fi
-  printf '%-26s %8d %12d %10d  %s\n' "fuzz_$name" "$elapsed" "$runs" "$((runs / (elapsed > 0 ? elapsed : 1)))" "$result"
-  artifact_list=""
+  printf '%-26s %8d %12d %10d  %s\n' "fuzz_$name" "$elapsed" "$runs" "$((runs / (elapsed > 0 ? elapsed : 1)))" "$result" \
+    >"$scratch/results/$name.line"
   ((${#found[@]} > 0)) && artifact_list=$(printf '"%s",' "${found[@]/#/$name/}")
-  json_rows+=("$(printf '{"target": "fuzz_%s", "seconds": %d, "executions": %d, "crashes": %d, "exit_code": %d, "artifacts": [%s]}' \
-    "$name" "$elapsed" "$runs" "${#found[@]}" "$status" "${artifact_list%,}")")
+  printf '{"target": "fuzz_%s", "seconds": %d, "executions": %d, "crashes": %d, "exit_code": %d, "artifacts": [%s]}' \
+    "$name" "$elapsed" "$runs" "${#found[@]}" "$status" "${artifact_list%,}" >"$scratch/results/$name.json"
+}
+
+# Each harness is one process on one core: FUZZ_PARALLEL of them at a time
+# (default: the cores), each its full SECONDS_PER_TARGET.
+parallel=${FUZZ_PARALLEL:-$(nproc)}
+running=0
+for name in "${harnesses[@]}"; do
+  if ((running >= parallel)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_one "$name" &
+  running=$((running + 1))
+done
+wait
+
+found_anything=0
+json_rows=()
+printf '%-26s %8s %12s %10s  %s\n' harness seconds executions exec/s result
+for name in "${harnesses[@]}"; do
+  cat "$scratch/results/$name.line" 2>/dev/null || printf '%-26s  no result (the harness did not run)\n' "fuzz_$name"
+  [[ -f "$scratch/results/$name.found" || ! -f "$scratch/results/$name.json" ]] && found_anything=1
+  json_rows+=("$(cat "$scratch/results/$name.json" 2>/dev/null || printf '{"target": "fuzz_%s", "exit_code": -1}' "$name")")
 done
 
 {
