@@ -56,9 +56,17 @@ struct Setup {
   std::optional<plan::Network> matrix;  // network.matrix, when given
 };
 
-void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks) {
-  const io::Config& config = s.config = io::read_config(config_file, overrides);
-  const ModelShape& model = s.model = io::load_model(config).model;
+void prepare(Setup& s, const std::string& config_file, const std::vector<std::string>& overrides, int ranks,
+             JobKind kind) {
+  if (kind == JobKind::evaluate) {  // the model of the checkpoint it scores
+    EvaluationSettings settings = read_evaluation_settings(config_file, overrides);
+    s.config = std::move(settings.config), s.model = settings.model;
+  } else {
+    s.config = io::read_config(config_file, overrides);
+    s.model = io::load_model(s.config).model;
+  }
+  const io::Config& config = s.config;
+  const ModelShape& model = s.model;
   io::check_rank_count(config, model, ranks);
   const int pp = config.pipeline.plan_file.empty() ? config.pipeline.stages : 1;  // a plan file: its own stages, later
   const char* split_key = config.pipeline.layers_per_stage.empty() ? "pipeline.stages" : "pipeline.layers_per_stage";
@@ -363,7 +371,7 @@ int read_inputs(Job& job, const std::string& config_file, const std::vector<std:
     }
   };
   Setup& setup = job.setup;
-  attempt([&] { prepare(setup, config_file, overrides, job.ranks); });
+  attempt([&] { prepare(setup, config_file, overrides, job.ranks, kind); });
   // Inputs are not read yet when the config itself failed: fall back to a
   // short deadline that still outlasts slow file systems.
   if (code == 0) job.deadline_s = setup.config.network.deadline_s;

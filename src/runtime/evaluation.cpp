@@ -31,10 +31,7 @@ double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives
 }
 
 RunInputs prepare_evaluation(io::Config config, const ModelShape& model) {
-  RunInputs inputs;
-  inputs.config = std::move(config);
-  inputs.layout = fixed_step_layout(inputs.config);
-  inputs.model = model;
+  RunInputs inputs = inputs_of(std::move(config), model);
   const io::Config& c = inputs.config;
   inputs.data.emplace(std::vector<std::uint16_t>{}, io::read_token_shard(c.data.validation, model.vocabulary), c.train.seed,
                       c.data.train, c.data.validation);
@@ -103,20 +100,25 @@ ModelShape model_of_checkpoint(const io::Config& c, const io::Checkpoint& header
 
 }  // namespace
 
-RunInputs read_evaluation_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
+EvaluationSettings read_evaluation_settings(const std::string& config_file, const std::vector<std::string>& overrides) {
   io::Config config = io::read_config(config_file, overrides);
   const std::string resume =
       config.checkpoint.resume.empty() ? "" : io::resolve_resume(config.checkpoint.dir, config.checkpoint.resume);
   if (resume.empty()) {
     const ModelShape model = io::load_model(config).model;
-    return prepare_evaluation(std::move(config), model);
+    return {std::move(config), model};
   }
   // The model (and, without a config file, the data and batches) are the
   // checkpoint's: no model file or inputs/ folder is needed.
   const io::Checkpoint header = io::read_checkpoint_header(resume);
   if (config_file.empty()) config = io::default_config(training_settings(header.config_text, overrides));
   const ModelShape model = model_of_checkpoint(config, header, resume);
-  return prepare_evaluation(std::move(config), model);
+  return {std::move(config), model};
+}
+
+RunInputs read_evaluation_inputs(const std::string& config_file, const std::vector<std::string>& overrides) {
+  EvaluationSettings settings = read_evaluation_settings(config_file, overrides);
+  return prepare_evaluation(std::move(settings.config), settings.model);
 }
 
 Evaluation evaluate(RunInputs& inputs, const RankRole& role, const RankConnections& with) {

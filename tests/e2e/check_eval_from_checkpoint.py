@@ -6,9 +6,11 @@ validation batches of 3 sequences; its checkpoint, copied to a folder of
 its own, is evaluated from another working folder with no config and no
 flag but checkpoint.resume (no inputs/ folder, no model file): the loss
 equals the training's final validation loss (relative 1e-6). A model flag
-that contradicts the checkpoint exits 2 naming both values.
+that contradicts the checkpoint exits 2 naming both values. Given an
+mpirun command, the same eval as a pipeline of 2 stages (mpirun -n 2, no
+model flags either) gives the same loss.
 
-usage: check_eval_from_checkpoint.py GEOTRAIN CONFIG WORKDIR
+usage: check_eval_from_checkpoint.py GEOTRAIN CONFIG WORKDIR [-- MPIRUN...]
 """
 import json
 import os
@@ -34,6 +36,7 @@ def run(command, cwd, expect=0):
 
 def main():
     geotrain, config, workdir = sys.argv[1:4]
+    mpirun = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
     geotrain, config = os.path.abspath(geotrain), os.path.abspath(config)
     shutil.rmtree(workdir, ignore_errors=True)
     trained_in, elsewhere, copy = (os.path.join(workdir, d) for d in ("train", "elsewhere", "copy"))
@@ -57,6 +60,13 @@ def main():
         fail(f"eval scored other batches than training's: {got}")
     print(f"ok: eval with no model flags from another folder: {got['validation_loss']:.9g} = training's {final:.9g} "
           f"({got['global_batches']} batches of {got['validation']})")
+    if mpirun:
+        done = run([*mpirun, "-n", "2", geotrain, "eval", f"--checkpoint.resume={checkpoint}", "--train.log_json=true",
+                    "--device.kind=cpu", "--pipeline.stages=2"], elsewhere)
+        piped = json.loads(done.stdout.strip().splitlines()[-1])
+        if not abs(piped["validation_loss"] - final) <= 1e-6 * abs(final) or piped["global_batches"] != 3:
+            fail(f"eval of the copied checkpoint on 2 stages under mpirun: {piped}, training's final {final!r}")
+        print(f"ok: the same under mpirun on 2 stages: {piped['validation_loss']:.9g}")
     text = run([geotrain, "eval", f"--checkpoint.resume={checkpoint}", "--device.kind=cpu"], elsewhere).stdout
     if "3 batches x 3 sequences x 64 tokens of " not in text:
         fail(f"eval does not say which data and batches it scores:\n{text}")

@@ -229,10 +229,19 @@ endif()
 # eval takes the model, data and batches from the checkpoint: a copied
 # checkpoint of a non-default shape evaluated elsewhere with no model flags.
 if(TARGET geotrain_runtime)
+  # With MPI: the same eval as a 2-stage pipeline under mpirun.
+  set(eval_mpirun "")
+  if(TARGET geotrain_job)
+    set(eval_mpirun -- ${MPIEXEC_EXECUTABLE} --oversubscribe --mca btl self,vader,tcp --mca pml ob1
+        --mca mpi_yield_when_idle 1)
+  endif()
   add_test(NAME cli.eval.from-checkpoint
            COMMAND ${GEOTRAIN_ANALYSIS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_eval_from_checkpoint.py ${GT}
-                   ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/eval-from-checkpoint)
-  set_tests_properties(cli.eval.from-checkpoint PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+                   ${PROJECT_SOURCE_DIR}/inputs/quickstart.toml ${CMAKE_CURRENT_BINARY_DIR}/eval-from-checkpoint
+                   ${eval_mpirun})
+  set_tests_properties(cli.eval.from-checkpoint PROPERTIES
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1"
+                       TIMEOUT 300 PROCESSORS 2)
 endif()
 
 # plan --out / --rankfile / --hostfile / --slurm-hostfile from a probed matrix's host names.

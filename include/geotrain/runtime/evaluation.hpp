@@ -30,7 +30,17 @@ double validation_loss(PipelineStep& pipeline, PipelineLinks& links, Collectives
 // prints before training). Unlike training, a checkpoint of any step is
 // fine. Throws InputError naming the file and field.
 RunInputs prepare_evaluation(io::Config config, const ModelShape& model);
-// The same from a config file ("" = defaults) and --key=value overrides.
+// eval's settings from a config file ("" = defaults) and --key=value
+// overrides: the model is checkpoint.resume's (a model.* value that
+// contradicts it is an error naming both) and, without a config file, so are
+// the data and batches the training scored; without a checkpoint, the
+// config's model.
+struct EvaluationSettings {
+  io::Config config;
+  ModelShape model;
+};
+EvaluationSettings read_evaluation_settings(const std::string& config_file, const std::vector<std::string>& overrides);
+// prepare_evaluation of read_evaluation_settings.
 RunInputs read_evaluation_inputs(const std::string& config_file, const std::vector<std::string>& overrides);
 
 struct Evaluation {
