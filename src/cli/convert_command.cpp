@@ -22,8 +22,11 @@ std::string shape_text(const ModelShape& m) {
 }
 
 int from_hf(const ConvertCommandOptions& o) {
-  const io::Checkpoint checkpoint = io::read_hf_gpt2(o.from_hf, o.sequence_length);
   std::error_code error;
+  if (fs::exists(o.out, error) && !o.overwrite) {
+    throw InputError("command line: --out: " + o.out + " exists; name a new file, or add --overwrite to replace it");
+  }
+  const io::Checkpoint checkpoint = io::read_hf_gpt2(o.from_hf, o.sequence_length);
   if (const fs::path parent = fs::path(o.out).parent_path(); !parent.empty()) fs::create_directories(parent, error);
   // Written aside and renamed: a checkpoint file appears whole or not at all.
   const std::string temporary = o.out + ".tmp";
@@ -77,9 +80,13 @@ int to_hf(const ConvertCommandOptions& o) {
   }
   const ModelShape model = checkpoint.model;
   const std::int64_t steps = checkpoint.completed_steps;
+  const std::string tokenizer = checkpoint.tokenizer_text.empty()
+                                    ? " (no tokenizer files: the byte tokenizer's ids are the bytes)"
+                                    : " + tokenizer.json + tokenizer_config.json (AutoTokenizer)";
   io::write_hf_gpt2(std::move(checkpoint), o.to_hf, o.out);
-  std::cout << "geotrain convert: " << o.to_hf << " (" << shape_text(model) << ", step " << steps << ") -> " << (fs::path(o.out) / "model.safetensors").string()
-            << " + config.json (GPT2LMHeadModel)\n";
+  std::cout << "geotrain convert: " << o.to_hf << " (" << shape_text(model) << ", step " << steps << ") -> "
+            << (fs::path(o.out) / "model.safetensors").string() << " + config.json (GPT2LMHeadModel)" << tokenizer
+            << "\n";
   return 0;
 }
 
@@ -98,8 +105,8 @@ void add_convert_command(CLI::App& app, ConvertCommandOptions& o) {
       ->check(CLI::Range(1, 1 << 30))
       ->needs(from);
   convert->add_flag("--overwrite", o.overwrite,
-                    "--to-hf: write into a folder that is not empty, replacing its model, config and tokenizer files")
-      ->needs(to);
+                    "replace what --out names: --from-hf an existing file; --to-hf a folder that is not empty (its "
+                    "model, config and tokenizer files)");
 }
 
 int run_convert_command(const ConvertCommandOptions& o) {

@@ -191,6 +191,8 @@ std::vector<HfTensorName> hf_gpt2_tensor_names(const ModelShape& m) {
 
 ModelShape read_hf_gpt2_config(const std::string& path) {
   const json config = read_json_file(path);
+  // First: a BERT or Llama folder lacks GPT-2's keys, and "n_layer: missing" would not say why.
+  require_value(config, path, "model_type", "gpt2", "not a GPT-2 model: geotrain converts GPT-2 models only");
   ModelShape m;
   m.layers = positive_int(config, path, "n_layer");
   m.hidden = positive_int(config, path, "n_embd");
@@ -220,6 +222,11 @@ Checkpoint read_hf_gpt2(const std::string& dir, int sequence_length) {
   if (!fs::exists(weights_path) && fs::exists(fs::path(dir) / "model.safetensors.index.json")) {
     throw InputError(weights_path + ": missing (weights sharded over several files are not supported)");
   }
+  if (!fs::exists(weights_path) && fs::exists(fs::path(dir) / "pytorch_model.bin")) {
+    throw InputError(weights_path + ": missing: the folder holds pytorch_model.bin (PyTorch's pickle, which geotrain "
+                     "does not read); save it as safetensors first: GPT2LMHeadModel.from_pretrained(folder)"
+                     ".save_pretrained(folder, safe_serialization=True)");
+  }
   if (sequence_length > c.model.sequence_length) {
     throw InputError("command line: --sequence-length: " + std::to_string(sequence_length) + " is more than " +
                      config_path + "'s n_positions " + std::to_string(c.model.sequence_length));
@@ -239,6 +246,23 @@ Checkpoint read_hf_gpt2(const std::string& dir, int sequence_length) {
   c.model.sequence_length = keep_positions;
   return c;
 }
+
+namespace {
+
+// The tokenizer a checkpoint was trained with (the tokenizers library's
+// JSON, as prepare_data.py wrote it) in the files AutoTokenizer.from_pretrained
+// reads; none for the byte tokenizer, which has no such file.
+std::vector<std::pair<std::string, std::string>> hf_tokenizer_files(const std::string& tokenizer_text,
+                                                                     int sequence_length) {
+  if (tokenizer_text.empty()) return {};
+  json settings = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", sequence_length}};
+  if (tokenizer_text.find("\"<|endoftext|>\"") != std::string::npos) {  // GPT-2's one special token, as prepare_data adds it
+    for (const char* role : {"bos_token", "eos_token", "unk_token"}) settings[role] = "<|endoftext|>";
+  }
+  return {{"tokenizer.json", tokenizer_text}, {"tokenizer_config.json", settings.dump(2) + "\n"}};
+}
+
+}  // namespace
 
 void write_hf_gpt2(Checkpoint checkpoint, const std::string& origin, const std::string& dir) {
   const ModelShape m = checkpoint.model;
@@ -279,7 +303,12 @@ void write_hf_gpt2(Checkpoint checkpoint, const std::string& origin, const std::
   const fs::path weights = fs::path(dir) / "model.safetensors", config_file = fs::path(dir) / "config.json";
   write_safetensors(weights.string() + ".tmp", tensors, {{"format", "pt"}});
   write_text_file(config_file.string() + ".tmp", config.dump(2) + "\n");
-  for (const fs::path& path : {weights, config_file}) {
+  std::vector<fs::path> written = {weights, config_file};
+  for (auto& [name, text] : hf_tokenizer_files(checkpoint.tokenizer_text, m.sequence_length)) {
+    written.push_back(fs::path(dir) / name);
+    write_text_file(written.back().string() + ".tmp", text);
+  }
+  for (const fs::path& path : written) {
     fs::rename(path.string() + ".tmp", path, error);
     if (error) throw RunError(path.string() + ".tmp: cannot rename: " + error.message());
   }

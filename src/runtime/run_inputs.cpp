@@ -35,11 +35,33 @@ std::string describe(const StepLayout& layout) {
   return text.str();
 }
 
-RunInputs prepare_run(io::Config config, const ModelShape& model) {
+namespace {
+
+// Another tokenizer's ids mean other text: the weights would start from
+// embeddings of other pieces. A checkpoint converted from Hugging Face
+// (weights only, no tokenizer recorded) does not say which it learnt with.
+void check_same_tokenizer(const io::Checkpoint& init, const RunInputs& inputs, const io::Config& c) {
+  if (init.tokenizer_text == inputs.tokenizer_text || (init.weights_only && init.tokenizer_text.empty())) return;
+  const std::string file = io::tokenizer_file_for_shard(c.data.train);
+  throw c.error("checkpoint.init_from", inputs.init_path + " was trained with " +
+                                            (init.tokenizer_text.empty() ? "the byte tokenizer" : "a BPE tokenizer") +
+                                            " (attribute tokenizer), but data.train " + c.data.train + " with " +
+                                            (file.empty() ? "the byte tokenizer" : file) +
+                                            ": start from a checkpoint trained on data of the same tokenizer");
+}
+
+}  // namespace
+
+RunInputs inputs_of(io::Config config, const ModelShape& model) {
   RunInputs inputs;
   inputs.config = std::move(config);
   inputs.layout = fixed_step_layout(inputs.config);
   inputs.model = model;
+  return inputs;
+}
+
+RunInputs prepare_run(io::Config config, const ModelShape& model) {
+  RunInputs inputs = inputs_of(std::move(config), model);
   const io::Config& c = inputs.config;
   // Before the shards: a vocabulary too small for the tokenizer is named as such, not as a stray token id.
   inputs.tokenizer_text = io::tokenizer_text_for_training(c, model.vocabulary);
@@ -53,6 +75,7 @@ RunInputs prepare_run(io::Config config, const ModelShape& model) {
     if (!c.checkpoint.init_from.empty()) {
       inputs.init_path = c.checkpoint.init_from;
       check_checkpoint_fits(inputs.init.emplace(io::read_checkpoint(inputs.init_path)), model, inputs.init_path);
+      check_same_tokenizer(*inputs.init, inputs, c);
     }
     return inputs;
   }

@@ -223,6 +223,11 @@ def case_bad_inputs(c):
         (r"config\.json: n_inner: 64 is not supported", convert(bad_folder(c, "inner", {"n_inner": 64}))),
         (r"config\.json: model_type: \"llama\" is not supported", convert(bad_folder(c, "llama", {"model_type": "llama"}))),
         (r"config\.json: n_head: missing", convert(no_key_folder(c, "no-heads", "n_head"))),
+        # A BERT folder has none of GPT-2's shape keys: the model type is named, not a missing n_layer.
+        (r"config\.json: model_type: \"bert\" is not supported \(not a GPT-2 model",
+         convert(bert_like_folder(c))),
+        (r"model\.safetensors: missing: the folder holds pytorch_model\.bin .*safe_serialization=True",
+         convert(pickle_only_folder(c))),
         (r"model\.safetensors: tensor 'lm_head\.weight': differs from wte\.weight",
          convert(bad_folder(c, "untied", head=(wte + 1).astype(np.float32)))),
         (r"model\.safetensors: tensor '[^']+': data_offsets .* outside", convert(bad_folder(c, "truncated", truncate=100))),
@@ -233,6 +238,13 @@ def case_bad_inputs(c):
         expect_input_error(c, pattern, args)
     ref.write_folder(c.path("hf"), c.config, c.tensors)
     weights = c.convert_from(c.path("hf"), c.path("converted.h5"))
+    # --from-hf onto an existing checkpoint: refused (and kept) unless --overwrite.
+    before = os.path.getmtime(weights), os.path.getsize(weights)
+    expect_input_error(c, r"command line: --out: .*converted\.h5 exists; name a new file, or add --overwrite",
+                       ["convert", "--from-hf", c.path("hf"), "--out", weights])
+    if (os.path.getmtime(weights), os.path.getsize(weights)) != before:
+        fail(f"{weights} changed although the conversion onto it was refused")
+    c.convert_from(c.path("hf"), weights, "--overwrite")
     expect_input_error(c, r"converted\.h5: attribute weights_only: .*start from it with checkpoint\.init_from, not checkpoint\.resume",
                        c.train_args(extra=[f"--checkpoint.resume={weights}"]))
     expect_input_error(c, r"command line: checkpoint\.init_from: cannot be combined with checkpoint\.resume",
@@ -267,6 +279,22 @@ def check_to_hf_refuses_a_full_folder(c, weights):
     os.makedirs(c.path("empty"))
     c.run(["convert", "--to-hf", weights, "--out", c.path("empty")])
     print("ok: --to-hf refuses a folder with files (exit 2, unchanged); --overwrite replaces them; an empty folder is fine")
+
+
+def bert_like_folder(c):
+    folder = no_key_folder(c, "bert", "n_layer")
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(dict(config, model_type="bert", architectures=["BertForMaskedLM"]), f)
+    return folder
+
+
+def pickle_only_folder(c):
+    """A folder saved without safetensors: config.json and pytorch_model.bin only."""
+    folder = bad_folder(c, "pickle-only")
+    os.replace(os.path.join(folder, "model.safetensors"), os.path.join(folder, "pytorch_model.bin"))
+    return folder
 
 
 def no_key_folder(c, name, key):

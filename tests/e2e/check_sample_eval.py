@@ -37,6 +37,7 @@ usage: check_sample_eval.py CASE GEOTRAIN CONFIG WORKDIR [-- MPIRUN...]
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -258,6 +259,39 @@ def check_bpe(geotrain, config, workdir):
         fail(f"geotrain sample printed {printed!r}, training {record['text']!r}; the library's tokens are "
              f"{expected!r}")
     print(f"BPE ({vocabulary} ids): training sample = geotrain sample = the library's tokens: {expected!r}")
+    # Starting the byte-level corpus from the BPE checkpoint: other text for the same ids, refused naming both.
+    refused = subprocess.run([geotrain, "train", config, *COMMON, "--pipeline.stages=1", "--train.steps=2",
+                              f"--model.vocabulary={vocabulary}", f"--checkpoint.init_from={path}"],
+                             capture_output=True, text=True, timeout=300)
+    lines = refused.stderr.strip().splitlines()
+    if refused.returncode != 2 or len(lines) != 1 or not re.search(
+            r"checkpoint\.init_from: .*step_00000020\.h5 was trained with a BPE tokenizer .*but data\.train .* with "
+            r"the byte tokenizer", lines[0]):
+        fail(f"init_from of a BPE checkpoint on byte-level data: exit {refused.returncode}, {refused.stderr!r}")
+    print(f"init_from across tokenizers refused: {lines[0]}")
+    check_exported_tokenizer(geotrain, path, os.path.join(work, "hf"), prompt, prompt_ids)
+
+
+def check_exported_tokenizer(geotrain, checkpoint, folder, prompt, prompt_ids):
+    """convert --to-hf of a BPE checkpoint writes the tokenizer beside the weights: the tokenizers library
+    reads tokenizer.json back to the same ids, and transformers' AutoTokenizer loads the folder (where the
+    package is installed)."""
+    import tokenizers
+    run([geotrain, "convert", "--to-hf", checkpoint, "--out", folder])
+    exported = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        settings = json.load(f)
+    if exported.encode(prompt, add_special_tokens=False).ids != prompt_ids or settings.get("eos_token") != "<|endoftext|>":
+        fail(f"{folder}: the exported tokenizer encodes {prompt!r} otherwise, or its config lacks eos: {settings}")
+    try:
+        import transformers
+    except ImportError:
+        print(f"SKIP: transformers is not installed for {sys.executable}: AutoTokenizer not tried on {folder}")
+        return
+    loaded = transformers.AutoTokenizer.from_pretrained(folder)
+    if loaded(prompt)["input_ids"] != prompt_ids:
+        fail(f"AutoTokenizer of {folder}: {loaded(prompt)['input_ids']} for {prompt!r}, expected {prompt_ids}")
+    print(f"AutoTokenizer loads {folder}: {prompt!r} -> {prompt_ids}")
 
 
 def gpt2_byte_characters():

@@ -51,6 +51,10 @@ struct RunInputs {
   std::string init_path;
 };
 
+// The config as written, its fixed layout and the model: what prepare_run and
+// prepare_evaluation start from before they read data and checkpoints.
+RunInputs inputs_of(io::Config config, const ModelShape& model);
+
 // Loads data and the resume (or init_from) checkpoint for `config` and
 // `model`; checks the checkpoint fits the model, that a resumed one has
 // optimizer state and leaves steps to train (InputError naming the field
