@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ python3 python3-pip libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
           libgtest-dev libbenchmark-dev libopenblas-dev openmpi-bin libopenmpi-dev
           libhdf5-dev libhdf5-openmpi-dev hdf5-tools python3-h5py python3-numpy python3-torch python3-matplotlib
-          slurm-wlm munge iptables libnetfilter-queue-dev clang libclang-rt-dev)
+          slurm-wlm munge iptables libnetfilter-queue-dev clang libclang-rt-dev ccache)
 sudo_cmd=""
 [[ $(id -u) -eq 0 ]] || sudo_cmd="sudo"
 missing=()

@@ -49,7 +49,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
-from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
+from training_script import arguments_and_mpirun, short_fixture, short_run_flags  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = 6
@@ -113,7 +113,7 @@ def main():
                         f"--train.gradient_accumulation={MICRO_BATCHES}"], work)
     golden = losses(reference, "validation", "validation_loss")
     exact = ["--outer.local_steps=1", "--outer.learning_rate=1", "--outer.momentum=0"]
-    for pp, dp in [(1, 2), (2, 2)]:
+    for pp, dp in [(2, 2)] if short_fixture() else [(1, 2), (2, 2)]:
         records, _ = run([*mpirun, "-np", str(pp * dp), geotrain, "train", *every_step, *sgd, *exact,
                           f"--pipeline.stages={pp}", f"--train.gradient_accumulation={MICRO_BATCHES // dp}"], work)
         got = losses(records, "validation", "validation_loss")
@@ -224,22 +224,26 @@ def main():
     synchronous, _ = run([*base, f"--checkpoint.dir={os.path.join(work, 'synchronous')}"], work)
     switched, _ = run([*base, *local, f"--checkpoint.dir={os.path.join(work, 'switched')}",
                        f"--checkpoint.resume={checkpoint_at(os.path.join(work, 'synchronous'), 2)}"], work)
-    again, _ = run([*base, *local, "--outer.synchronous_steps=2", f"--checkpoint.dir={os.path.join(work, 'again')}",
-                    f"--checkpoint.resume={checkpoint_at(os.path.join(work, 'started'), 1)}"], work)
     got = losses(started, "step", "loss")
     first, rest = got[:2], got[2:]
     final = losses(started, "end", "final_validation_loss")
     print(f"synchronous start: steps 1-2 {first} vs synchronous {losses(synchronous, 'step', 'loss')[:2]}; "
           f"steps 3-6 {rest} vs the switched resume {losses(switched, 'step', 'loss')}; final {final} vs "
-          f"{losses(switched, 'end', 'final_validation_loss')}, resumed from step 1 {losses(again, 'end', 'final_validation_loss')}; "
-          f"start {'printed' if printed else 'NOT printed'}")
+          f"{losses(switched, 'end', 'final_validation_loss')}; start {'printed' if printed else 'NOT printed'}")
     if first != losses(synchronous, "step", "loss")[:2] or len(first) != 2:
         failures.append(f"synchronous start: steps 1-2 {first} differ from synchronous training's")
     if rest != losses(switched, "step", "loss") or final != losses(switched, "end", "final_validation_loss") or not rest:
         failures.append(f"synchronous start: steps 3-6 {rest} / {final} differ from the resume with local steps "
                         f"{losses(switched, 'step', 'loss')} / {losses(switched, 'end', 'final_validation_loss')}")
-    if losses(again, "step", "loss") != got[1:] or losses(again, "end", "final_validation_loss") != final or not printed:
-        failures.append(f"synchronous start resumed from step 1: {losses(again, 'step', 'loss')} vs {got[1:]}\n{log}")
+    if not printed:
+        failures.append(f"synchronous start: 'local steps start after step 2' not printed\n{log}")
+    # A resume inside the synchronous start is a plain resume: under a sanitizer, the cases below take that path.
+    if not short_fixture():
+        again, again_log = run([*base, *local, "--outer.synchronous_steps=2", f"--checkpoint.dir={os.path.join(work, 'again')}",
+                                f"--checkpoint.resume={checkpoint_at(os.path.join(work, 'started'), 1)}"], work)
+        print(f"synchronous start resumed from step 1: {losses(again, 'step', 'loss')} vs {got[1:]}")
+        if losses(again, "step", "loss") != got[1:] or losses(again, "end", "final_validation_loss") != final:
+            failures.append(f"synchronous start resumed from step 1: {losses(again, 'step', 'loss')} vs {got[1:]}\n{again_log}")
     # Resumed where local steps start (step 2) and with a fragment in flight (step 3).
     for step in (2, 3):
         later, later_log = run([*base, *local, "--outer.synchronous_steps=2", f"--checkpoint.dir={os.path.join(work, f'later-{step}')}",
