@@ -182,6 +182,7 @@ nlohmann::json run_json(const ConfigRun& r) {
   j["config"] = r.config.source;
   j["network"] = r.network.source;
   j["devices"] = r.network.network.device_count;
+  j["shared_links"] = plan::describe_shared_links(r.network.network);
   j["peak_tflops"] = r.peak_tflops;
   j["efficiency"] = r.efficiency;
   j["layout"] = to_string(r.config.pipeline.layout);
@@ -215,6 +216,7 @@ int report(const ConfigRun& r, bool json, bool detail) {
   }
   std::cout << "config: " << r.config.source << " (what `geotrain train` runs with it)\n"
             << "network: " << r.network.source << "\n"
+            << "shared links: " << plan::describe_shared_links(r.network.network) << "\n"
             << "devices: " << format_number("%g", r.peak_tflops) << " TFLOPS peak, training at "
             << format_number("%g", r.efficiency) << " of it"
             << (r.network.network.typed() ? " where the network names no type" : "")

@@ -134,6 +134,8 @@ Resolved resolve(const SimulateCommandOptions& o) {
   if (o.dp > 0) overrides.data_parallel = o.dp;
   r.scenario = io::load_scenario(o.scenario, overrides);
   for (double& b : r.scenario.network.bandwidth_bytes_per_s) b *= o.bandwidth_scale;
+  for (double& b : r.scenario.network.shared.nic_bytes_per_s) b *= o.bandwidth_scale;
+  for (auto& [site, b] : r.scenario.network.shared.site_uplink_bytes_per_s) b *= o.bandwidth_scale;
   r.model_file = io::load_model_file(o.model);
   resolve_config(o, r);
   check_outer_sites(r.config.model.outer, r.scenario.network, o.scenario);
@@ -285,6 +287,7 @@ std::string render_table(const Resolved& r) {
       << (c.gradient_bucket_mb > 0 ? " in buckets of " + format_number("%g", c.gradient_bucket_mb) + " MiB from the last backward"
                                    : std::string(" after the backward"))
       << ", recomputation " << (c.recompute ? "on" : "off") << ", LM head " << head_text(c) << "\n"
+      << "  shared links: " << plan::describe_shared_links(r.scenario.network) << "\n"
       << "  wire: "
       << describe_traffic(c.model, static_cast<double>(c.micro_batch_sequences) * c.model.sequence_length * c.model.hidden,
                           plan::stage_parameters(c.model, 0, plan.pipeline_stages))
@@ -374,6 +377,7 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["planner_seconds"] = r.placed.planner_seconds;
   j["schedule"] = plan::to_string(c.schedule);
   j["dp_scheme"] = plan::to_string(c.dp_scheme);
+  j["shared_links"] = plan::describe_shared_links(r.scenario.network);
   j["flops_formula"] = plan::to_string(c.flops_formula);
   GT_JSON_MEMBERS(j, c, global_batch_sequences, micro_batch_sequences, flushless, flushless_ahead, overlap_communication,
                   recompute, gradient_bucket_mb, lm_head);
@@ -449,8 +453,9 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   sim->add_option("--flushless-ahead", o.flushless_ahead,
                   "pipeline.flushless_ahead: forwards each stage runs ahead of its backwards beyond 1F1B's")
       ->check(CLI::NonNegativeNumber);
-  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central or direct (default: by --system)")
-      ->check(CLI::IsMember({"paper", "ring", "central", "direct"}));
+  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central, direct or hierarchical (sum inside sites first; the simulator's only, the "
+                  "runtime sums direct) (default: by --system)")
+      ->check(CLI::IsMember({"paper", "ring", "central", "direct", "hierarchical"}));
   sim->add_option("--overlap", o.overlap, "on: sends overlap compute; off: blocking p2p (default: by --system)")
       ->check(CLI::IsMember({"on", "off"}));
   sim->add_option("--gradient-bucket-mb", o.gradient_bucket_mb,

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <limits>
+#include <map>
 #include <string>
 #include <toml++/toml.h>
 #include <vector>
@@ -45,6 +46,14 @@ class Reader : public TomlReader {
 // A device's link to itself is never used; 0 s and +inf bytes/s make that
 // explicit (transfer_s(u, u, b) == 0) and no code can divide by a zero.
 void normalise_diagonal(plan::Network& network);
+
+// `key` of [section] (nic_gbps, uplink_gbps): one number for all `count`
+// devices or sites, or one per each (bandwidths as in the matrices); empty
+// when the key is absent.
+std::vector<double> read_rates_gbps(const Reader& r, const toml::table& table, const std::string& section,
+                                    const char* key, size_t count, const char* each);
+// Site name -> uplink in bytes/s, from per-site rates in the order of `names`.
+std::map<std::string, double> uplinks_by_site(const std::vector<std::string>& names, const std::vector<double>& gbps);
 
 // [network] or [sites], whichever the file has (exactly one).
 plan::Network read_network(const Reader& r, const toml::table& root);

@@ -1,5 +1,6 @@
 // [network]: the full-matrix form, and the matrices' reading and checks
 // shared with [sites].
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -73,11 +74,53 @@ void normalise_diagonal(plan::Network& network) {
   }
 }
 
+std::vector<double> read_rates_gbps(const Reader& r, const toml::table& table, const std::string& section,
+                                    const char* key, size_t count, const char* each) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return {};
+  const std::string field = section + "." + key;
+  std::vector<double> gbps;
+  if (node->is_array()) {
+    const toml::array& values = r.array(*node, field);
+    if (values.size() != count) {
+      r.fail(field, "has " + std::to_string(values.size()) + " numbers for " + std::to_string(count) + " " + each +
+             "s", std::string("one number for every ") + each + ", or one number per " + each);
+    }
+    for (size_t k = 0; k < values.size(); ++k) gbps.push_back(r.number(*values.get(k), field_index(field, k)));
+  } else {
+    gbps.assign(count, r.number(*node, field));
+  }
+  for (size_t k = 0; k < gbps.size(); ++k) r.check_bandwidth_gbps(gbps[k], node->is_array() ? field_index(field, k) : field);
+  return gbps;
+}
+
+std::map<std::string, double> uplinks_by_site(const std::vector<std::string>& names, const std::vector<double>& gbps) {
+  std::map<std::string, double> uplinks;
+  for (size_t k = 0; k < gbps.size(); ++k) uplinks[names[k]] = bytes_per_s_from_gbps(gbps[k]);
+  return uplinks;
+}
+
 namespace {
+
+// The shared links of a [network] table: NICs per device, an uplink per
+// site (sites in the order they first appear in network.sites).
+void read_shared_links(const Reader& r, const toml::table& table, plan::Network& network) {
+  for (double gbps : read_rates_gbps(r, table, "network", "nic_gbps", network.device_count, "device")) {
+    network.shared.nic_bytes_per_s.push_back(bytes_per_s_from_gbps(gbps));
+  }
+  if (!table.contains("uplink_gbps")) return;
+  std::vector<std::string> names;
+  for (const std::string& site : network.site_of_device) {
+    if (std::find(names.begin(), names.end(), site) == names.end()) names.push_back(site);
+  }
+  if (names.empty()) r.fail("network.uplink_gbps", "needs network.sites", "name each device's site");
+  network.shared.site_uplink_bytes_per_s =
+      uplinks_by_site(names, read_rates_gbps(r, table, "network", "uplink_gbps", names.size(), "site"));
+}
 
 plan::Network read_full_matrix_network(const Reader& r, const toml::table& table,
                                        const std::vector<plan::DeviceType>& types) {
-  r.check_keys(table, "network", {"latency_ms", "bandwidth_gbps", "sites", "device_type"});
+  r.check_keys(table, "network", {"latency_ms", "bandwidth_gbps", "sites", "device_type", "nic_gbps", "uplink_gbps"});
   size_t n = 0;
   size_t bandwidth_side = 0;
   const std::vector<double> latency_ms =
@@ -120,6 +163,7 @@ plan::Network read_full_matrix_network(const Reader& r, const toml::table& table
   }
   network.type_of_device = read_device_type_list(r, table, "network.device_type", n, "device", types);
   if (network.typed()) network.device_types = types;
+  read_shared_links(r, table, network);
   return network;
 }
 

@@ -298,7 +298,8 @@ plan::Network read_site_network(const Reader& r, const toml::table& table,
   r.check_keys(table, "sites",
                {"names", "devices", "device_order", "latency_ms", "bandwidth_gbps", "intra_latency_ms",
                 "intra_bandwidth_gbps", "inter_latency_ms", "inter_bandwidth_gbps", "link", "device_type",
-                "gpus_per_node", "node_latency_ms", "node_bandwidth_gbps", "node_shares_links"});
+                "gpus_per_node", "node_latency_ms", "node_bandwidth_gbps", "node_shares_links", "nic_gbps",
+                "uplink_gbps"});
   SiteLayout layout;
   layout.names = read_site_names(r, table);
   layout.devices = read_site_devices(r, table, layout.names.size());
@@ -322,6 +323,13 @@ plan::Network read_site_network(const Reader& r, const toml::table& table,
     network.device_types = types;
     for (int site : layout.site_of_device) network.type_of_device.push_back(site_type[site]);
   }
+  // Shared links: each device's NIC by its site, each site's uplink.
+  const std::vector<double> nic_gbps = read_rates_gbps(r, table, "sites", "nic_gbps", s, "site");
+  for (int site : nic_gbps.empty() ? std::vector<int>{} : layout.site_of_device) {
+    network.shared.nic_bytes_per_s.push_back(bytes_per_s_from_gbps(nic_gbps[site]));
+  }
+  network.shared.site_uplink_bytes_per_s =
+      uplinks_by_site(layout.names, read_rates_gbps(r, table, "sites", "uplink_gbps", s, "site"));
   return network;
 }
 

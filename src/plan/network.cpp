@@ -1,5 +1,8 @@
 #include "geotrain/plan/network.hpp"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "geotrain/common/errors.hpp"
 
 namespace geotrain::plan {
@@ -39,16 +42,59 @@ Network subnetwork(const Network& network, const std::vector<int>& devices) {
   sub.latency_s.reserve(static_cast<size_t>(k) * k);
   sub.bandwidth_bytes_per_s.reserve(static_cast<size_t>(k) * k);
   sub.device_types = network.device_types;
+  sub.shared.site_uplink_bytes_per_s = network.shared.site_uplink_bytes_per_s;
   for (int u : devices) {
     if (!network.site_of_device.empty()) sub.site_of_device.push_back(network.site_of_device[u]);
     if (!network.node_of_device.empty()) sub.node_of_device.push_back(network.node_of_device[u]);
     if (network.typed()) sub.type_of_device.push_back(network.type_of_device[u]);
+    if (!network.shared.nic_bytes_per_s.empty()) sub.shared.nic_bytes_per_s.push_back(network.shared.nic_bytes_per_s[u]);
     for (int v : devices) {
       sub.latency_s.push_back(network.latency(u, v));
       sub.bandwidth_bytes_per_s.push_back(network.bandwidth(u, v));
     }
   }
   return sub;
+}
+
+SharedLinks nics_at_fastest_link(const Network& network) {
+  SharedLinks links = network.shared;
+  if (!links.nic_bytes_per_s.empty()) return links;
+  const int n = network.device_count;
+  links.nic_bytes_per_s.assign(n, 0.0);
+  for (int u = 0; u < n; ++u) {
+    for (int v = 0; v < n; ++v) {
+      if (u == v) continue;
+      links.nic_bytes_per_s[u] = std::max({links.nic_bytes_per_s[u], network.bandwidth(u, v), network.bandwidth(v, u)});
+    }
+  }
+  if (n == 1) links.nic_bytes_per_s.clear();  // nothing to send to
+  return links;
+}
+
+std::string describe_shared_links(const Network& network) {
+  const SharedLinks& shared = network.shared;
+  if (!shared.any()) {
+    return "none given: every transfer at its pair's full rate at once (the pair-only model), however many share "
+           "a device or a site";
+  }
+  auto gbps = [](double bytes_per_s) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", bytes_per_s / kBytesPerGbit);
+    return std::string(text);
+  };
+  std::string text;
+  if (!shared.nic_bytes_per_s.empty()) {
+    const auto [low, high] = std::minmax_element(shared.nic_bytes_per_s.begin(), shared.nic_bytes_per_s.end());
+    text = "NICs " + gbps(*low) + (*low == *high ? "" : "-" + gbps(*high)) + " Gbit/s each way";
+  } else {
+    text = "NICs unlimited";
+  }
+  if (!shared.site_uplink_bytes_per_s.empty()) {
+    text += "; site uplinks";
+    for (const auto& [site, rate] : shared.site_uplink_bytes_per_s) text += " " + site + " " + gbps(rate);
+    text += " Gbit/s each way";
+  }
+  return text;
 }
 
 std::vector<double> Network::device_tflops(double untyped_tflops) const {

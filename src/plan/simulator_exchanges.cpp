@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "geotrain/plan/exchange_pattern.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "simulator_internal.hpp"
 
@@ -31,10 +32,13 @@ double paper_datap_s(const Network& network, const std::vector<int>& members, do
 double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
   const int d = static_cast<int>(g.size());
   if (d <= 1) return 0.0;
+  if (scheme == DataParallelScheme::paper) return paper_datap_s(net, g, bytes);
+  if (net.shared.any() || scheme == DataParallelScheme::hierarchical) {
+    return phases_s(net, exchange_phases(net, g, bytes, scheme));
+  }
+  // Each transfer alone on its pair link: the phases' closed forms.
   const double shard = bytes / d;
   switch (scheme) {
-    case DataParallelScheme::paper:
-      return paper_datap_s(net, g, bytes);
     case DataParallelScheme::ring: {
       double step = 0;
       for (int k = 0; k < d; ++k) step = std::max(step, net.transfer_s(g[k], g[(k + 1) % d], shard));
@@ -50,8 +54,7 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
       return d == 2 ? slowest : 2.0 * slowest;
     }
     case DataParallelScheme::central: {
-      // Reduce along g1 -> g2 -> ... -> g(d-1) -> g0, broadcast g0 -> g1 -> ... -> g(d-1);
-      // each a chain pipelined in small chunks: the latencies add up, the
+      // Each a chain pipelined in small chunks: the latencies add up, the
       // bytes pass once through the chain's slowest link.
       auto chain = [&](const std::vector<int>& order) {
         double latency = 0, slowest = std::numeric_limits<double>::infinity();
@@ -65,6 +68,9 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
       reduce.push_back(g[0]);
       return chain(reduce) + chain(g);
     }
+    case DataParallelScheme::paper:
+    case DataParallelScheme::hierarchical:
+      break;
   }
   return 0;
 }

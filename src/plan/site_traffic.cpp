@@ -2,41 +2,22 @@
 // what local steps divide (the data-parallel part) by H.
 #include <string>
 
+#include "geotrain/plan/exchange_pattern.hpp"
 #include "simulator_internal.hpp"
 
 namespace geotrain::plan::simulation {
 namespace {
 
 // Bytes each stage group's exchange sends between members of different
-// sites, once, under the scheme's pattern (datap_exchange_s prices the same).
+// sites, once: the pattern datap_exchange_s prices.
 double datap_cross_site_bytes(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
-  const int d = static_cast<int>(g.size());
-  if (d <= 1) return 0.0;
-  auto apart = [&](int u, int v) { return net.site(u) != net.site(v); };
   double total = 0;
-  switch (scheme) {
-    case DataParallelScheme::paper:
-    case DataParallelScheme::direct:
-      // Every ordered pair: u's part of v's shard, then u's summed shard
-      // (d = 2 direct: the whole buffer once each way, the same bytes).
-      for (int u : g) {
-        for (int v : g) {
-          if (u != v && apart(u, v)) total += 2.0 * bytes / d;
-        }
-      }
-      return total;
-    case DataParallelScheme::ring:
-      for (int k = 0; k < d; ++k) {
-        if (apart(g[k], g[(k + 1) % d])) total += 2.0 * (d - 1) * bytes / d;
-      }
-      return total;
-    case DataParallelScheme::central:
-      // Reduce along g1 .. g(d-1) -> g0, broadcast g0 -> g1 .. g(d-1): the whole buffer per hop.
-      for (int k = 1; k < d; ++k) {
-        if (apart(g[k], g[(k + 1) % d])) total += bytes;
-        if (apart(g[k - 1], g[k])) total += bytes;
-      }
-      return total;
+  for (const ExchangePhase& phase : exchange_phases(net, g, bytes, scheme)) {
+    double crossing = 0;
+    for (const Transfer& t : phase.transfers) {
+      if (net.site(t.from) != net.site(t.to)) crossing += t.bytes;
+    }
+    total += phase.repeat * crossing;
   }
   return total;
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -678,6 +679,28 @@ TEST(ScenarioNodes, SyntaxErrorsNameTheField) {
                {"sites.node_bandwidth_gbps"});
   expect_error([&] { parse_scenario(head + "node_latency_ms = 0\n", "n.toml"); },
                {"sites.node_latency_ms", "needs sites.gpus_per_node"});
+}
+
+TEST(ScenarioSharedLinks, NicsAndUplinksFromBothForms) {
+  // Site form: one number for every site, or one per site; NICs go to each site's devices.
+  const std::string head = two_sites(R"(["a", "b"])", "[2, 2]", 20);
+  const Scenario sites = parse_scenario(head + "nic_gbps = [25, 40]\nuplink_gbps = 8\n" + kGoodWorkload, "s.toml");
+  EXPECT_EQ(sites.network.shared.nic_bytes_per_s, (std::vector<double>{gbps(25), gbps(25), gbps(40), gbps(40)}));
+  EXPECT_EQ(sites.network.shared.site_uplink_bytes_per_s, (std::map<std::string, double>{{"a", gbps(8)}, {"b", gbps(8)}}));
+  const Scenario none = parse_scenario(head + kGoodWorkload, "s.toml");
+  EXPECT_FALSE(none.network.shared.any());
+  // Full-matrix form: NICs per device, uplinks per site in order of first appearance.
+  const std::string matrix = matrix4("[1, 0, 50, 50]", "[10, 0, 1, 1]") + "sites = [\"y\", \"y\", \"x\", \"x\"]\n";
+  const Scenario full = parse_scenario(matrix + "nic_gbps = 10\nuplink_gbps = [2, 3]\n" + kGoodWorkload, "m.toml");
+  EXPECT_EQ(full.network.shared.nic_bytes_per_s, std::vector<double>(4, gbps(10)));
+  EXPECT_EQ(full.network.shared.site_uplink_bytes_per_s, (std::map<std::string, double>{{"y", gbps(2)}, {"x", gbps(3)}}));
+  // Bad input names the field.
+  expect_error([&] { parse_scenario(head + "nic_gbps = [25]\n" + kGoodWorkload, "s.toml"); },
+               {"s.toml", "sites.nic_gbps", "1 numbers for 2 sites"});
+  expect_error([&] { parse_scenario(head + "uplink_gbps = [1, -2]\n" + kGoodWorkload, "s.toml"); },
+               {"sites.uplink_gbps[1]"});
+  expect_error([&] { parse_scenario(matrix4("[1, 0, 50, 50]", "[10, 0, 1, 1]") + "uplink_gbps = 1\n" + kGoodWorkload, "m.toml"); },
+               {"network.uplink_gbps", "needs network.sites"});
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Devices and the links between them: the planner's view of the machine.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,20 @@ struct DeviceType {
   std::string name;
   double tflops = 0;
   double memory_bytes = 0;
+};
+
+// What transfers share beyond their pair link (flow_sharing.hpp), each
+// direction separately (full duplex), bytes/s. Left out: unlimited, and with
+// nothing given every transfer runs at its pair's full rate at once (the
+// pair-only model of the DT-FM cost model).
+struct SharedLinks {
+  // Per device: its NIC, for everything it sends and, separately, receives.
+  std::vector<double> nic_bytes_per_s;
+  // Per site name: its uplink, what all transfers between its devices and
+  // other sites share (one direction each).
+  std::map<std::string, double> site_uplink_bytes_per_s;
+
+  bool any() const { return !nic_bytes_per_s.empty() || !site_uplink_bytes_per_s.empty(); }
 };
 
 // N devices; latency and bandwidth of every ordered pair (row = sender,
@@ -32,6 +47,7 @@ struct Network {
   // every device is the same (the simulator's and the caller's defaults).
   std::vector<DeviceType> device_types;
   std::vector<int> type_of_device;
+  SharedLinks shared;
 
   double latency(int from, int to) const { return latency_s[from * device_count + to]; }
   double bandwidth(int from, int to) const {
@@ -67,7 +83,16 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
                            const std::vector<double>& site_latency_s,
                            const std::vector<double>& site_bandwidth_bytes_per_s);
 
-// The links (and device types, sites and nodes) among `devices` alone, renumbered 0..k-1 in
+// Every device's NIC at its fastest link (the larger of its fastest send and
+// receive), where `network` gives no NICs: what one device can send at
+// once, instead of unlimited fan-out.
+SharedLinks nics_at_fastest_link(const Network& network);
+
+// What the network's transfers share, in words (the capacities the
+// simulator assumes), for reports.
+std::string describe_shared_links(const Network& network);
+
+// The links (and device types, sites, nodes and shared links) among `devices` alone, renumbered 0..k-1 in
 // the order given.
 Network subnetwork(const Network& network, const std::vector<int>& devices);
 

@@ -30,6 +30,9 @@ enum class DataParallelScheme {
   central,  // reduce to the group's first member, then broadcast, pipelined along the ring
   direct,   // geotrain's MPI exchange: 2 members swap whole buffers at once; more reduce-scatter
             // then all-gather 1/D shards straight between every pair, all pairs at once
+  hierarchical,  // sum inside each site, across sites (striped over all members when the sites are
+                 // of one size, between site leaders otherwise), then spread inside each site
+                 // (exchange_pattern.hpp; the simulator's only: the runtime sums direct)
 };
 
 // Which FLOP count turns an iteration time into reported PFLOPS (the count,
@@ -227,14 +230,18 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
                           bool record_trace = false);
 
 // Gradient-exchange time of one group (members in replica order) for
-// `bytes` of gradient per member.
+// `bytes` of gradient per member. On a network with shared links
+// (Network::shared) the scheme's transfers share them (exchange_pattern.hpp,
+// flow_sharing.hpp); without, each runs at its pair's full rate. `paper` is
+// always the DT-FM cost model's DATAP.
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
                         DataParallelScheme scheme);
 
 // Names as the command line and reports spell them.
 inline constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {
     {DataParallelScheme::paper, "paper"}, {DataParallelScheme::ring, "ring"},
-    {DataParallelScheme::central, "central"}, {DataParallelScheme::direct, "direct"}};
+    {DataParallelScheme::central, "central"}, {DataParallelScheme::direct, "direct"},
+    {DataParallelScheme::hierarchical, "hierarchical"}};
 inline constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
     {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
 

@@ -1,0 +1,28 @@
+// What a data-parallel sum sends, as phases of transfers that run at once:
+// the one description the simulator prices (flow_sharing.hpp) and counts
+// bytes across sites from.
+#pragma once
+#include <vector>
+
+#include "geotrain/plan/flow_sharing.hpp"
+#include "geotrain/plan/simulator.hpp"
+
+namespace geotrain::plan {
+
+struct ExchangePhase {
+  std::vector<Transfer> transfers;  // all at once
+  int repeat = 1;                   // the same phase this many times in a row
+  // A chain pipelined in small chunks (central): every hop carries the whole
+  // buffer at once and the hops' latencies add up.
+  bool pipelined_chain = false;
+};
+
+// The phases of `scheme` summing `bytes` per member over `members`, in
+// order. `paper` is priced by its own formula; its pattern is direct's.
+std::vector<ExchangePhase> exchange_phases(const Network& network, const std::vector<int>& members, double bytes,
+                                           DataParallelScheme scheme);
+
+// Seconds for the phases on `network`, each after the one before.
+double phases_s(const Network& network, const std::vector<ExchangePhase>& phases);
+
+}  // namespace geotrain::plan

@@ -1,0 +1,211 @@
+// Shared links (flow_sharing.hpp, exchange_pattern.hpp): max-min fair rates
+// and drain times worked out by hand, the pair-only model as the case of
+// unlimited shared capacities, and the data-parallel schemes on two sites
+// with and without a site uplink. Expected values are hand calculations in
+// the comments, never taken from the code.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <random>
+
+#include "geotrain/plan/exchange_pattern.hpp"
+#include "geotrain/plan/flow_sharing.hpp"
+#include "geotrain/plan/simulator.hpp"
+#include "plan_test_support.hpp"
+
+namespace geotrain::plan {
+namespace {
+
+using testing::uniform_network;
+
+TEST(FlowSharing, FlowsThroughOneUplinkShareItEqually) {
+  // 5 flows of 100 bytes through one 50 B/s link: 10 B/s each, all end at 500 / 50 = 10 s.
+  FlowProblem p{{50.0}, {{0}, {0}, {0}, {0}, {0}}, {100, 100, 100, 100, 100}};
+  for (double r : max_min_rates(p)) EXPECT_DOUBLE_EQ(r, 10.0);
+  for (double t : drain_times_s(p)) EXPECT_DOUBLE_EQ(t, 10.0);
+}
+
+TEST(FlowSharing, MaxMinGivesWhatABottleneckLeavesToTheOthers) {
+  // A (10 B/s) carries flows 0 and 1, B (4 B/s) flows 1 and 2. Fair shares:
+  // A 10/2 = 5, B 4/2 = 2: B is the bottleneck, flows 1 and 2 get 2; flow 0
+  // has A's remaining 10 - 2 = 8.
+  FlowProblem p{{10.0, 4.0}, {{0}, {0, 1}, {1}}, {1, 1, 1}};
+  const auto r = max_min_rates(p);
+  EXPECT_DOUBLE_EQ(r[0], 8.0);
+  EXPECT_DOUBLE_EQ(r[1], 2.0);
+  EXPECT_DOUBLE_EQ(r[2], 2.0);
+}
+
+TEST(FlowSharing, AFlowThatEndsLeavesItsShareToTheRest) {
+  // One 10 B/s link, 10 and 30 bytes: 5 B/s each until the first ends at
+  // t = 2 (20 bytes left), then 10 B/s: the second ends at 2 + 20/10 = 4 s.
+  FlowProblem p{{10.0}, {{0}, {0}}, {10, 30}};
+  const auto t = drain_times_s(p);
+  EXPECT_DOUBLE_EQ(t[0], 2.0);
+  EXPECT_DOUBLE_EQ(t[1], 4.0);
+  // Inactive flows take nothing; a flow that crosses nothing is unlimited.
+  FlowProblem q{{10.0}, {{0}, {0}, {}}, {1, 1, 1}};
+  const auto r = max_min_rates(q, {1, 0, 1});
+  EXPECT_DOUBLE_EQ(r[0], 10.0);
+  EXPECT_EQ(r[1], 0.0);
+  EXPECT_EQ(r[2], std::numeric_limits<double>::infinity());
+}
+
+TEST(FlowSharing, FanInToOneNic) {
+  // Devices 1, 2, 3 each send 300 bytes to device 0 over 100 B/s pair links.
+  // Pair-only: each alone on its link, 3 s. NICs of 100 B/s: device 0's
+  // receiving side carries all three at 100/3 each: 900 / 100 = 9 s.
+  Network net = uniform_network(4, 100.0);
+  const std::vector<Transfer> in{{1, 0, 300}, {2, 0, 300}, {3, 0, 300}};
+  EXPECT_DOUBLE_EQ(concurrent_transfers_s(net, in), 3.0);
+  net.shared.nic_bytes_per_s.assign(4, 100.0);
+  EXPECT_NEAR(concurrent_transfers_s(net, in), 9.0, 1e-12);
+  // Sending and receiving are separate: 0 -> 1 and 1 -> 0 at once, 300 B each, 3 s.
+  EXPECT_DOUBLE_EQ(concurrent_transfers_s(net, {{0, 1, 300}, {1, 0, 300}}), 3.0);
+}
+
+// Two sites of two devices: A = {0, 1}, B = {2, 3}; 1000 B/s inside a site,
+// 100 B/s between sites, no latency.
+Network two_sites() {
+  Network net;
+  net.device_count = 4;
+  for (int u = 0; u < 4; ++u) {
+    net.site_of_device.push_back(u < 2 ? "A" : "B");
+    for (int v = 0; v < 4; ++v) {
+      net.latency_s.push_back(0.0);
+      net.bandwidth_bytes_per_s.push_back((u < 2) == (v < 2) ? 1000.0 : 100.0);
+    }
+  }
+  return net;
+}
+
+TEST(FlowSharing, FlowsThroughOneSiteUplink) {
+  // 0 -> 2 and 1 -> 3, 100 bytes each: pair-only 1 s; through A's 100 B/s
+  // uplink 50 B/s each: 2 s. B -> A traffic does not use A's sending side.
+  Network net = two_sites();
+  const std::vector<Transfer> out{{0, 2, 100}, {1, 3, 100}, {2, 0, 100}};
+  EXPECT_DOUBLE_EQ(concurrent_transfers_s(net, out), 1.0);
+  net.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 100.0}};
+  const auto t = arrival_times_s(net, out);
+  EXPECT_NEAR(t[0], 2.0, 1e-12);
+  EXPECT_NEAR(t[1], 2.0, 1e-12);
+  // 2 -> 0: B's sending side alone, but A's receiving side is shared with nothing: 1 s.
+  EXPECT_NEAR(t[2], 1.0, 1e-12);
+}
+
+TEST(FlowSharing, SchemesOnTwoSitesWithAndWithoutAnUplink) {
+  // c = 1200 bytes over {0, 1, 2, 3}: shards of 300.
+  const std::vector<int> g{0, 1, 2, 3};
+  Network net = two_sites();
+  // Pair-only. direct: two phases, each limited by a cross-site pair: 300/100 = 3 s, 6 s.
+  // ring 0-1-2-3: 2(d-1) = 6 steps, each limited by 1->2 or 3->0: 300/100 = 3 s: 18 s.
+  // hierarchical: inside each site swap halves (600 B at 1000 B/s: 0.6 s); stripes {0,2}
+  // and {1,3} swap their 600-byte halves across (600/100 = 6 s); inside again 0.6 s: 7.2 s.
+  EXPECT_DOUBLE_EQ(datap_exchange_s(net, g, 1200, DataParallelScheme::direct), 6.0);
+  EXPECT_DOUBLE_EQ(datap_exchange_s(net, g, 1200, DataParallelScheme::ring), 18.0);
+  EXPECT_NEAR(datap_exchange_s(net, g, 1200, DataParallelScheme::hierarchical), 7.2, 1e-12);
+  // Each site's uplink at 100 B/s (the WAN is the site's, not each pair's), NICs at 1000.
+  // direct: 4 cross-site flows each way share an uplink: 25 B/s, 300/25 = 12 s per phase: 24 s.
+  // ring: one cross-site flow per direction per step: 3 s per step: 18 s.
+  // hierarchical: two stripes share each uplink: 50 B/s, 600/50 = 12 s, plus 0.6 + 0.6: 13.2 s.
+  net.shared.nic_bytes_per_s.assign(4, 1000.0);
+  net.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 100.0}};
+  EXPECT_NEAR(datap_exchange_s(net, g, 1200, DataParallelScheme::direct), 24.0, 1e-9);
+  EXPECT_NEAR(datap_exchange_s(net, g, 1200, DataParallelScheme::ring), 18.0, 1e-9);
+  EXPECT_NEAR(datap_exchange_s(net, g, 1200, DataParallelScheme::hierarchical), 13.2, 1e-9);
+  // Bytes between sites: direct 2 phases x 8 cross pairs x 300 = 4800; ring 6 x 2 x 300 =
+  // 3600; hierarchical 4 x 600 = 2400 (the replicas per site, 2, times fewer than direct's).
+  auto crossing = [&](DataParallelScheme scheme) {
+    double bytes = 0;
+    for (const auto& phase : exchange_phases(net, g, 1200, scheme)) {
+      for (const auto& t : phase.transfers) bytes += net.site(t.from) != net.site(t.to) ? phase.repeat * t.bytes : 0;
+    }
+    return bytes;
+  };
+  EXPECT_DOUBLE_EQ(crossing(DataParallelScheme::direct), 4800);
+  EXPECT_DOUBLE_EQ(crossing(DataParallelScheme::ring), 3600);
+  EXPECT_DOUBLE_EQ(crossing(DataParallelScheme::hierarchical), 2400);
+}
+
+TEST(FlowSharing, SitesOfUnequalSizesSumThroughTheirLeaders) {
+  // A = {0, 1}, B = {2}: 1 -> 0 (1200 B at 1000 B/s: 1.2 s); leaders 0 and 2
+  // swap whole buffers (1200/100 = 12 s); 0 -> 1 (1.2 s): 14.4 s.
+  Network net = two_sites();
+  EXPECT_NEAR(datap_exchange_s(net, {0, 1, 2}, 1200, DataParallelScheme::hierarchical), 14.4, 1e-12);
+}
+
+// A random network: sites, latencies, bandwidths.
+Network random_network(std::mt19937* rng, int n) {
+  std::uniform_real_distribution<double> bandwidth(10.0, 1000.0), latency(0.0, 0.05);
+  Network net;
+  net.device_count = n;
+  for (int u = 0; u < n; ++u) {
+    net.site_of_device.push_back(std::string(1, static_cast<char>('A' + u % 3)));
+    for (int v = 0; v < n; ++v) {
+      net.latency_s.push_back(latency(*rng));
+      net.bandwidth_bytes_per_s.push_back(bandwidth(*rng));
+    }
+  }
+  return net;
+}
+
+TEST(FlowSharing, PairOnlyIsTheCaseOfUnlimitedSharedLinks) {
+  // Without shared links the simulator keeps the closed forms; the same
+  // phases through the flow model must give the same times.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int n = 2 + trial % 7;
+    const Network net = random_network(&rng, n);
+    std::vector<int> g(n);
+    for (int k = 0; k < n; ++k) g[k] = k;
+    std::shuffle(g.begin(), g.end(), rng);
+    for (auto scheme : {DataParallelScheme::direct, DataParallelScheme::ring, DataParallelScheme::central}) {
+      const double closed = datap_exchange_s(net, g, 1e4, scheme);
+      EXPECT_NEAR(phases_s(net, exchange_phases(net, g, 1e4, scheme)), closed, 1e-12 * closed)
+          << to_string(scheme) << " on " << n << " devices";
+    }
+  }
+}
+
+TEST(FlowSharing, NoSumFasterThanWhatEachMemberMustPushThroughItsNic) {
+  // Summing c bytes over d members, each member must send (and receive) at
+  // least (d - 1) c / d bytes; at its NIC's rate that takes at least that
+  // long, whatever the scheme, the pair links or the sites.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> nic(10.0, 2000.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 2 + trial % 9;
+    Network net = random_network(&rng, n);
+    for (int u = 0; u < n; ++u) net.shared.nic_bytes_per_s.push_back(nic(rng));
+    if (trial % 2) net.shared.site_uplink_bytes_per_s = {{"A", nic(rng)}, {"B", nic(rng)}};
+    std::vector<int> g(n);
+    for (int k = 0; k < n; ++k) g[k] = k;
+    std::shuffle(g.begin(), g.end(), rng);
+    const double c = 1e4, must = (n - 1.0) / n * c;
+    for (auto scheme : {DataParallelScheme::direct, DataParallelScheme::ring, DataParallelScheme::central,
+                        DataParallelScheme::hierarchical}) {
+      const double t = datap_exchange_s(net, g, c, scheme);
+      for (int u : g) {
+        EXPECT_GE(t * (1 + 1e-12), must / net.shared.nic_bytes_per_s[u]) << to_string(scheme) << " member " << u;
+      }
+    }
+  }
+}
+
+TEST(FlowSharing, NicsDefaultToEachDevicesFastestLink) {
+  // Device 0 sends at 100 and 300, receives at 200 and 50: its NIC is 300.
+  Network net = uniform_network(3, 10.0);
+  net.bandwidth_bytes_per_s = {0, 100, 300, 200, 0, 10, 50, 10, 0};
+  const auto nics = nics_at_fastest_link(net).nic_bytes_per_s;
+  ASSERT_EQ(nics.size(), 3u);
+  EXPECT_EQ(nics[0], 300.0);
+  EXPECT_EQ(nics[1], 200.0);
+  EXPECT_EQ(nics[2], 300.0);
+  // Given NICs are kept.
+  net.shared.nic_bytes_per_s = {1, 2, 3};
+  EXPECT_EQ(nics_at_fastest_link(net).nic_bytes_per_s, (std::vector<double>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace geotrain::plan
