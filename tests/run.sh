@@ -50,6 +50,8 @@ if [[ $(id -u) -eq 0 ]]; then
   # The WAN emulator (network namespaces): the probe recovers its matrix.
   stage "WAN emulation"
   "$python" tests/emulate/check_probe_accuracy.py build/release/geotrain build/release/emulate-test
+  # Shared links (a site uplink, a NIC): streams at once take the flow model's time.
+  "$python" tests/emulate/check_shared_links.py build/release/shared-links-test
   # A link cut (100% loss) between two pipeline peers: deadline abort naming them, no hang.
   "$python" tests/emulate/check_link_cut.py build/release/geotrain build/release/link-cut-test
   # Devices of fixed speed (emulate.py --cpus-per-rank): ranks in capped CPU cgroups.

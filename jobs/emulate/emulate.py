@@ -38,7 +38,11 @@ gt-d0, gt-d1, ... (one per rank, host name <site>-<rank>), each on its own
 router's link toward each rank, one class per source rank (u32 on the
 source subnet), a default unshaped class for control traffic. Latency: `tc netem` where the kernel has it, else
 iptables NFQUEUE rules per site pair in the router and geotrain-netdelay
-holding each packet for its pair's delay.
+holding each packet for its pair's delay. Shared links ([sites] nic_gbps,
+uplink_gbps): geotrain-netdelay sends every packet through the FIFO links it
+crosses (its ranks' NICs, its sites' uplinks, each direction) before its
+delay, dropping what would wait more than 50 ms, so transfers at once share
+them as the planner's flow model says (tests/emulate/check_shared_links.py).
 """
 import argparse
 import json
@@ -80,9 +84,10 @@ def rank_ns(r):
 # ---- the scenario, reduced to sites
 
 def load_sites(path, chosen, devices):
-    """Site names, ranks per site, one-way latency [s][s] in ms and bandwidth
-    [s][s] in Gbit/s from a site-form scenario, restricted to `chosen` sites
-    (default: all) with `devices` ranks each (default: the file's)."""
+    """Site names, ranks per site, one-way latency [s][s] in ms, bandwidth
+    [s][s] in Gbit/s and the shared links ({"nic_gbps": per site, "uplink_gbps":
+    per site}, each only when given) from a site-form scenario, restricted to
+    `chosen` sites (default: all) with `devices` ranks each (default: the file's)."""
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -125,8 +130,21 @@ def load_sites(path, chosen, devices):
         for j in index:
             if i != j and (latency[i][j] < 0 or bandwidth[i][j] <= 0):
                 raise EmulationError(f"{path}: [sites] {names[i]} -> {names[j]}: latency must be >= 0 and bandwidth > 0")
+    shared = {key: per_site_rates(path, sites, key, n) for key in ("nic_gbps", "uplink_gbps")}
+    shared = {key: [rates[i] for i in index] for key, rates in shared.items() if rates is not None}
     return ([names[i] for i in index], counts, [[latency[i][j] for j in index] for i in index],
-            [[bandwidth[i][j] for j in index] for i in index])
+            [[bandwidth[i][j] for j in index] for i in index], shared)
+
+
+def per_site_rates(path, sites, key, n):
+    """[sites] nic_gbps / uplink_gbps: one number for every site or one per site (None when absent)."""
+    value = sites.get(key)
+    if value is None:
+        return None
+    rates = [value] * n if isinstance(value, (int, float)) else value
+    if not isinstance(rates, list) or len(rates) != n or not all(isinstance(x, (int, float)) and x > 0 for x in rates):
+        raise EmulationError(f"{path}: [sites] {key}: one number > 0, or one per site ({n})")
+    return [float(x) for x in rates]
 
 
 def rank_sites(counts):
@@ -140,7 +158,7 @@ def rank_sites(counts):
     return order
 
 
-def write_matrix(path, scenario, names, counts, latency_ms, bandwidth_gbps):
+def write_matrix(path, scenario, names, counts, latency_ms, bandwidth_gbps, shared):
     site = rank_sites(counts)
     n = len(site)
     rows = lambda m: "".join(f"  [{', '.join(repr(float(m[site[a]][site[b]]) if a != b else 0.0) for b in range(n))}],\n"
@@ -152,6 +170,11 @@ def write_matrix(path, scenario, names, counts, latency_ms, bandwidth_gbps):
                 f"description = \"{n} ranks, emulated\"\nsource = \"jobs/emulate/emulate.py\"\n\n"
                 f"[network]\nlatency_ms = [\n{rows(latency_ms)}]\nbandwidth_gbps = [\n{rows(bandwidth_gbps)}]\n"
                 f"sites = [{', '.join(repr(names[s]).replace(chr(39), chr(34)) for s in site)}]\n")
+        if "nic_gbps" in shared:
+            f.write(f"nic_gbps = [{', '.join(repr(shared['nic_gbps'][s]) for s in site)}]\n")
+        if "uplink_gbps" in shared:  # sites in the order they first appear above
+            order = list(dict.fromkeys(site))
+            f.write(f"uplink_gbps = [{', '.join(repr(shared['uplink_gbps'][s]) for s in order)}]\n")
 
 
 # ---- the network
@@ -198,9 +221,35 @@ def down():
             sh("ip", "netns", "del", name, check=False)
 
 
-def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
+def shared_links(site, shared):
+    """geotrain-netdelay's --link arguments and, per (a, b) rank pair, the
+    links it crosses: a's NIC sending, b's NIC receiving, and between sites
+    the sending site's uplink out and the receiving site's uplink in."""
+    n, sites = len(site), max(site) + 1
+    links, crossed = [], {}
+    if "nic_gbps" in shared:
+        for r in range(n):
+            rate = shared["nic_gbps"][site[r]] * 1e9
+            links += [("--link", f"{r}:{rate:.0f}"), ("--link", f"{n + r}:{rate:.0f}")]
+    if "uplink_gbps" in shared:
+        for s in range(sites):
+            rate = shared["uplink_gbps"][s] * 1e9
+            links += [("--link", f"{2 * n + s}:{rate:.0f}"), ("--link", f"{2 * n + sites + s}:{rate:.0f}")]
+    for a in range(n):
+        for b in range(n):
+            ids = [a, n + b] if "nic_gbps" in shared else []
+            if "uplink_gbps" in shared and site[a] != site[b]:
+                ids += [2 * n + site[a], 2 * n + sites + site[b]]
+            crossed[a, b] = ids
+    return [arg for pair in links for arg in pair], crossed
+
+
+def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500, shared=None):
     """Builds the namespaces, links, shaping and delays; returns the delay
-    process (None with netem). Rank r sits in site rank_sites(counts)[r]."""
+    process (None with netem). Rank r sits in site rank_sites(counts)[r].
+    Shared links (NICs, site uplinks) are geotrain-netdelay's, also where the
+    kernel has netem: every pair's packets then go through it."""
+    shared = shared or {}
     down()
     site = rank_sites(counts)
     n = len(site)
@@ -226,7 +275,8 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
         in_ns(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
         in_ns(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 67108864")
         in_ns(ns, "sysctl", "-q", "-w", "net.ipv4.tcp_wmem=4096 131072 67108864")
-    netem = have_netem()
+    netem = have_netem() and not shared
+    link_args, crossed = shared_links(site, shared)
     queues = []
     for b in range(n):  # traffic toward rank b leaves the router on gt-r{b}
         dev = f"gt-r{b}"
@@ -265,18 +315,20 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500):
                       "flowid", small)
                 in_ns(ROUTER, "tc", "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:", "prio", "2",
                       "u32", *source, "flowid", bulk)
-            if not netem and delay_ms > 0:
+            if not netem and (delay_ms > 0 or crossed[a, b]):
                 q = a * n + b
-                queues.append(f"{q}:{delay_ms}")
+                queues.append(f"{q}:{delay_ms}" + (":" + ",".join(map(str, crossed[a, b])) if crossed[a, b] else ""))
                 in_ns(ROUTER, "iptables-legacy", "-A", "FORWARD", "-s", f"{PREFIX}.{a + 1}.0/24", "-d",
                       f"{PREFIX}.{b + 1}.0/24", "-j", "NFQUEUE", "--queue-num", str(q))
     print(f"emulate: {n} ranks at {len(names)} sites ({', '.join(names)}), latency by "
-          f"{'netem' if netem else 'geotrain-netdelay'}", file=log, flush=True)
+          f"{'netem' if netem else 'geotrain-netdelay'}"
+          + "".join(f", {key.replace('_gbps', '')}s {'/'.join(f'{x:g}' for x in rates)} Gbit/s"
+                    for key, rates in shared.items()), file=log, flush=True)
     if netem or not queues:
         return None
     if not os.access(NETDELAY, os.X_OK):
         raise EmulationError(f"{NETDELAY}: not built (libnetfilter-queue-dev, then cmake --build --preset release)")
-    delay = subprocess.Popen(["ip", "netns", "exec", ROUTER, NETDELAY, *queues], stdout=subprocess.PIPE,
+    delay = subprocess.Popen(["ip", "netns", "exec", ROUTER, NETDELAY, *link_args, *queues], stdout=subprocess.PIPE,
                              stderr=sys.stderr, text=True)
     if delay.stdout.readline().strip() != "ready":
         raise EmulationError("geotrain-netdelay did not start")
@@ -530,7 +582,7 @@ def main():
         if shutil.which(tool) is None:
             sys.exit(f"emulate.py: error: {tool} not found (bash jobs/install-deps.sh)")
     try:
-        names, counts, latency, bandwidth = load_sites(
+        names, counts, latency, bandwidth, shared = load_sites(
             args.scenario, args.sites.split(",") if args.sites else None,
             [int(x) for x in args.devices.split(",")] if args.devices else None)
     except (EmulationError, ValueError, KeyError) as error:
@@ -541,15 +593,16 @@ def main():
         sys.exit("emulate.py: error: --mtu must be in [576, 65535]")
     latency = [[x * args.latency_scale for x in row] for row in latency]
     bandwidth = [[x * args.bandwidth_scale for x in row] for row in bandwidth]
+    shared = {key: [x * args.bandwidth_scale for x in rates] for key, rates in shared.items()}
     if args.matrix_out:
-        write_matrix(args.matrix_out, args.scenario, names, counts, latency, bandwidth)
+        write_matrix(args.matrix_out, args.scenario, names, counts, latency, bandwidth, shared)
     delay = None
     code = 1
     # Any exit (error, Ctrl-C, SIGTERM from a scheduler) tears the network down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         started = time.monotonic()
-        delay = up(names, counts, latency, bandwidth, sys.stderr, args.mtu)
+        delay = up(names, counts, latency, bandwidth, sys.stderr, args.mtu, shared)
         print(f"emulate: network up in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
         if args.action == "up":
             print("emulate: up; `emulate.py down` removes it", file=sys.stderr)

@@ -3,8 +3,13 @@
 // each (source site, destination site) pair's packets to its own NFQUEUE;
 // this program holds every packet of queue q for that queue's delay, in
 // arrival order, then accepts it. One thread, one netlink socket, all queues.
+// Shared links (a rank's NIC, a site's uplink, each direction) are FIFO
+// links of a given rate that the packets of several queues cross: a packet
+// leaves when every link it crosses has sent what arrived before it, and is
+// dropped when that is more than kMaxBacklog away (a drop-tail buffer, so
+// TCP backs off as at a real bottleneck). Its delay starts when it leaves.
 //
-//   geotrain-netdelay QUEUE:DELAY_MS [QUEUE:DELAY_MS ...]
+//   geotrain-netdelay [--link LINK:BITS_PER_S ...] QUEUE:DELAY_MS[:LINK,LINK..] ...
 //
 // Prints "ready" once every queue is bound. Runs with real-time priority
 // where allowed (busy-polling MPI ranks must not starve it). SIGTERM/SIGINT
@@ -39,20 +44,54 @@ struct HeldPacket {
   Clock::time_point due;
 };
 
+struct SharedLink {
+  double seconds_per_byte = 0;
+  Clock::time_point free{};  // when it has sent everything that arrived so far
+};
+
 struct Queue {
   int number = 0;
   Clock::duration delay{};
+  std::vector<SharedLink*> links;
   nfq_q_handle* handle = nullptr;
   std::deque<HeldPacket> held;
 };
 
+// A drop-tail buffer of this much sending time on a shared link: about a
+// bandwidth-delay product of the emulated WANs (tens of ms).
+constexpr auto kMaxBacklog = std::chrono::milliseconds(50);
+
+// The packet's IP total length (its first bytes are copied), or an MTU.
+std::size_t packet_bytes(nfq_data* data) {
+  unsigned char* payload = nullptr;
+  const int copied = nfq_get_payload(data, &payload);
+  if (copied >= 4 && payload != nullptr) {
+    const std::size_t length = (static_cast<std::size_t>(payload[2]) << 8) | payload[3];
+    if (length > 0) return length;
+  }
+  return 1500;
+}
+
 volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void request_stop(int) { stop_requested = 1; }
 
-int on_packet(nfq_q_handle*, nfgenmsg*, nfq_data* data, void* context) {
+int on_packet(nfq_q_handle* handle, nfgenmsg*, nfq_data* data, void* context) {
   auto* queue = static_cast<Queue*>(context);
   const nfqnl_msg_packet_hdr* header = nfq_get_msg_packet_hdr(data);
-  if (header != nullptr) queue->held.push_back({ntohl(header->packet_id), Clock::now() + queue->delay});
+  if (header == nullptr) return 0;
+  const std::uint32_t id = ntohl(header->packet_id);
+  const auto now = Clock::now();
+  auto leaves = now;
+  for (const SharedLink* link : queue->links) leaves = std::max(leaves, link->free);
+  if (leaves - now > kMaxBacklog) return nfq_set_verdict(handle, id, NF_DROP, 0, nullptr);
+  if (!queue->links.empty()) {
+    const double bytes = static_cast<double>(packet_bytes(data));
+    for (SharedLink* link : queue->links) {
+      link->free = leaves + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(bytes * link->seconds_per_byte));
+    }
+  }
+  queue->held.push_back({id, leaves + queue->delay});
   return 0;
 }
 
@@ -61,24 +100,53 @@ int on_packet(nfq_q_handle*, nfgenmsg*, nfq_data* data, void* context) {
   std::exit(1);
 }
 
-// QUEUE:DELAY_MS arguments; false (after a message) on a bad one.
-bool parse_queues(int argc, char** argv, std::vector<Queue>* queues) {
-  queues->resize(static_cast<std::size_t>(argc - 1));
-  for (int i = 1; i < argc; ++i) {
-    unsigned number = 0;
-    double delay_ms = 0;
+// --link LINK:BITS_PER_S and QUEUE:DELAY_MS[:LINK,LINK..] arguments; false
+// (after a message) on a bad one. `links` is sized before any queue points into it.
+bool parse_arguments(int argc, char** argv, std::vector<SharedLink>* links, std::vector<Queue>* queues) {
+  std::vector<int> link_ids;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--link") != 0) continue;
+    unsigned id = 0;
+    double bits_per_s = 0;
     char tail = 0;
-    if (std::sscanf(argv[i], "%u:%lf%c", &number, &delay_ms, &tail) != 2 || number > 65535 || !(delay_ms >= 0) ||
-        delay_ms > 60000) {
-      std::fprintf(stderr, "geotrain-netdelay: argument %d: '%s' is not QUEUE:DELAY_MS (0-65535, 0-60000 ms)\n", i,
-                   argv[i]);
+    if (std::sscanf(argv[i + 1], "%u:%lf%c", &id, &bits_per_s, &tail) != 2 || !(bits_per_s > 0)) {
+      std::fprintf(stderr, "geotrain-netdelay: argument %d: '%s' is not LINK:BITS_PER_S\n", i + 1, argv[i + 1]);
       return false;
     }
-    Queue& q = (*queues)[static_cast<std::size_t>(i - 1)];
+    link_ids.push_back(static_cast<int>(id));
+    links->push_back({8.0 / bits_per_s, {}});
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--link") == 0) {
+      ++i;
+      continue;
+    }
+    unsigned number = 0;
+    double delay_ms = 0;
+    int used = 0;
+    if (std::sscanf(argv[i], "%u:%lf%n", &number, &delay_ms, &used) != 2 || number > 65535 || !(delay_ms >= 0) ||
+        delay_ms > 60000 || (argv[i][used] != '\0' && argv[i][used] != ':')) {
+      std::fprintf(stderr, "geotrain-netdelay: argument %d: '%s' is not QUEUE:DELAY_MS[:LINK,..] (0-65535, 0-60000 ms)\n",
+                   i, argv[i]);
+      return false;
+    }
+    Queue q;
     q.number = static_cast<int>(number);
     q.delay = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(delay_ms));
+    for (const char* at = argv[i] + used; *at != '\0';) {
+      char* end = nullptr;
+      const long id = std::strtol(at + 1, &end, 10);
+      const auto found = std::find(link_ids.begin(), link_ids.end(), static_cast<int>(id));
+      if (end == at + 1 || found == link_ids.end() || (*end != '\0' && *end != ',')) {
+        std::fprintf(stderr, "geotrain-netdelay: argument %d: '%s' names a link not given with --link\n", i, argv[i]);
+        return false;
+      }
+      q.links.push_back(&(*links)[static_cast<std::size_t>(found - link_ids.begin())]);
+      at = end;
+    }
+    queues->push_back(std::move(q));
   }
-  return true;
+  return !queues->empty();
 }
 
 void ask_for_real_time_priority() {
@@ -99,8 +167,10 @@ nfq_handle* bind_queues(std::vector<Queue>& queues) {
   for (Queue& q : queues) {
     q.handle = nfq_create_queue(handle, static_cast<std::uint16_t>(q.number), on_packet, &q);
     if (q.handle == nullptr) die("queue " + std::to_string(q.number) + ": nfq_create_queue failed (in use?)");
-    // Metadata only: the verdict needs the packet id, not its bytes.
-    if (nfq_set_mode(q.handle, NFQNL_COPY_META, 0) < 0) die("nfq_set_mode failed");
+    // The verdict needs the packet id; a shared link its length (the IP header's first bytes).
+    if (q.links.empty() ? nfq_set_mode(q.handle, NFQNL_COPY_META, 0) < 0 : nfq_set_mode(q.handle, NFQNL_COPY_PACKET, 4) < 0) {
+      die("nfq_set_mode failed");
+    }
     nfq_set_queue_maxlen(q.handle, 1 << 16);
     nfq_set_queue_flags(q.handle, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);  // large segments stay whole
   }
@@ -153,12 +223,12 @@ void take_new_packets(nfq_handle* handle, int fd, std::vector<char>& buffer) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<SharedLink> links;
   std::vector<Queue> queues;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: geotrain-netdelay QUEUE:DELAY_MS [QUEUE:DELAY_MS ...]\n");
+  if (!parse_arguments(argc, argv, &links, &queues)) {
+    std::fprintf(stderr, "usage: geotrain-netdelay [--link LINK:BITS_PER_S ...] QUEUE:DELAY_MS[:LINK,LINK..] ...\n");
     return 2;
   }
-  if (!parse_queues(argc, argv, &queues)) return 2;
   std::signal(SIGTERM, request_stop);
   std::signal(SIGINT, request_stop);
   ask_for_real_time_priority();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace geotrain::plan {
@@ -36,22 +38,50 @@ std::vector<double> max_min_rates(const FlowProblem& problem, const std::vector<
       for (int r : problem.path[f]) ++unfixed[r];
     }
   }
-  // Progressive filling: the resource with the smallest fair share is the
-  // bottleneck of all its unfixed flows; they get that share, and what they
-  // take is gone from every other resource they cross.
+  // A resource only one flow crosses (its pair link, mostly) is a cap of
+  // that flow's own; the others are shared. Flows by their own cap, lowest first.
+  std::vector<double> own_cap(flows, kUnlimited);
+  std::vector<int> shared;
+  for (size_t r = 0; r < resources; ++r) {
+    if (unfixed[r] >= 2) shared.push_back(static_cast<int>(r));
+    if (unfixed[r] != 1) continue;
+    for (int f : flows_of[r]) {
+      if (!fixed[f]) own_cap[f] = std::min(own_cap[f], problem.capacity[r]);
+    }
+  }
+  std::vector<int> by_cap;
+  for (size_t f = 0; f < flows; ++f) {
+    if (!fixed[f]) by_cap.push_back(static_cast<int>(f));
+  }
+  std::sort(by_cap.begin(), by_cap.end(), [&](int a, int b) { return own_cap[a] < own_cap[b]; });
+  auto fix = [&](int f, double value) {
+    rate[f] = value, fixed[f] = 1;
+    for (int r : problem.path[f]) left[r] -= value, --unfixed[r];
+  };
+  // Progressive filling: the water level is the smallest fair share of a
+  // shared resource. Flows capped below it on their own get their cap (which
+  // only raises the shares left for the others); otherwise the resource at
+  // the level is the bottleneck of its unfixed flows. The level never falls.
+  size_t next = 0;
   for (;;) {
     int bottleneck = -1;
-    double share = kUnlimited;
-    for (size_t r = 0; r < resources; ++r) {
+    double level = kUnlimited;
+    for (int r : shared) {
       if (unfixed[r] == 0) continue;
       const double fair = std::max(left[r], 0.0) / unfixed[r];
-      if (fair < share) share = fair, bottleneck = static_cast<int>(r);
+      if (fair < level) level = fair, bottleneck = r;
+    }
+    while (next < by_cap.size() && fixed[by_cap[next]]) ++next;
+    if (next < by_cap.size() && own_cap[by_cap[next]] <= level && own_cap[by_cap[next]] < kUnlimited) {
+      while (next < by_cap.size() && (fixed[by_cap[next]] || own_cap[by_cap[next]] <= level)) {
+        if (!fixed[by_cap[next]]) fix(by_cap[next], own_cap[by_cap[next]]);
+        ++next;
+      }
+      continue;
     }
     if (bottleneck < 0) break;
     for (int f : flows_of[bottleneck]) {
-      if (fixed[f]) continue;
-      rate[f] = share, fixed[f] = 1;
-      for (int r : problem.path[f]) left[r] -= share, --unfixed[r];
+      if (!fixed[f]) fix(f, level);
     }
   }
   return rate;
@@ -85,29 +115,36 @@ std::vector<double> drain_times_s(const FlowProblem& problem) {
 
 FlowProblem flows_on(const Network& network, const std::vector<Transfer>& transfers) {
   FlowProblem problem;
-  std::map<std::pair<int, long long>, int> id;  // (kind, which) -> resource
-  auto resource = [&](int kind, long long which, double capacity) {
-    auto [it, added] = id.try_emplace({kind, which}, static_cast<int>(problem.capacity.size()));
-    if (added) problem.capacity.push_back(capacity);
-    return it->second;
+  auto add = [&](double capacity) {
+    problem.capacity.push_back(capacity);
+    return static_cast<int>(problem.capacity.size()) - 1;
   };
+  // Resource ids made on first use: pair links, each NIC's two sides, each site uplink's two.
+  std::unordered_map<long long, int> pair;
+  pair.reserve(transfers.size());
   const SharedLinks& shared = network.shared;
-  std::map<std::string, int> site_index;
-  for (const auto& [site, capacity] : shared.site_uplink_bytes_per_s) site_index.emplace(site, site_index.size());
-  const long long n = network.device_count;
+  const int n = network.device_count;
+  std::vector<int> nic_out(shared.nic_bytes_per_s.empty() ? 0 : n, -1), nic_in = nic_out;
+  std::map<std::string, std::pair<int, int>> uplink;  // site -> (out, in)
+  for (const auto& [site, capacity] : shared.site_uplink_bytes_per_s) uplink[site] = {-1, -1};
+  auto once = [&](int& id, double capacity) {
+    if (id < 0) id = add(capacity);
+    return id;
+  };
+  problem.path.reserve(transfers.size());
   for (const Transfer& t : transfers) {
-    std::vector<int> path{resource(0, t.from * n + t.to, network.bandwidth(t.from, t.to))};
-    if (!shared.nic_bytes_per_s.empty()) {
-      path.push_back(resource(1, t.from, shared.nic_bytes_per_s[t.from]));  // sending side
-      path.push_back(resource(2, t.to, shared.nic_bytes_per_s[t.to]));      // receiving side
+    auto [it, added] = pair.try_emplace(static_cast<long long>(t.from) * n + t.to, -1);
+    std::vector<int> path{once(it->second, network.bandwidth(t.from, t.to))};
+    if (!nic_out.empty()) {
+      path.push_back(once(nic_out[t.from], shared.nic_bytes_per_s[t.from]));
+      path.push_back(once(nic_in[t.to], shared.nic_bytes_per_s[t.to]));
     }
-    const std::string from_site = network.site(t.from), to_site = network.site(t.to);
-    if (from_site != to_site) {
-      if (auto it = shared.site_uplink_bytes_per_s.find(from_site); it != shared.site_uplink_bytes_per_s.end()) {
-        path.push_back(resource(3, site_index[from_site], it->second));
+    if (!uplink.empty() && network.site(t.from) != network.site(t.to)) {
+      if (auto out = uplink.find(network.site(t.from)); out != uplink.end()) {
+        path.push_back(once(out->second.first, shared.site_uplink_bytes_per_s.at(out->first)));
       }
-      if (auto it = shared.site_uplink_bytes_per_s.find(to_site); it != shared.site_uplink_bytes_per_s.end()) {
-        path.push_back(resource(4, site_index[to_site], it->second));
+      if (auto in = uplink.find(network.site(t.to)); in != uplink.end()) {
+        path.push_back(once(in->second.second, shared.site_uplink_bytes_per_s.at(in->first)));
       }
     }
     problem.path.push_back(std::move(path));

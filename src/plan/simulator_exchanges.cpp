@@ -91,7 +91,10 @@ double datap_end_s(const Network& net, const std::vector<int>& group, double tot
     return finish + datap_exchange_s(net, group, total, w.dp_scheme);
   }
   const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
-  auto bytes_s = [&](double bytes) { return datap_exchange_s(net, group, bytes, w.dp_scheme) - latency; };
+  const double one_bucket_s = datap_exchange_s(net, group, w.bucket_bytes, w.dp_scheme) - latency;  // every full bucket
+  auto bytes_s = [&](double bytes) {
+    return bytes == w.bucket_bytes ? one_bucket_s : datap_exchange_s(net, group, bytes, w.dp_scheme) - latency;
+  };
   const double layers = std::min(w.layer_gradient_bytes[s], total);
   // Mixed devices: the group's slowest device runs the longest last backward.
   double backward = 0;
