@@ -115,6 +115,7 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
       << c.model.layers << " layers; DP " << plan::to_string(c.dp_scheme)
       << (c.gradient_bucket_mb > 0 ? " in " + format_number("%g", c.gradient_bucket_mb) + " MiB buckets" : "") << ", recomputation "
       << (c.recompute ? "on" : "off") << ", LM head " << (c.lm_head ? "on" : "off") << "\n"
+      << "  shared links: " << plan::describe_shared_links(net) << "\n"
       << (c.model.outer.enabled() ? "  outer: " + describe_outer(c.model.outer) + "\n" : "")
       << "  memory per device: parameters, gradients, AdamW (" << format_number("%g", s.options.memory.state_bytes_per_parameter)
       << " B/parameter), activations (" << to_string(s.options.memory.activation_storage) << "), workspace, reserve "

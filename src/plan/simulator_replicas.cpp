@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
+#include "geotrain/plan/flow_sharing.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "simulator_internal.hpp"
 
@@ -18,9 +20,12 @@ bool is_transfer(StepKind k) { return k != StepKind::forward && k != StepKind::b
 // and arrival times. Replicas use disjoint devices and links, so each runs alone.
 class ReplicaRun {
  public:
+  // link_bandwidth[2 * boundary + direction]: what a message on that link gets (pipeline_bandwidths).
   ReplicaRun(const Network& net, const Plan& plan, const PipelineWork& w,
-             const std::vector<std::vector<Step>>& programs, int replica, std::vector<TraceEvent>* trace)
-      : net_(net), plan_(plan), w_(w), programs_(programs), replica_(replica), trace_(trace),
+             const std::vector<std::vector<Step>>& programs, int replica, std::vector<double> link_bandwidth,
+             std::vector<TraceEvent>* trace)
+      : net_(net), plan_(plan), w_(w), programs_(programs), replica_(replica), link_bandwidth_(std::move(link_bandwidth)),
+        trace_(trace),
         stages_(plan.pipeline_stages), slots_(static_cast<size_t>(w.micro_batches_per_flush) * w.flushes),
         clock_(stages_, 0.0), busy_(stages_, 0.0), sending_(stages_, 0.0), pc_(stages_, 0), posted_(stages_, 0),
         messages_(2 * static_cast<size_t>(std::max(stages_ - 1, 1)) * slots_),
@@ -154,7 +159,7 @@ class ReplicaRun {
     const int u = plan_.stages[route.sender][replica_], v = plan_.stages[route.receiver][replica_];
     const bool forward = route.link % 2 == 0;
     const double bytes = forward ? w_.activation_bytes : w_.activation_gradient_bytes.value_or(w_.activation_bytes);
-    const double serialise = bytes / net_.bandwidth(u, v);
+    const double serialise = bytes / link_bandwidth_[route.link];
     start = std::max(start, link_free_[route.link]);
     link_free_[route.link] = start + serialise;  // the link is busy while the bytes go out
     msg.arrival = start + serialise + net_.latency(u, v);
@@ -174,6 +179,7 @@ class ReplicaRun {
   const PipelineWork& w_;
   const std::vector<std::vector<Step>>& programs_;
   const int replica_;
+  const std::vector<double> link_bandwidth_;
   std::vector<TraceEvent>* trace_;
   const int stages_;
   const size_t slots_;
@@ -184,9 +190,34 @@ class ReplicaRun {
   std::vector<double> link_free_;
 };
 
+// What each replica's messages get on each link (2 * boundary + direction):
+// the pair's bandwidth; with shared links, the replicas' messages across one
+// boundary in one direction run at once (the replicas play the same program
+// in step), so they divide what they share max-min fairly.
+std::vector<std::vector<double>> pipeline_bandwidths(const Network& net, const Plan& plan, const PipelineWork& w) {
+  const int p = plan.pipeline_stages, d = plan.data_parallel;
+  std::vector<std::vector<double>> bandwidth(d, std::vector<double>(2 * static_cast<size_t>(std::max(p - 1, 1)), 0.0));
+  for (int boundary = 0; boundary + 1 < p; ++boundary) {
+    for (int direction = 0; direction < 2; ++direction) {
+      std::vector<Transfer> together;
+      for (int r = 0; r < d; ++r) {
+        const int u = plan.stages[boundary][r], v = plan.stages[boundary + 1][r];
+        together.push_back(direction == 0 ? Transfer{u, v, w.activation_bytes} : Transfer{v, u, w.activation_bytes});
+      }
+      const auto rates = net.shared.any() ? max_min_rates(flows_on(net, together)) : std::vector<double>{};
+      for (int r = 0; r < d; ++r) {
+        const Transfer& t = together[r];
+        bandwidth[r][2 * boundary + direction] = rates.empty() ? net.bandwidth(t.from, t.to) : rates[r];
+      }
+    }
+  }
+  return bandwidth;
+}
+
 // Everything a replica's timing depends on: its devices' speeds and the
 // latency and bandwidth of its links both ways.
-std::vector<double> replica_signature(const Network& net, const Plan& plan, const PipelineWork& w, int r) {
+std::vector<double> replica_signature(const Network& net, const Plan& plan, const PipelineWork& w, int r,
+                                      const std::vector<double>& link_bandwidth) {
   std::vector<double> key;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     const int u = plan.stages[s][r];
@@ -195,7 +226,7 @@ std::vector<double> replica_signature(const Network& net, const Plan& plan, cons
     key.push_back(tensor_allreduce_s(w, s, u, true));
     if (s + 1 == plan.pipeline_stages) continue;
     const int v = plan.stages[s + 1][r];
-    key.insert(key.end(), {net.latency(u, v), net.bandwidth(u, v), net.latency(v, u), net.bandwidth(v, u)});
+    key.insert(key.end(), {net.latency(u, v), link_bandwidth[2 * s], net.latency(v, u), link_bandwidth[2 * s + 1]});
   }
   return key;
 }
@@ -211,10 +242,12 @@ PipelinePhase play_replicas(const Network& net, const Plan& plan, const Pipeline
   phase.sending_s.assign(p, 0.0);
   // Replicas whose devices and links are alike time alike: play each kind once.
   std::map<std::vector<double>, std::vector<double>> played;
+  const auto bandwidth = pipeline_bandwidths(net, plan, w);
   for (int r = 0; r < d; ++r) {
-    std::vector<double>& times = played[trace ? std::vector<double>{double(r)} : replica_signature(net, plan, w, r)];
+    std::vector<double>& times =
+        played[trace ? std::vector<double>{double(r)} : replica_signature(net, plan, w, r, bandwidth[r])];
     if (times.empty()) {
-      ReplicaRun replica(net, plan, w, programs, r, trace);
+      ReplicaRun replica(net, plan, w, programs, r, bandwidth[r], trace);
       replica.run();
       for (int s = 0; s < p; ++s) times.insert(times.end(), {replica.finish_s(s), replica.compute_s(s), replica.sending_s(s)});
     }
