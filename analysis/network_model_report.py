@@ -15,8 +15,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import geotrain_timing as gt  # noqa: E402
 
-RUNS = (("shared", "uplink 0.5 Gbit/s", "told (flow model)"),
-        ("pair-only", "uplink 0.5 Gbit/s", "not told (pair-only model)"),
+LAYOUTS = (("dp8", "1 stage x 8 replicas", "0.5"), ("pp2-dp4", "2 stages x 4 replicas", "0.1"))
+RUNS = (("shared", "uplink {} Gbit/s", "told (flow model)"),
+        ("pair-only", "uplink {} Gbit/s", "not told (pair-only model)"),
         ("no-uplink", "none", "not told (pair-only model)"))
 
 
@@ -30,18 +31,20 @@ def cross_site_bytes(path):
 def main():
     run_dir, out = sys.argv[1:3]
     rows, errors = [], {}
-    for name, emulated, planner in RUNS:
-        path = os.path.join(run_dir, f"{name}.h5")
-        if not os.path.exists(path):
-            continue
-        run = gt.load(path)
-        s = gt.summarize(run)
-        steps = int(gt.config_value(run, "train.steps", s["recorded_steps"]))
-        crossing = cross_site_bytes(os.path.join(run_dir, f"{name}-traffic.json")) / max(steps, 1)
-        errors[name] = s["prediction_error"]
-        rows.append(f"| {name} | {emulated} | {planner} | {s['measured_iteration_s']:.3f} | "
-                    f"{s['predicted_iteration_s']:.3f} | {s['prediction_error']:+.0%} | "
-                    f"{s['compute_utilisation_mean']:.1%} | {crossing / 1e6:.1f} |")
+    for layout, shape, uplink in LAYOUTS:
+        for kind, emulated, planner in RUNS:
+            name = f"{layout}-{kind}"
+            path = os.path.join(run_dir, f"{name}.h5")
+            if not os.path.exists(path):
+                continue
+            run = gt.load(path)
+            s = gt.summarize(run)
+            steps = int(gt.config_value(run, "train.steps", s["recorded_steps"]))
+            crossing = cross_site_bytes(os.path.join(run_dir, f"{name}-traffic.json")) / max(steps, 1)
+            errors[name] = s["prediction_error"]
+            rows.append(f"| {shape} | {emulated.format(uplink)} | {planner} | {s['measured_iteration_s']:.3f} | "
+                        f"{s['predicted_iteration_s']:.3f} | {s['prediction_error']:+.0%} | "
+                        f"{s['compute_utilisation_mean']:.1%} | {crossing / 1e6:.1f} |")
     text = [
         "# The shared-link network model against the emulator",
         "",
@@ -56,26 +59,27 @@ def main():
         "",
         "Setup: 8 ranks at 2 sites (A, B: 4 each, interleaved as mpirun maps by node), 2 Gbit/s and 0.5 ms inside "
         "a site, 0.5 Gbit/s and 10 ms per pair between sites; `inputs/models/emulation.toml` (8 layers, hidden "
-        "256, ~26 MB of fp32 gradient) as 1 stage x 8 replicas, one micro-batch of 2 x 128 tokens each, the "
-        "runtime's `direct` exchange (every pair at once: 16 of the 28 pairs cross the sites). With the uplink, "
-        "all of a site's traffic to the other shares 0.5 Gbit/s, one pair's rate. The prediction is the job's "
+        "256, ~26 MB of fp32 gradient), rank order, 1F1B. Two layouts: 1 stage x 8 replicas, one micro-batch of "
+        "2 x 128 tokens each, summed by the runtime's `direct` exchange (every pair at once: 16 of the 28 pairs "
+        "cross the sites), all of a site's traffic to the other through a 0.5 Gbit/s uplink (one pair's rate); "
+        "and 2 stages x 4 replicas, 4 micro-batches each, stage 0 at A and stage 1 at B, so the four replicas' "
+        "activations (262 KB per micro-batch) cross at once, through a 0.1 Gbit/s uplink. The prediction is the job's "
         "own (the timing file's `predicted_iteration_s`: the simulator on the network the planner was given, "
         "compute calibrated from the run's measured medians). The peer beside the flow model is the pair-only "
         "model (geotrain's model before shared links, the DT-FM paper's) on the same emulated network.",
         "",
-        "| run | emulated shared link | planner | measured s/step | predicted s/step | prediction error | "
+        "| layout | emulated shared link | planner told of it | measured s/step | predicted s/step | prediction error | "
         "compute utilisation | MB between sites per step (router) |",
         "|---|---|---|---:|---:|---:|---:|---:|",
         *rows,
         "",
     ]
-    if {"shared", "pair-only"} <= errors.keys():
-        text.append(f"**Reading.** Told of the uplink, the job predicts its step within "
-                    f"{abs(errors['shared']):.0%}; the pair-only model, on the same emulated network, is "
-                    f"{abs(errors['pair-only']):.0%} off (each pair at its own 0.5 Gbit/s at once, as if the "
-                    f"site's four ranks had four uplinks). Without the uplink (last row) the pair-only model holds: "
-                    f"the model is right about pairs and wrong only about what they share.")
-        text.append("")
+    for layout, shape, uplink in LAYOUTS:
+        shared, pair_only = errors.get(f"{layout}-shared"), errors.get(f"{layout}-pair-only")
+        if shared is not None and pair_only is not None:
+            text.append(f"- {shape}, uplink {uplink} Gbit/s: told of the uplink, the job predicts its step "
+                        f"{shared:+.0%} off; the pair-only model, on the same emulated network, {pair_only:+.0%}.")
+    text.append("")
     with open(out, "w") as f:
         f.write("\n".join(text))
     print("\n".join(text))

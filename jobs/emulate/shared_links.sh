@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# Contention on an emulated network: 8 replicas of one stage summing their
-# gradient across 2 sites of 4 ranks whose traffic to the other site shares
-# one uplink (jobs/emulate/emulate.py enforces [sites] uplink_gbps). The same
-# job three times, each in its own emulation:
-#   shared    the uplink emulated, the planner told of it (the flow model predicts)
-#   pair-only the uplink emulated, the planner not told (the pair-only model predicts)
-#   no-uplink nothing shared, the planner not told (the peer: what the pair-only
-#             model describes, measured)
+# Contention on an emulated network: 8 ranks at 2 sites of 4 whose traffic to
+# the other site shares one uplink (jobs/emulate/emulate.py enforces [sites]
+# uplink_gbps), in two layouts:
+#   dp8      1 stage x 8 replicas: the gradient sum crosses the sites (16 of
+#            its 28 pairs), uplink 0.5 Gbit/s, one pair's rate
+#   pp2-dp4  2 stages x 4 replicas, stage 0 at A and stage 1 at B: the four
+#            replicas' activations stream A -> B (and gradients back) at once,
+#            uplink 0.1 Gbit/s
+# Each layout three times, each in its own emulation:
+#   shared     the uplink emulated, the planner told of it (the flow model predicts)
+#   pair-only  the uplink emulated, the planner not told (the pair-only model predicts)
+#   no-uplink  nothing shared, the planner not told (what the pair-only model describes)
 # Then analysis/network_model_report.py writes analysis/results/network_model.md.
-# Root; ~5 minutes on 2 cores.
+# Root; ~8 minutes on 2 cores.
 #
 #   bash jobs/emulate/shared_links.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source jobs/emulate/run_emulated.sh
 start_experiment runs/shared-links 5 "$@"
-scenario=$out/two-sites-uplink.toml
-# Pairs at 0.5 Gbit/s between sites, the same for all of a site's traffic out
-# (and in): what one pair may use, the four ranks of a site share.
-cat >"$scenario" <<TOML
+site_pair() {  # FILE UPLINK_GBPS (empty: none)
+  cat >"$1" <<TOML
 [sites]
 names = ["A", "B"]
 devices = [4, 4]
@@ -26,26 +28,31 @@ intra_latency_ms = 0.5
 intra_bandwidth_gbps = 2
 inter_latency_ms = 10
 inter_bandwidth_gbps = 0.5
-uplink_gbps = 0.5
 TOML
-sed '/^uplink_gbps/d' "$scenario" >"$out/two-sites.toml"
-one_run() {  # NAME EMULATED_SCENARIO PLANNER_MATRIX [EMULATE OPTIONS]
-  local name=$1 file=$2 matrix=$3
-  shift 3
+  [[ -z $2 ]] || echo "uplink_gbps = $2" >>"$1"
+}
+one_run() {  # NAME EMULATED_SCENARIO PLANNER_MATRIX STAGES [EMULATE OPTIONS]
+  local name=$1 file=$2 matrix=$3 stages=$4
+  shift 4
   echo "== $name"
   python3 jobs/emulate/emulate.py run "$file" "$@" --timeout 900 --traffic-out "$out/$name-traffic.json" -- \
-    "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages=1 \
+    "$PWD/build/release/geotrain" train "$PWD/inputs/quickstart.toml" --pipeline.stages="$stages" \
     --model.file="$PWD/inputs/models/emulation.toml" --pipeline.placement=rank-order \
-    --train.gradient_accumulation=1 --network.matrix="$PWD/$matrix" \
+    --train.gradient_accumulation=$((stages == 1 ? 1 : 4)) --network.matrix="$PWD/$matrix" \
     --train.steps="$steps" --optimizer.warmup_steps=2 --train.log_every_steps=1 --train.eval_every_steps=0 \
     --train.eval_batches=1 --checkpoint.dir= --network.deadline_s=600 \
     --timing.file="$PWD/$out/$name.h5" 2>&1 | grep -E "^(plan|shared links|time per step|emulate:)" || true
   [[ -f $out/$name.h5 ]] || { echo "$0: $name wrote no timing file" >&2; exit 1; }
 }
-# The emulated matrix (written before the network comes up, so the first run reads it), then the same without the uplink.
-one_run shared "$scenario" "$out/matrix.toml" --matrix-out "$out/matrix.toml"
-sed '/^uplink_gbps/d' "$out/matrix.toml" >"$out/matrix-pair-only.toml"
-one_run pair-only "$scenario" "$out/matrix-pair-only.toml"
-one_run no-uplink "$out/two-sites.toml" "$out/matrix-pair-only.toml"
+site_pair "$out/two-sites.toml" ""
+for layout in "dp8 1 0.5" "pp2-dp4 2 0.1"; do
+  read -r name stages uplink <<<"$layout"
+  site_pair "$out/$name-uplink.toml" "$uplink"
+  # The emulated matrix (written before the network comes up, so the first run reads it), then without the uplink.
+  one_run "$name-shared" "$out/$name-uplink.toml" "$out/$name-matrix.toml" "$stages" --matrix-out "$out/$name-matrix.toml"
+  sed '/^uplink_gbps/d' "$out/$name-matrix.toml" >"$out/$name-matrix-pair-only.toml"
+  one_run "$name-pair-only" "$out/$name-uplink.toml" "$out/$name-matrix-pair-only.toml" "$stages"
+  one_run "$name-no-uplink" "$out/two-sites.toml" "$out/$name-matrix-pair-only.toml" "$stages"
+done
 for python in python3 /usr/bin/python3; do "$python" -c 'import h5py' 2>/dev/null && break; done
 "$python" analysis/network_model_report.py "$out" analysis/results/network_model.md

@@ -12,79 +12,91 @@ namespace {
 
 constexpr double kUnlimited = std::numeric_limits<double>::infinity();
 
-// flows_of[r]: the flows that cross resource r.
-std::vector<std::vector<int>> flows_by_resource(const FlowProblem& problem) {
-  std::vector<std::vector<int>> flows_of(problem.capacity.size());
-  for (size_t f = 0; f < problem.path.size(); ++f) {
-    for (int r : problem.path[f]) flows_of[r].push_back(static_cast<int>(f));
+// Max-min fair rates by progressive filling. The water level is the
+// smallest fair share of a shared resource (crossed by two flows or more).
+// A resource only one flow crosses (its pair link, mostly) is a cap of that
+// flow's own: flows capped below the level get their cap (which only raises
+// the shares left for the others); otherwise the resource at the level is
+// the bottleneck of its unfixed flows. The level never falls.
+class ProgressiveFilling {
+ public:
+  ProgressiveFilling(const FlowProblem& problem, const std::vector<char>& active)
+      : problem_(problem), flows_of_(problem.capacity.size()), rate_(problem.path.size(), 0.0),
+        left_(problem.capacity), fixed_(problem.path.size(), 0), unfixed_(problem.capacity.size(), 0),
+        own_cap_(problem.path.size(), kUnlimited) {
+    for (size_t f = 0; f < problem.path.size(); ++f) {
+      if (!active.empty() && !active[f]) {
+        fixed_[f] = 1;
+      } else if (problem.path[f].empty()) {
+        rate_[f] = kUnlimited, fixed_[f] = 1;
+      } else {
+        for (int r : problem.path[f]) ++unfixed_[r], flows_of_[r].push_back(static_cast<int>(f));
+      }
+    }
+    for (size_t r = 0; r < problem.capacity.size(); ++r) {
+      if (unfixed_[r] >= 2) shared_.push_back(static_cast<int>(r));
+      if (unfixed_[r] == 1) own_cap_[flows_of_[r].front()] = std::min(own_cap_[flows_of_[r].front()], problem.capacity[r]);
+    }
+    for (size_t f = 0; f < problem.path.size(); ++f) {
+      if (!fixed_[f]) by_cap_.push_back(static_cast<int>(f));
+    }
+    std::sort(by_cap_.begin(), by_cap_.end(), [&](int a, int b) { return own_cap_[a] < own_cap_[b]; });
   }
-  return flows_of;
-}
+
+  std::vector<double> rates() {
+    for (;;) {
+      int bottleneck = -1;
+      const double level = water_level(&bottleneck);
+      if (fix_capped_up_to(level)) continue;
+      if (bottleneck < 0) return rate_;
+      for (int f : flows_of_[bottleneck]) {
+        if (!fixed_[f]) fix(f, level);
+      }
+    }
+  }
+
+ private:
+  double water_level(int* bottleneck) const {
+    double level = kUnlimited;
+    for (int r : shared_) {
+      if (unfixed_[r] == 0) continue;
+      const double fair = std::max(left_[r], 0.0) / unfixed_[r];
+      if (fair < level) level = fair, *bottleneck = r;
+    }
+    return level;
+  }
+
+  // Fixes every unfixed flow whose own cap is at most `level`; whether any was.
+  bool fix_capped_up_to(double level) {
+    bool any = false;
+    for (; next_ < by_cap_.size(); ++next_) {
+      const int f = by_cap_[next_];
+      if (fixed_[f]) continue;
+      if (!(own_cap_[f] <= level && own_cap_[f] < kUnlimited)) break;
+      fix(f, own_cap_[f]);
+      any = true;
+    }
+    return any;
+  }
+
+  void fix(int f, double value) {
+    rate_[f] = value, fixed_[f] = 1;
+    for (int r : problem_.path[f]) left_[r] -= value, --unfixed_[r];
+  }
+
+  const FlowProblem& problem_;
+  std::vector<std::vector<int>> flows_of_;  // the active flows that cross each resource
+  std::vector<double> rate_, left_;
+  std::vector<char> fixed_;
+  std::vector<int> unfixed_, shared_, by_cap_;
+  std::vector<double> own_cap_;
+  size_t next_ = 0;  // by_cap_ before it is fixed
+};
 
 }  // namespace
 
 std::vector<double> max_min_rates(const FlowProblem& problem, const std::vector<char>& active) {
-  const size_t flows = problem.path.size(), resources = problem.capacity.size();
-  const auto flows_of = flows_by_resource(problem);
-  std::vector<double> rate(flows, 0.0), left = problem.capacity;
-  std::vector<char> fixed(flows, 0);
-  std::vector<int> unfixed(resources, 0);
-  for (size_t f = 0; f < flows; ++f) {
-    if (!active.empty() && !active[f]) {
-      fixed[f] = 1;
-    } else if (problem.path[f].empty()) {
-      rate[f] = kUnlimited, fixed[f] = 1;
-    } else {
-      for (int r : problem.path[f]) ++unfixed[r];
-    }
-  }
-  // A resource only one flow crosses (its pair link, mostly) is a cap of
-  // that flow's own; the others are shared. Flows by their own cap, lowest first.
-  std::vector<double> own_cap(flows, kUnlimited);
-  std::vector<int> shared;
-  for (size_t r = 0; r < resources; ++r) {
-    if (unfixed[r] >= 2) shared.push_back(static_cast<int>(r));
-    if (unfixed[r] != 1) continue;
-    for (int f : flows_of[r]) {
-      if (!fixed[f]) own_cap[f] = std::min(own_cap[f], problem.capacity[r]);
-    }
-  }
-  std::vector<int> by_cap;
-  for (size_t f = 0; f < flows; ++f) {
-    if (!fixed[f]) by_cap.push_back(static_cast<int>(f));
-  }
-  std::sort(by_cap.begin(), by_cap.end(), [&](int a, int b) { return own_cap[a] < own_cap[b]; });
-  auto fix = [&](int f, double value) {
-    rate[f] = value, fixed[f] = 1;
-    for (int r : problem.path[f]) left[r] -= value, --unfixed[r];
-  };
-  // Progressive filling: the water level is the smallest fair share of a
-  // shared resource. Flows capped below it on their own get their cap (which
-  // only raises the shares left for the others); otherwise the resource at
-  // the level is the bottleneck of its unfixed flows. The level never falls.
-  size_t next = 0;
-  for (;;) {
-    int bottleneck = -1;
-    double level = kUnlimited;
-    for (int r : shared) {
-      if (unfixed[r] == 0) continue;
-      const double fair = std::max(left[r], 0.0) / unfixed[r];
-      if (fair < level) level = fair, bottleneck = r;
-    }
-    while (next < by_cap.size() && fixed[by_cap[next]]) ++next;
-    if (next < by_cap.size() && own_cap[by_cap[next]] <= level && own_cap[by_cap[next]] < kUnlimited) {
-      while (next < by_cap.size() && (fixed[by_cap[next]] || own_cap[by_cap[next]] <= level)) {
-        if (!fixed[by_cap[next]]) fix(by_cap[next], own_cap[by_cap[next]]);
-        ++next;
-      }
-      continue;
-    }
-    if (bottleneck < 0) break;
-    for (int f : flows_of[bottleneck]) {
-      if (!fixed[f]) fix(f, level);
-    }
-  }
-  return rate;
+  return ProgressiveFilling(problem, active).rates();
 }
 
 std::vector<double> drain_times_s(const FlowProblem& problem) {
