@@ -112,6 +112,19 @@ Network counterpart_network(const Network& net, const std::vector<std::vector<in
       un.bandwidth_bytes_per_s[static_cast<size_t>(u) * n + v] = bandwidth;
     }
   }
+  // Shared links: a unit's transfer stands for its t members' transfers in
+  // parallel, each through its own NIC (the unit's: the slowest member's)
+  // and all through their sites' uplinks (a unit gets 1/t of each).
+  if (!net.shared.nic_bytes_per_s.empty()) {
+    for (const auto& g : groups) {
+      double slowest = std::numeric_limits<double>::infinity();
+      for (int d : g) slowest = std::min(slowest, net.shared.nic_bytes_per_s[d]);
+      un.shared.nic_bytes_per_s.push_back(slowest);
+    }
+  }
+  for (const auto& [site, rate] : net.shared.site_uplink_bytes_per_s) {
+    un.shared.site_uplink_bytes_per_s[site] = rate / static_cast<double>(groups.empty() ? 1 : groups[0].size());
+  }
   return un;
 }
 

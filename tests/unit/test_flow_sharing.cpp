@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "geotrain/plan/exchange_pattern.hpp"
 #include "geotrain/plan/flow_sharing.hpp"
 #include "geotrain/plan/simulator.hpp"
+#include "geotrain/plan/tensor_parallel.hpp"
 #include "plan_test_support.hpp"
 
 namespace geotrain::plan {
@@ -243,6 +245,17 @@ TEST(FlowSharing, ReplicasMessagesAcrossOneBoundaryShareAnUplink) {
   EXPECT_NEAR(through_uplink, simulate(eight_across(25.0), plan, w).iteration_s, 1e-9);
   // Each message alone on its 100 B/s pair takes 0.5 s, shared 2 s: slower by far.
   EXPECT_GT(through_uplink, simulate(eight_across(100.0), plan, w).iteration_s + 3.0);
+}
+
+TEST(FlowSharing, TensorParallelUnitsCarryTheirMembersSharedLinks) {
+  // Units {0, 1} and {2, 3}: NICs 10, 20 -> 10 and 30, 40 -> 30; the two
+  // members of a unit send at once, so a unit has half a site's uplink.
+  Network net = two_sites();
+  net.shared.nic_bytes_per_s = {10, 20, 30, 40};
+  net.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 60.0}};
+  const Network units = counterpart_network(net, {{0, 1}, {2, 3}});
+  EXPECT_EQ(units.shared.nic_bytes_per_s, (std::vector<double>{10, 30}));
+  EXPECT_EQ(units.shared.site_uplink_bytes_per_s, (std::map<std::string, double>{{"A", 50.0}, {"B", 30.0}}));
 }
 
 }  // namespace

@@ -41,7 +41,9 @@ TensorUnits tensor_units(const Network& network, const std::vector<std::vector<i
 // The links between units of `groups` (same sizes, ids in range;
 // InputError otherwise): u -> v the slowest of the member links
 // u[i] -> v[i] (latency the largest, bandwidth the smallest), with member
-// 0's site and node; no device types. What the layout search plans units
+// 0's site and node; no device types. Shared links: a unit's NIC is its
+// slowest member's, a site's uplink 1/t of the devices' (the t members send
+// their shares at once). What the layout search plans units
 // on, and what the runtime places a fixed layout's units and predicts its
 // timing on.
 Network counterpart_network(const Network& network, const std::vector<std::vector<int>>& groups);
