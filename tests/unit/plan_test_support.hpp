@@ -47,6 +47,20 @@ inline Network two_device_network(double latency_s, double forward, double back)
 }
 
 // Replica r at stage s runs on device s * dp + r (any bijection would do).
+// pp stages of tf forward / tb backward per micro-batch, m micro-batches per
+// flush, 8 MB activations, no data-parallel gradient.
+inline PipelineWork equal_stages(int pp, int m, int flushes, double tf, double tb, Schedule schedule) {
+  PipelineWork w;
+  w.micro_batches_per_flush = m;
+  w.flushes = flushes;
+  w.forward_s.assign(pp, tf);
+  w.backward_s.assign(pp, tb);
+  w.activation_bytes = 8e6;
+  w.gradient_bytes.assign(pp, 0.0);
+  w.schedule = schedule;
+  return w;
+}
+
 inline Plan grid_plan(int pp, int dp) {
   Plan plan;
   plan.pipeline_stages = pp;

@@ -67,16 +67,16 @@ TEST(FlowSharing, FanInToOneNic) {
   EXPECT_DOUBLE_EQ(concurrent_transfers_s(net, {{0, 1, 300}, {1, 0, 300}}), 3.0);
 }
 
-// Two sites of two devices: A = {0, 1}, B = {2, 3}; 1000 B/s inside a site,
-// 100 B/s between sites, no latency.
-Network two_sites() {
+// Sites A and B of `per_site` devices each (A first), 1000 B/s inside a
+// site, `between` B/s between sites, no latency.
+Network two_sites(int per_site = 2, double between = 100.0) {
   Network net;
-  net.device_count = 4;
-  for (int u = 0; u < 4; ++u) {
-    net.site_of_device.push_back(u < 2 ? "A" : "B");
-    for (int v = 0; v < 4; ++v) {
+  net.device_count = 2 * per_site;
+  for (int u = 0; u < net.device_count; ++u) {
+    net.site_of_device.push_back(u < per_site ? "A" : "B");
+    for (int v = 0; v < net.device_count; ++v) {
       net.latency_s.push_back(0.0);
-      net.bandwidth_bytes_per_s.push_back((u < 2) == (v < 2) ? 1000.0 : 100.0);
+      net.bandwidth_bytes_per_s.push_back((u < per_site) == (v < per_site) ? 1000.0 : between);
     }
   }
   return net;
@@ -209,42 +209,21 @@ TEST(FlowSharing, NicsDefaultToEachDevicesFastestLink) {
   EXPECT_EQ(nics_at_fastest_link(net).nic_bytes_per_s, (std::vector<double>{1, 2, 3}));
 }
 
-// Stage 0 on devices 0-3 (site A), stage 1 on 4-7 (site B): every
-// replica's boundary crosses the sites. Inside a site 1000 B/s, between
-// `between` B/s, no latency.
-Network eight_across(double between) {
-  Network net;
-  net.device_count = 8;
-  for (int u = 0; u < 8; ++u) {
-    net.site_of_device.push_back(u < 4 ? "A" : "B");
-    for (int v = 0; v < 8; ++v) {
-      net.latency_s.push_back(0.0);
-      net.bandwidth_bytes_per_s.push_back((u < 4) == (v < 4) ? 1000.0 : between);
-    }
-  }
-  return net;
-}
-
 TEST(FlowSharing, ReplicasMessagesAcrossOneBoundaryShareAnUplink) {
   // The four replicas play the same 1F1B program in step, so their messages
   // across the boundary leave together: through a 100 B/s uplink each gets
   // 25 B/s, and the iteration is the one of a pair-only network whose
   // cross-site pairs run at 25 B/s.
-  PipelineWork w;
-  w.micro_batches_per_flush = 4;
-  w.flushes = 1;
-  w.forward_s = {1.0, 1.0};
-  w.backward_s = {2.0, 2.0};
+  // Stage 0 on devices 0-3 (site A), stage 1 on 4-7 (site B).
+  PipelineWork w = testing::equal_stages(2, 4, 1, 1.0, 2.0, Schedule::one_f_one_b);
   w.activation_bytes = 50;
-  w.gradient_bytes = {0.0, 0.0};
-  w.schedule = Schedule::one_f_one_b;
   const Plan plan = testing::grid_plan(2, 4);
-  Network shared = eight_across(100.0);
+  Network shared = two_sites(4, 100.0);
   shared.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 100.0}};
   const double through_uplink = simulate(shared, plan, w).iteration_s;
-  EXPECT_NEAR(through_uplink, simulate(eight_across(25.0), plan, w).iteration_s, 1e-9);
+  EXPECT_NEAR(through_uplink, simulate(two_sites(4, 25.0), plan, w).iteration_s, 1e-9);
   // Each message alone on its 100 B/s pair takes 0.5 s, shared 2 s: slower by far.
-  EXPECT_GT(through_uplink, simulate(eight_across(100.0), plan, w).iteration_s + 3.0);
+  EXPECT_GT(through_uplink, simulate(two_sites(4, 100.0), plan, w).iteration_s + 3.0);
 }
 
 TEST(FlowSharing, TensorParallelUnitsCarryTheirMembersSharedLinks) {

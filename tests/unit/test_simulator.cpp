@@ -28,17 +28,7 @@ std::string program_text(Schedule schedule, int stage, int stages, int m, int fl
 using testing::grid_plan;
 using testing::uniform_network;
 
-PipelineWork equal_stages(int pp, int m, int flushes, double tf, double tb, Schedule schedule) {
-  PipelineWork w;
-  w.micro_batches_per_flush = m;
-  w.flushes = flushes;
-  w.forward_s.assign(pp, tf);
-  w.backward_s.assign(pp, tb);
-  w.activation_bytes = 8e6;
-  w.gradient_bytes.assign(pp, 0.0);
-  w.schedule = schedule;
-  return w;
-}
+using testing::equal_stages;
 
 // ---------------------------------------------------------------------------
 // The hand example: 2 stages, 1 micro-batch, 2 replicas on reference example
