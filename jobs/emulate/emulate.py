@@ -317,9 +317,16 @@ def up(names, counts, latency_ms, bandwidth_gbps, log, mtu=1500, shared=None):
                       "u32", *source, "flowid", bulk)
             if not netem and (delay_ms > 0 or crossed[a, b]):
                 q = a * n + b
+                pair = ["-s", f"{PREFIX}.{a + 1}.0/24", "-d", f"{PREFIX}.{b + 1}.0/24"]
+                if crossed[a, b]:
+                    # Pure acknowledgements (the ACK flag alone, under 128 bytes) in a queue of their own that
+                    # shares no link, as the pair classes give them a class that goes first: behind the other
+                    # direction's queued data they would stall TCP's window.
+                    queues.append(f"{n * n + q}:{delay_ms}")
+                    in_ns(ROUTER, "iptables-legacy", "-A", "FORWARD", *pair, "-p", "tcp", "--tcp-flags", "ALL", "ACK",
+                          "-m", "length", "--length", "0:127", "-j", "NFQUEUE", "--queue-num", str(n * n + q))
                 queues.append(f"{q}:{delay_ms}" + (":" + ",".join(map(str, crossed[a, b])) if crossed[a, b] else ""))
-                in_ns(ROUTER, "iptables-legacy", "-A", "FORWARD", "-s", f"{PREFIX}.{a + 1}.0/24", "-d",
-                      f"{PREFIX}.{b + 1}.0/24", "-j", "NFQUEUE", "--queue-num", str(q))
+                in_ns(ROUTER, "iptables-legacy", "-A", "FORWARD", *pair, "-j", "NFQUEUE", "--queue-num", str(q))
     print(f"emulate: {n} ranks at {len(names)} sites ({', '.join(names)}), latency by "
           f"{'netem' if netem else 'geotrain-netdelay'}"
           + "".join(f", {key.replace('_gbps', '')}s {'/'.join(f'{x:g}' for x in rates)} Gbit/s"

@@ -12,13 +12,13 @@
 #   pair-only  the uplink emulated, the planner not told (the pair-only model predicts)
 #   no-uplink  nothing shared, the planner not told (what the pair-only model describes)
 # Then analysis/network_model_report.py writes analysis/results/network_model.md.
-# Root; ~8 minutes on 2 cores.
+# Root; ~4 minutes on 2 cores.
 #
 #   bash jobs/emulate/shared_links.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source jobs/emulate/run_emulated.sh
-start_experiment runs/shared-links 5 "$@"
+start_experiment runs/shared-links 10 "$@"
 site_pair() {  # FILE UPLINK_GBPS (empty: none)
   cat >"$1" <<TOML
 [sites]

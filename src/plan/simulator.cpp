@@ -54,10 +54,13 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
 // in every replica; the iteration ends with the slowest group.
 void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   result->iteration_s = result->pipeline_phase_s;
+  const std::vector<double> shared_ends = net.shared.any() && plan.data_parallel > 1
+      ? simulation::shared_datap_ends(net, plan, w, result->stage_last_backward_s) : std::vector<double>{};
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     // What the step waits for after the backward: the exposed part of the sum.
     const double finish = result->stage_last_backward_s[s];
-    const double exchange = simulation::datap_end_s(net, plan.stages[s], w.gradient_bytes[s], w, s, finish) - finish;
+    const double exchange = (shared_ends.empty() ? simulation::datap_end_s(net, plan.stages[s], w.gradient_bytes[s], w, s, finish)
+                                                 : shared_ends[s]) - finish;
     result->stage_datap_s.push_back(exchange);
     result->datap_comm_s = std::max(result->datap_comm_s, exchange);
     result->iteration_s = std::max(result->iteration_s, result->stage_last_backward_s[s] + exchange);

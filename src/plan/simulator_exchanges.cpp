@@ -115,6 +115,14 @@ TiedTransfer tied_transfer_s(const Network& net, const Plan& plan, const Pipelin
   TiedTransfer slowest;
   const int last = plan.pipeline_stages - 1;
   if (last < 1 || !(w.tied_embedding_bytes > 0)) return slowest;
+  if (net.shared.any()) {  // every replica's ends swap at once
+    std::vector<Transfer> down, up;
+    for (int r = 0; r < plan.data_parallel; ++r) {
+      down.push_back({plan.stages[0][r], plan.stages[last][r], w.tied_embedding_bytes});
+      up.push_back({plan.stages[last][r], plan.stages[0][r], w.tied_embedding_bytes});
+    }
+    return {concurrent_transfers_s(net, down), concurrent_transfers_s(net, up)};
+  }
   for (int r = 0; r < plan.data_parallel; ++r) {
     const int head = plan.stages[0][r], tail = plan.stages[last][r];
     slowest.down_s = std::max(slowest.down_s, net.transfer_s(head, tail, w.tied_embedding_bytes));

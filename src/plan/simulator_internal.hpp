@@ -35,6 +35,11 @@ TiedTransfer tied_transfer_s(const Network& network, const Plan& plan, const Pip
 double datap_end_s(const Network& network, const std::vector<int>& group, double total, const PipelineWork& work,
                    int s, double finish);
 
+// With shared links: when each stage's sum ends (its last backward ending
+// at finish[s]), every group's sums and buckets played together.
+std::vector<double> shared_datap_ends(const Network& network, const Plan& plan, const PipelineWork& work,
+                                      const std::vector<double>& finish);
+
 // Local steps: from the pipeline phase (and each stage's last backward),
 // the step time averaged over H steps with each stage group's outer sync.
 void add_outer_sync(const Network& network, const Plan& plan, const PipelineWork& work, SimulationResult* result);

@@ -237,5 +237,31 @@ TEST(FlowSharing, TensorParallelUnitsCarryTheirMembersSharedLinks) {
   EXPECT_EQ(units.shared.site_uplink_bytes_per_s, (std::map<std::string, double>{{"A", 50.0}, {"B", 30.0}}));
 }
 
+TEST(FlowSharing, StageGroupsSummingAtOnceShareAnUplink) {
+  // Stage 0 = {0, 4}, stage 1 = {1, 5} (0, 1 at A; 4, 5 at B), no compute,
+  // no activations: both groups swap their 1000-byte gradients at time 0.
+  // Apart, each pair has A's 100 B/s uplink to itself: 10 s; together,
+  // 0 -> 4 and 1 -> 5 share it: 50 B/s each, 20 s.
+  PipelineWork w = testing::equal_stages(2, 1, 1, 0.0, 0.0, Schedule::one_f_one_b);
+  w.activation_bytes = 0;
+  w.gradient_bytes = {1000.0, 1000.0};
+  w.dp_scheme = DataParallelScheme::direct;
+  Plan plan;
+  plan.pipeline_stages = 2, plan.data_parallel = 2;
+  plan.stages = {{0, 4}, {1, 5}};
+  Network net = two_sites(4, 100.0);
+  net.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 100.0}};
+  EXPECT_NEAR(simulate(net, plan, w).iteration_s, 20.0, 1e-9);
+  EXPECT_NEAR(datap_exchange_s(net, {0, 4}, 1000.0, DataParallelScheme::direct), 10.0, 1e-9);
+  // One group alone: the joint play is the group's own exchange.
+  plan.pipeline_stages = 1, plan.data_parallel = 4;
+  plan.stages = {{0, 1, 4, 5}};
+  w = testing::equal_stages(1, 1, 1, 0.0, 0.0, Schedule::one_f_one_b);
+  w.gradient_bytes = {1000.0};
+  w.dp_scheme = DataParallelScheme::direct;
+  EXPECT_NEAR(simulate(net, plan, w).iteration_s, datap_exchange_s(net, {0, 1, 4, 5}, 1000.0, DataParallelScheme::direct),
+              1e-9);
+}
+
 }  // namespace
 }  // namespace geotrain::plan

@@ -1,0 +1,170 @@
+// The data-parallel sums of every stage group on a network with shared
+// links, played together: each sum (each gradient bucket, as it fills) is a
+// job of phases that starts at its ready time, and every job's transfers in
+// flight at once share what they cross (flow_sharing.hpp). Apart, each group
+// would assume the links its neighbours' sums use at the same time are free.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "geotrain/plan/exchange_pattern.hpp"
+#include "geotrain/plan/flow_sharing.hpp"
+#include "simulator_internal.hpp"
+
+namespace geotrain::plan::simulation {
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+struct Job {
+  int stage = 0;
+  double ready = 0;
+  std::vector<ExchangePhase> phases;
+  size_t phase = 0;
+  int repeat = 0;         // of the current phase
+  double next = kNever;   // when its next phase starts (or it ends, past the last)
+  double end = 0;
+  bool done = false;
+};
+
+struct Flow {
+  int job;
+  Transfer transfer;
+  double left;
+  double after;  // from its last byte to its phase's end: its latency (a chain's: all the hops')
+};
+
+// The jobs of stage s: its buckets as the backward fills them, then the rest
+// when it ends (datap_end_s's schedule), each priced by the scheme's phases.
+void add_stage_jobs(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
+                    double finish, std::vector<Job>* jobs) {
+  auto job = [&](double ready, double bytes) {
+    Job j;
+    j.stage = s, j.ready = j.next = ready;
+    j.phases = exchange_phases(net, group, bytes, w.dp_scheme);
+    jobs->push_back(std::move(j));
+  };
+  if (!(w.bucket_bytes > 0) || static_cast<int>(w.layer_gradient_bytes.size()) <= s) return job(finish, total);
+  const double layers = std::min(w.layer_gradient_bytes[s], total);
+  double backward = 0;
+  for (int d : group) {
+    const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
+    backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
+  }
+  double sent = 0;
+  while (layers - sent >= w.bucket_bytes) {
+    sent += w.bucket_bytes;
+    job(finish - backward + backward * sent / layers, w.bucket_bytes);
+  }
+  job(finish, total - sent);
+}
+
+class JointExchanges {
+ public:
+  JointExchanges(const Network& net, std::vector<Job> jobs)
+      : net_(net), jobs_(std::move(jobs)), arrival_(jobs_.size(), 0.0) {}
+
+  void run() {
+    double now = 0;
+    for (;;) {
+      const auto rates = flows_.empty() ? std::vector<double>{} : max_min_rates(flows_on(net_, transfers()));
+      double step = kNever;
+      for (size_t f = 0; f < flows_.size(); ++f) step = std::min(step, flows_[f].left / rates[f]);
+      double event = now + step;
+      for (const Job& j : jobs_) {
+        if (!j.done && j.next < event) event = j.next;
+      }
+      if (event == kNever) return;
+      drain(rates, event - now, event);
+      now = event;
+      for (size_t k = 0; k < jobs_.size(); ++k) {
+        if (!jobs_[k].done && jobs_[k].next <= now) start_next_phase(static_cast<int>(k), now);
+      }
+    }
+  }
+
+  double end_of_stage(int s) const {
+    double end = 0;
+    for (const Job& j : jobs_) {
+      if (j.stage == s) end = std::max(end, j.end);
+    }
+    return end;
+  }
+
+ private:
+  std::vector<Transfer> transfers() const {
+    std::vector<Transfer> all;
+    for (const Flow& f : flows_) all.push_back(f.transfer);
+    return all;
+  }
+
+  // Moves every flow `seconds` on; a job whose phase has drained starts its
+  // next phase once the phase's last transfer has arrived (its latency after).
+  void drain(const std::vector<double>& rates, double seconds, double now) {
+    std::vector<Flow> running;
+    for (size_t f = 0; f < flows_.size(); ++f) {
+      Flow flow = flows_[f];
+      flow.left -= rates[f] * seconds;
+      if (flow.left > flow.transfer.bytes * 1e-12) {
+        running.push_back(flow);
+      } else {
+        arrival_[flow.job] = std::max(arrival_[flow.job], now + flow.after);
+      }
+    }
+    flows_ = std::move(running);
+    std::vector<int> in_flight(jobs_.size(), 0);
+    for (const Flow& f : flows_) ++in_flight[f.job];
+    for (size_t k = 0; k < jobs_.size(); ++k) {
+      if (!jobs_[k].done && jobs_[k].next == kNever && in_flight[k] == 0) jobs_[k].next = arrival_[k];
+    }
+  }
+
+  void start_next_phase(int k, double now) {
+    Job& j = jobs_[k];
+    if (j.phase < j.phases.size() && j.repeat == j.phases[j.phase].repeat) ++j.phase, j.repeat = 0;
+    if (j.phase >= j.phases.size()) {
+      j.done = true, j.end = now;
+      return;
+    }
+    const ExchangePhase& phase = j.phases[j.phase];
+    ++j.repeat;
+    j.next = kNever;
+    // A pipelined chain's hops add their latencies; other transfers each its own.
+    double chain = 0;
+    for (const Transfer& t : phase.transfers) chain += phase.pipelined_chain ? net_.latency(t.from, t.to) : 0.0;
+    arrival_[k] = now;
+    bool any = false;
+    for (const Transfer& t : phase.transfers) {
+      const double after = phase.pipelined_chain ? chain : net_.latency(t.from, t.to);
+      if (t.bytes > 0) {
+        flows_.push_back({k, t, t.bytes, after});
+        any = true;
+      } else {
+        arrival_[k] = std::max(arrival_[k], now + after);
+      }
+    }
+    if (!any) j.next = arrival_[k];
+  }
+
+  const Network& net_;
+  std::vector<Job> jobs_;
+  std::vector<Flow> flows_;
+  std::vector<double> arrival_;  // per job: when its current phase's transfers have all arrived
+};
+
+}  // namespace
+
+std::vector<double> shared_datap_ends(const Network& net, const Plan& plan, const PipelineWork& w,
+                                      const std::vector<double>& finish) {
+  std::vector<Job> jobs;
+  for (int s = 0; s < plan.pipeline_stages; ++s) {
+    if (plan.stages[s].size() > 1) add_stage_jobs(net, plan.stages[s], w.gradient_bytes[s], w, s, finish[s], &jobs);
+  }
+  JointExchanges joint(net, std::move(jobs));
+  joint.run();
+  std::vector<double> ends(finish);
+  for (int s = 0; s < plan.pipeline_stages; ++s) ends[s] = std::max(finish[s], joint.end_of_stage(s));
+  return ends;
+}
+
+}  // namespace geotrain::plan::simulation
