@@ -54,8 +54,10 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
 // in every replica; the iteration ends with the slowest group.
 void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   result->iteration_s = result->pipeline_phase_s;
-  const std::vector<double> shared_ends = net.shared.any() && plan.data_parallel > 1
-      ? simulation::shared_datap_ends(net, plan, w, result->stage_last_backward_s) : std::vector<double>{};
+  // With shared links every group's sums play together; `paper` stays the DT-FM cost model's DATAP.
+  const bool together = net.shared.any() && plan.data_parallel > 1 && w.dp_scheme != DataParallelScheme::paper;
+  const std::vector<double> shared_ends =
+      together ? simulation::shared_datap_ends(net, plan, w, result->stage_last_backward_s) : std::vector<double>{};
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     // What the step waits for after the backward: the exposed part of the sum.
     const double finish = result->stage_last_backward_s[s];

@@ -261,6 +261,9 @@ TEST(FlowSharing, StageGroupsSummingAtOnceShareAnUplink) {
   w.dp_scheme = DataParallelScheme::direct;
   EXPECT_NEAR(simulate(net, plan, w).iteration_s, datap_exchange_s(net, {0, 1, 4, 5}, 1000.0, DataParallelScheme::direct),
               1e-9);
+  // The paper's DATAP knows no shared links.
+  w.dp_scheme = DataParallelScheme::paper;
+  EXPECT_EQ(simulate(net, plan, w).iteration_s, simulate(two_sites(4, 100.0), plan, w).iteration_s);
 }
 
 }  // namespace
