@@ -89,8 +89,10 @@ def main():
         "What the flow model leaves out, seen here: TCP through a shared drop-tail buffer does not fill it "
         "(headers are ~3.5% of a 1,500-byte packet, and losses cost more), and with 8 ranks on 2 cores the "
         "sums' own CPU time (the runtime adds every shard it receives) stretches the exchange, which the "
-        "no-uplink rows show as the model's error without any sharing. Between sessions on this machine the "
-        "errors moved by up to 12 points (5-step runs: 1 x 8 told -9% and -21%, 2 x 4 told -13%).",
+        "no-uplink rows show as the model's error without any sharing. The compute the prediction is "
+        "calibrated with (the run's measured medians, 8 ranks contending for 2 cores) moves between runs: "
+        "five runs of this experiment on one day gave the 1 x 8 told row -9% to -27% and the 2 x 4 told row "
+        "-12% to -17%; the pair-only rows -71% to -85% every time.",
         "",
         "Not yet measured here: NIC caps in a training run (the emulator and the model have them, checked "
         "by `tests/emulate/check_shared_links.py`), more than 8 ranks (the 2 cores limit the emulation), "

@@ -54,8 +54,16 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
 // in every replica; the iteration ends with the slowest group.
 void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   result->iteration_s = result->pipeline_phase_s;
-  // With shared links every group's sums play together; `paper` stays the DT-FM cost model's DATAP.
-  const bool together = net.shared.any() && plan.data_parallel > 1 && w.dp_scheme != DataParallelScheme::paper;
+  // With shared links the stage groups' sums and their buckets play together; `paper` stays the
+  // DT-FM cost model's DATAP. Past kJointTransfers the joint play is too slow for the layout
+  // search and each group is priced alone (datap_end_s): it misses what the groups, and the
+  // buckets in flight together, share.
+  constexpr double kJointTransfers = 2e5;
+  const double per_group = static_cast<double>(plan.data_parallel) * (plan.data_parallel - 1);
+  const double buckets = w.bucket_bytes > 0 ? 1.0 + *std::max_element(w.gradient_bytes.begin(), w.gradient_bytes.end()) / w.bucket_bytes : 1.0;
+  const bool together = net.shared.any() && plan.data_parallel > 1 &&
+                        w.dp_scheme != DataParallelScheme::paper &&
+                        per_group * buckets * plan.pipeline_stages <= kJointTransfers;
   const std::vector<double> shared_ends =
       together ? simulation::shared_datap_ends(net, plan, w, result->stage_last_backward_s) : std::vector<double>{};
   for (int s = 0; s < plan.pipeline_stages; ++s) {
