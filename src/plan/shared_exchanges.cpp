@@ -18,7 +18,6 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 
 struct Job {
   int stage = 0;
-  double ready = 0;
   std::vector<ExchangePhase> phases;
   size_t phase = 0;
   int repeat = 0;         // of the current phase
@@ -40,23 +39,14 @@ void add_stage_jobs(const Network& net, const std::vector<int>& group, double to
                     double finish, std::vector<Job>* jobs) {
   auto job = [&](double ready, double bytes) {
     Job j;
-    j.stage = s, j.ready = j.next = ready;
+    j.stage = s, j.next = ready;
     j.phases = exchange_phases(net, group, bytes, w.dp_scheme);
     jobs->push_back(std::move(j));
   };
-  if (!(w.bucket_bytes > 0) || static_cast<int>(w.layer_gradient_bytes.size()) <= s) return job(finish, total);
-  const double layers = std::min(w.layer_gradient_bytes[s], total);
-  double backward = 0;
-  for (int d : group) {
-    const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
-    backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
-  }
-  double sent = 0;
-  while (layers - sent >= w.bucket_bytes) {
-    sent += w.bucket_bytes;
-    job(finish - backward + backward * sent / layers, w.bucket_bytes);
-  }
-  job(finish, total - sent);
+  if (!sums_in_buckets(w, s)) return job(finish, total);
+  const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
+  for (double ready : buckets.ready) job(ready, w.bucket_bytes);
+  job(finish, total - buckets.sent);
 }
 
 class JointExchanges {

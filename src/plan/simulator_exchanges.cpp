@@ -85,16 +85,8 @@ namespace simulation {
 // overlap (all are in flight together): the sum ends one exchange latency
 // after the last bytes, which are the rest (embeddings, head and any partial
 // bucket) sent from the backward's end.
-double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
-                   double finish) {
-  if (!(w.bucket_bytes > 0) || static_cast<int>(w.layer_gradient_bytes.size()) <= s) {
-    return finish + datap_exchange_s(net, group, total, w.dp_scheme);
-  }
-  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
-  const double one_bucket_s = datap_exchange_s(net, group, w.bucket_bytes, w.dp_scheme) - latency;  // every full bucket
-  auto bytes_s = [&](double bytes) {
-    return bytes == w.bucket_bytes ? one_bucket_s : datap_exchange_s(net, group, bytes, w.dp_scheme) - latency;
-  };
+BucketSchedule bucket_schedule(const std::vector<int>& group, double total, const PipelineWork& w, int s,
+                               double finish) {
   const double layers = std::min(w.layer_gradient_bytes[s], total);
   // Mixed devices: the group's slowest device runs the longest last backward.
   double backward = 0;
@@ -102,13 +94,24 @@ double datap_end_s(const Network& net, const std::vector<int>& group, double tot
     const double scale = w.device_time_scale.empty() ? 1.0 : w.device_time_scale[d];
     backward = std::max(backward, w.backward_s[s] * scale + tensor_allreduce_s(w, s, d, true));
   }
-  double link_free = finish - backward, sent = 0;
-  while (layers - sent >= w.bucket_bytes) {
-    sent += w.bucket_bytes;
-    const double ready = finish - backward + backward * sent / layers;
-    link_free = std::max(link_free, ready) + bytes_s(w.bucket_bytes);
+  BucketSchedule buckets;
+  while (layers - buckets.sent >= w.bucket_bytes) {
+    buckets.sent += w.bucket_bytes;
+    buckets.ready.push_back(finish - backward + backward * buckets.sent / layers);
   }
-  return std::max(link_free, finish) + bytes_s(total - sent) + latency;
+  return buckets;
+}
+
+double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
+                   double finish) {
+  if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, w.dp_scheme);
+  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
+  const double one_bucket_s = datap_exchange_s(net, group, w.bucket_bytes, w.dp_scheme) - latency;
+  const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
+  double link_free = -std::numeric_limits<double>::infinity();
+  for (double ready : buckets.ready) link_free = std::max(link_free, ready) + one_bucket_s;
+  const double rest_s = datap_exchange_s(net, group, total - buckets.sent, w.dp_scheme) - latency;
+  return std::max(link_free, finish) + rest_s + latency;
 }
 
 TiedTransfer tied_transfer_s(const Network& net, const Plan& plan, const PipelineWork& w) {

@@ -30,6 +30,20 @@ struct TiedTransfer {
 };
 TiedTransfer tied_transfer_s(const Network& network, const Plan& plan, const PipelineWork& work);
 
+// Stage s's sum in gradient buckets (runtime/gradient_buckets.hpp): the
+// layers' gradient fills evenly over the group's slowest last backward,
+// which ends at `finish`; `ready` holds when each full bucket may start,
+// `sent` their bytes; the rest (total - sent) goes at `finish`.
+struct BucketSchedule {
+  std::vector<double> ready;
+  double sent = 0;
+};
+inline bool sums_in_buckets(const PipelineWork& w, int s) {
+  return w.bucket_bytes > 0 && static_cast<int>(w.layer_gradient_bytes.size()) > s;
+}
+BucketSchedule bucket_schedule(const std::vector<int>& group, double total, const PipelineWork& work, int s,
+                               double finish);
+
 // When stage s's sum of `total` bytes over `group` ends, its last backward
 // ending at `finish` (with buckets, overlapping that backward).
 double datap_end_s(const Network& network, const std::vector<int>& group, double total, const PipelineWork& work,
