@@ -125,7 +125,7 @@ def load_gpt(path, dtype=torch.float64):
                     parameter = wanted.pop(name)
                     if tuple(stored.shape) != tuple(parameter.shape):
                         raise ValueError(f"{file}: /params/{name}: shape {stored.shape}, model {tuple(parameter.shape)}")
-                    values = np.asarray(stored, dtype="<f4")  # h5py verifies a Fletcher32 filter itself
+                    values = np.asarray(stored, dtype="<f4")  # h5py verifies an older file's Fletcher32 filter itself
                     if "crc32" in stored.attrs and zlib.crc32(values.tobytes()) != int(stored.attrs["crc32"]):
                         raise ValueError(f"{file}: /params/{name}: damaged: its bytes fail their crc32 attribute")
                     parameter.copy_(torch.from_numpy(values.astype(np.float32)).to(dtype))

@@ -211,7 +211,7 @@ struct Region {
 };
 
 // Where a dataset's floats lie in the file: its one block (contiguous) or
-// each of its chunks (geotrain's writers chunk them for Fletcher32).
+// each of its chunks (files of format version 2 that carry Fletcher32 chunks).
 inline void add_regions(hid_t set, std::vector<Region>& regions) {
   const haddr_t offset = H5Dget_offset(set);
   const hsize_t size = H5Dget_storage_size(set);

@@ -5,13 +5,14 @@
 #include "geotrain/io/checkpoint.hpp"
 
 #include <hdf5.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <stdexcept>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/io/crc32.hpp"
 #include "checkpoint_format.hpp"
 #include "hdf5_support.hpp"
 
@@ -31,35 +32,17 @@ std::string shape_text(const std::vector<int>& shape) {
   return s + "]";
 }
 
-// Chunks of at most 2^18 floats (1 MiB): the unit that HDF5's Fletcher32
-// filter checks, so that a damaged byte is found in the chunk that holds it.
-constexpr hsize_t kChunkElements = hsize_t{1} << 18;
-
-// Chunked storage with HDF5's Fletcher32 filter: every chunk carries its
-// checksum, which libhdf5 (h5py and h5dump too) verifies on every read.
-Handle checksummed_layout(const std::vector<hsize_t>& dims, const std::string& context) {
-  Handle properties(GT_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), context, false), H5Pclose);
-  std::vector<hsize_t> chunk(dims.size());
-  hsize_t room = kChunkElements;
-  for (std::size_t i = dims.size(); i-- > 0;) {  // whole rows first, then as many rows as fit
-    chunk[i] = std::max<hsize_t>(1, std::min(dims[i], room));
-    room = std::max<hsize_t>(1, room / chunk[i]);
-  }
-  GT_H5_CHECK(H5Pset_chunk(properties, static_cast<int>(chunk.size()), chunk.data()), context, false);
-  GT_H5_CHECK(H5Pset_fletcher32(properties), context, false);
-  return properties;
-}
-
+// A tensor's dataset: contiguous, its checksum (a crc32 attribute) written by
+// write_tensors once the helper thread has computed it.
 void write_dataset(hid_t group, const std::string& name, const std::vector<int>& shape, std::span<const float> data,
                    const std::string& context) {
   const std::vector<hsize_t> dims(shape.begin(), shape.end());
-  const Handle layout = checksummed_layout(dims, context);
-  write_array(group, name, dims, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data.data(), "", context, layout);
+  write_array(group, name, dims, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data.data(), "", context);
 }
 
-// What guards a tensor's bytes: HDF5's Fletcher32 filter (the files written
-// by one process) or a crc32 attribute (the collective writer's, which
-// cannot filter: parallel HDF5 filters only collective writes).
+// What guards a tensor's bytes: a crc32 attribute (what every writer stores
+// since the checksums' cost was cut) or HDF5's Fletcher32 filter (how the
+// first writers of format version 2 guarded the files one process wrote).
 // Files of format version 1, written before checksums, have none: read as they are.
 enum class Checksum { fletcher32, crc32, none };
 
@@ -176,17 +159,6 @@ std::vector<float> read_dataset(hid_t group, const std::string& name, const std:
   return data;
 }
 
-// /error_feedback (only when there are residuals): one 1-D dataset each.
-void write_residuals(hid_t file, const Checkpoint& c, const std::string& context) {
-  if (c.residuals.empty()) return;
-  Handle group(GT_H5_CHECK(H5Gcreate2(file, "error_feedback", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), context, false),
-               H5Gclose);
-  write_string_attribute(group, "layout", c.residual_layout, context + ": /error_feedback");
-  for (const CheckpointTensor& t : c.residuals) {
-    write_dataset(group, t.name, {static_cast<int>(t.value.size())}, t.value, context + ": /error_feedback/" + t.name);
-  }
-}
-
 // /params of a weights-only file into `c`.
 Checkpoint read_weights(hid_t file, const std::string& path, Checkpoint c) {
   if (H5Lexists(file, "params", H5P_DEFAULT) <= 0) throw InputError(path + ": /params: missing");
@@ -206,9 +178,18 @@ Checkpoint read_weights(hid_t file, const std::string& path, Checkpoint c) {
 namespace detail {
 
 std::int64_t crc32_of(std::span<const float> data) {
-  return static_cast<std::int64_t>(
-      crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size() * sizeof(float)));
+  return static_cast<std::int64_t>(crc32_of_bytes(data.data(), data.size() * sizeof(float)));
 }
+
+DigestsInBackground::DigestsInBackground(std::vector<std::span<const float>> spans)
+    : digests_(std::async(std::launch::async, [spans = std::move(spans)] {
+        std::vector<std::int64_t> sums;
+        sums.reserve(spans.size());
+        for (std::span<const float> s : spans) sums.push_back(crc32_of(s));
+        return sums;
+      })) {}
+
+std::vector<std::int64_t> DigestsInBackground::get() { return digests_.get(); }
 
 std::int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
   Handle type;
@@ -355,18 +336,42 @@ void write_shard_attributes(hid_t file, const Checkpoint& c, const std::string& 
 }
 
 void write_tensors(hid_t file, const Checkpoint& c, const std::string& context) {
+  struct Tensor {
+    hid_t group;
+    std::string name, where;
+    std::vector<int> shape;
+    std::span<const float> data;
+  };
+  std::vector<Tensor> tensors;
   Handle params = create_group(file, "params", context);
   Handle optimizer = c.weights_only ? Handle() : create_group(file, "optimizer", context);
   Handle m = c.weights_only ? Handle() : create_group(optimizer, "m", context);
   Handle v = c.weights_only ? Handle() : create_group(optimizer, "v", context);
   for (const CheckpointTensor& t : c.tensors) {
     check_tensor_size(t, !c.weights_only, "write_checkpoint_file");
-    write_dataset(params, t.name, t.shape, t.values(), context + ": /params/" + t.name);
+    tensors.push_back({params, t.name, "/params/", t.shape, t.values()});
     if (c.weights_only) continue;
-    write_dataset(m, t.name, t.shape, t.first_moments(), context + ": /optimizer/m/" + t.name);
-    write_dataset(v, t.name, t.shape, t.second_moments(), context + ": /optimizer/v/" + t.name);
+    tensors.push_back({m, t.name, "/optimizer/m/", t.shape, t.first_moments()});
+    tensors.push_back({v, t.name, "/optimizer/v/", t.shape, t.second_moments()});
   }
-  if (!c.weights_only) write_residuals(file, c, context);
+  const bool residuals = !c.weights_only && !c.residuals.empty();
+  Handle feedback = residuals ? create_group(file, "error_feedback", context) : Handle();
+  if (residuals) {
+    write_string_attribute(feedback, "layout", c.residual_layout, context + ": /error_feedback");
+    for (const CheckpointTensor& t : c.residuals) {
+      tensors.push_back({feedback, t.name, "/error_feedback/", {static_cast<int>(t.value.size())}, t.value});
+    }
+  }
+  std::vector<std::span<const float>> spans;
+  for (const Tensor& t : tensors) spans.push_back(t.data);
+  DigestsInBackground digests(std::move(spans));
+  for (const Tensor& t : tensors) write_dataset(t.group, t.name, t.shape, t.data, context + ": " + t.where + t.name);
+  const std::vector<std::int64_t> sums = digests.get();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string where = context + ": " + tensors[i].where + tensors[i].name;
+    Handle set(GT_H5_CHECK(H5Dopen2(tensors[i].group, tensors[i].name.c_str(), H5P_DEFAULT), where, false), H5Dclose);
+    write_int_attribute(set, "crc32", sums[i], where);
+  }
 }
 
 Handle create_group(hid_t parent, const char* name, const std::string& context) {

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "geotrain/io/checkpoint.hpp"
 #include "hdf5_support.hpp"
@@ -33,9 +35,22 @@ hdf5::Handle create_group(hid_t parent, const char* name, const std::string& con
 // element_count(shape) floats, and as many of each moment `with_moments`.
 void check_tensor_size(const CheckpointTensor& t, bool with_moments, const char* writer);
 
-// The CRC-32 (zlib's) of the floats' bytes: the crc32 attribute of a
-// dataset written without the Fletcher32 filter (parallel_checkpoint.cpp).
+// The CRC-32 (zlib's) of the floats' bytes: every tensor dataset's crc32 attribute.
 std::int64_t crc32_of(std::span<const float> data);
+
+// crc32_of each span, computed on a helper thread while the caller writes
+// the same bytes: where a core is free the checksums cost the writer almost
+// no time (analysis/results/checkpoint-checksums.md). The spans must not
+// change until get() has returned; destruction waits for the thread
+// (std::async's future), also when the writer throws.
+class DigestsInBackground {
+ public:
+  explicit DigestsInBackground(std::vector<std::span<const float>> spans);
+  std::vector<std::int64_t> get();  // once: the digests in the spans' order
+
+ private:
+  std::future<std::vector<std::int64_t>> digests_;
+};
 
 // Reading: every failure is an InputError naming `path` and the object.
 // The file at `path`, read-only (it must exist and be HDF5).

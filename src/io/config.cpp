@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "config_fields.hpp"
+#include "geotrain/io/checkpoint.hpp"
 #include "model_table.hpp"
 #include "toml_reader.hpp"
 
@@ -258,7 +259,38 @@ InputError Config::error(const std::string& key, const std::string& what) const 
   return InputError(origin_of(key) + ": " + key + ": " + what);
 }
 
+ModelShape model_of_checkpoint(const Config& c, const Checkpoint& checkpoint, const std::string& path,
+                               const std::string& command) {
+  const ModelShape& have = checkpoint.model;
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"layers", {c.model.layers, have.layers}},        {"hidden", {c.model.hidden, have.hidden}},
+      {"heads", {c.model.heads, have.heads}},           {"vocabulary", {c.model.vocabulary, have.vocabulary}},
+      {"sequence_length", {c.model.sequence_length, have.sequence_length}}};
+  for (const auto& [name, values] : fields) {
+    if (values.first != 0 && values.first != values.second) {
+      throw c.error(std::string("model.") + name, std::to_string(values.first) + " contradicts the checkpoint's " +
+                                                      std::to_string(values.second) + " (" + path + ": attribute model_" +
+                                                      name + "); leave it out: " + command +
+                                                      " takes the model from the checkpoint");
+    }
+  }
+  if (c.model.lm_head != LmHead::model_file && (c.model.lm_head == LmHead::tied) != have.tied_head) {
+    throw c.error("model.lm_head", std::string(have.tied_head ? "untied" : "tied") + " contradicts the checkpoint's " +
+                                       (have.tied_head ? "tied" : "untied") + " head (" + path +
+                                       ": attribute model_lm_head); leave it out: " + command +
+                                       " takes the model from the checkpoint");
+  }
+  return have;
+}
+
 ModelFile load_model(const Config& config) {
+  if (!config.checkpoint.init_from.empty()) {
+    const std::string& path = config.checkpoint.init_from;
+    ModelFile file;
+    file.path = path;
+    file.model = model_of_checkpoint(config, read_checkpoint_header(path), path, "checkpoint.init_from");
+    return file;
+  }
   const ModelSettings& m = config.model;
   ModelFile file = load_model_file(m.file);
   const std::pair<int, int*> overrides[] = {{m.layers, &file.model.layers},

@@ -226,7 +226,8 @@ Section checkpoint_section(CheckpointSettings& s) {
        GT_FIELD(keep, "The newest checkpoints kept.").positive(),
        GT_FIELD(resume, "\"\", auto (checkpoint.dir's latest, if any) or a checkpoint to continue."),
        GT_FIELD(init_from,
-                "A checkpoint whose weights start the run (fresh optimizer, step 0, data from the start): fine-tuning. "
+                "A checkpoint whose weights and model start the run (fresh optimizer, step 0, data from the start; model.file "
+                "not read): fine-tuning. "
                 "With resume = auto a checkpoint already in checkpoint.dir wins."),
        GT_FIELD(asynchronous, "Written by a background thread while training goes on."),
        GT_FIELD(deadline_s,

@@ -30,20 +30,27 @@ struct Entry {
   bool moments = false;
   std::string name;
   std::vector<hsize_t> dims;
-  std::vector<std::int64_t> crc32;  // of the value, then of each moment (detail::crc32_of)
+  std::vector<std::int64_t> crc32;  // of the value, then of each moment (member 0's, after the write)
 };
 
-// "name\tresidual\tmoments\tcrc,crc,crc\td0,d1,...\n" per tensor (names hold
-// neither tabs nor newlines: they are geotrain's own parameter and residual
-// names); the CRC-32 of the value and of each moment, in their order.
+// The bytes of `part` in the order of its entries: each tensor's value and
+// moments, then the residuals.
+std::vector<std::span<const float>> spans_of(const Checkpoint& part) {
+  std::vector<std::span<const float>> spans;
+  for (const CheckpointTensor& t : part.tensors) {
+    spans.push_back(t.values());
+    if (!t.first_moments().empty()) spans.push_back(t.first_moments()), spans.push_back(t.second_moments());
+  }
+  for (const CheckpointTensor& t : part.residuals) spans.push_back(t.values());
+  return spans;
+}
+
+// "name\tresidual\tmoments\td0,d1,...\n" per tensor (names hold neither tabs
+// nor newlines: they are geotrain's own parameter and residual names).
 std::string describe(const Checkpoint& part) {
   std::ostringstream out;
   auto line = [&](const CheckpointTensor& t, bool residual, std::size_t count) {
-    out << t.name << '\t' << residual << '\t' << !t.first_moments().empty() << '\t' << detail::crc32_of(t.values());
-    if (!t.first_moments().empty()) {
-      out << ',' << detail::crc32_of(t.first_moments()) << ',' << detail::crc32_of(t.second_moments());
-    }
-    out << '\t';
+    out << t.name << '\t' << residual << '\t' << !t.first_moments().empty() << '\t';
     if (residual) {
       out << count;
     } else {
@@ -63,14 +70,11 @@ std::vector<Entry> parse(const std::string& text, int owner) {
     std::istringstream fields(row);
     Entry e;
     e.owner = owner;
-    std::string crcs, dims;
+    std::string dims;
     std::getline(fields, e.name, '\t');
     fields >> e.residual >> e.moments;
     fields.ignore(1);
-    std::getline(fields, crcs, '\t');
     std::getline(fields, dims);
-    std::istringstream each_crc(crcs);
-    for (std::string c; std::getline(each_crc, c, ',');) e.crc32.push_back(std::stoll(c));
     std::istringstream each(dims);
     for (std::string d; std::getline(each, d, ',');) e.dims.push_back(std::stoull(d));
     entries.push_back(std::move(e));
@@ -111,6 +115,28 @@ std::vector<Entry> gather_entries(MPI_Comm comm, const Checkpoint& part, const s
     }
   }
   return entries;
+}
+
+// Every member's digests (in its entries' order) into member 0's entries.
+void gather_digests(MPI_Comm comm, const std::vector<std::int64_t>& mine, std::vector<Entry>& entries,
+                    const std::string& path) {
+  int members = 0, me = 0;
+  check_mpi(MPI_Comm_size(comm, &members), "MPI_Comm_size", path);
+  check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank", path);
+  std::vector<int> counts(static_cast<std::size_t>(members)), offsets(counts.size());
+  const int count = static_cast<int>(mine.size());
+  check_mpi(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm), "exchanging checksums", path);
+  int total = 0;
+  for (int r = 0; r < members; ++r) offsets[static_cast<std::size_t>(r)] = total, total += counts[static_cast<std::size_t>(r)];
+  std::vector<std::int64_t> all(static_cast<std::size_t>(me == 0 ? total : 0));
+  check_mpi(MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), offsets.data(), MPI_INT64_T, 0, comm),
+            "exchanging checksums", path);
+  if (me != 0) return;
+  for (Entry& e : entries) {
+    const std::size_t datasets = !e.residual && e.moments ? 3 : 1;
+    auto& next = offsets[static_cast<std::size_t>(e.owner)];
+    for (std::size_t i = 0; i < datasets && next < total; ++i) e.crc32.push_back(all[static_cast<std::size_t>(next++)]);
+  }
 }
 
 Handle create_dataset(hid_t group, const Entry& e, const std::string& context) {
@@ -180,8 +206,7 @@ std::string write_datasets(MPI_Comm comm, const std::string& temporary, const Ch
 
 // Serially, after the collective close: the attributes (from this member's
 // `part`) that every member would otherwise have to pass identically.
-// Each dataset's crc32 attribute, from its owner's entry (the Fletcher32
-// filter of the other writers needs collective writes in parallel HDF5).
+// Each dataset's crc32 attribute, from its owner's digests.
 void write_checksums(hid_t file, const std::vector<Entry>& entries, const std::string& temporary) {
   for (const Entry& e : entries) {
     const std::vector<std::string> groups =
@@ -238,14 +263,20 @@ void write_checkpoint_collectively(int fortran_comm, const std::string& path, co
   check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm), "agreeing on the checkpoint", path);
   if (any_failed) throw RunError(error.empty() ? path + ": another rank could not create its folder" : error);
 
-  const std::vector<Entry> entries = gather_entries(comm, part, path);
+  detail::DigestsInBackground digests(spans_of(part));  // while the index is exchanged and the bytes written
+  std::vector<Entry> entries = gather_entries(comm, part, path);
   bool any_residual = false;
   for (const Entry& e : entries) any_residual = any_residual || e.residual;
   {
     const auto hdf5_in_use = use_library();
-    error = write_datasets(comm, temporary, part, entries, me, tensors_written);
+    std::vector<std::int64_t> my_digests;
+    error = write_datasets(comm, temporary, part, entries, me, [&] {
+      my_digests = digests.get();  // before the tensors may change
+      if (tensors_written) tensors_written();
+    });
     failed = error.empty() ? 0 : 1;
     check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm), "agreeing on the checkpoint", path);
+    gather_digests(comm, my_digests, entries, path);
     if (!any_failed && me == 0) {
       try {
         write_attributes(temporary, part, kind, entries, any_residual);

@@ -75,29 +75,6 @@ std::vector<std::string> training_settings(const std::string& config_text, const
   return settings;
 }
 
-// The checkpoint's model; a model.* value given that differs from it is an
-// error naming both.
-ModelShape model_of_checkpoint(const io::Config& c, const io::Checkpoint& header, const std::string& path) {
-  const ModelShape& have = header.model;
-  const std::pair<const char*, std::pair<int, int>> fields[] = {
-      {"layers", {c.model.layers, have.layers}},        {"hidden", {c.model.hidden, have.hidden}},
-      {"heads", {c.model.heads, have.heads}},           {"vocabulary", {c.model.vocabulary, have.vocabulary}},
-      {"sequence_length", {c.model.sequence_length, have.sequence_length}}};
-  for (const auto& [name, values] : fields) {
-    if (values.first != 0 && values.first != values.second) {
-      throw c.error(std::string("model.") + name,
-                    std::to_string(values.first) + " contradicts the checkpoint's " + std::to_string(values.second) +
-                        " (" + path + ": attribute model_" + name + "); leave it out: eval takes the model from the checkpoint");
-    }
-  }
-  if (c.model.lm_head != LmHead::model_file && (c.model.lm_head == LmHead::tied) != have.tied_head) {
-    throw c.error("model.lm_head", std::string(have.tied_head ? "untied" : "tied") +
-                                       " contradicts the checkpoint's " + (have.tied_head ? "tied" : "untied") + " head (" +
-                                       path + ": attribute model_lm_head); leave it out");
-  }
-  return have;
-}
-
 }  // namespace
 
 EvaluationSettings read_evaluation_settings(const std::string& config_file, const std::vector<std::string>& overrides) {
@@ -112,7 +89,7 @@ EvaluationSettings read_evaluation_settings(const std::string& config_file, cons
   // checkpoint's: no model file or inputs/ folder is needed.
   const io::Checkpoint header = io::read_checkpoint_header(resume);
   if (config_file.empty()) config = io::default_config(training_settings(header.config_text, overrides));
-  const ModelShape model = model_of_checkpoint(config, header, resume);
+  const ModelShape model = io::model_of_checkpoint(config, header, resume, "eval");
   return {std::move(config), model};
 }
 

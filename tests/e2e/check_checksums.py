@@ -67,11 +67,9 @@ def stored_file(checkpoint, dataset):
 def flip(path, dataset):
     with h5py.File(path, "r") as f:
         d = f[dataset]
-        if d.fletcher32 is not True or d.chunks is None:
-            fail(f"{path}: /{dataset}: not chunked with the Fletcher32 filter")
-        chunks = d.id.get_num_chunks()
-        info = d.id.get_chunk_info(chunks - 1)  # the last chunk
-        at = info.byte_offset + info.size // 2
+        if "crc32" not in d.attrs or d.chunks is not None:
+            fail(f"{path}: /{dataset}: not a contiguous dataset with a crc32 attribute")
+        at = d.id.get_offset() + d.id.get_storage_size() // 2
     with open(path, "r+b") as f:
         f.seek(at)
         byte = f.read(1)[0]

@@ -8,7 +8,10 @@ flag but checkpoint.resume (no inputs/ folder, no model file): the loss
 equals the training's final validation loss (relative 1e-6). A model flag
 that contradicts the checkpoint exits 2 naming both values. Given an
 mpirun command, the same eval as a pipeline of 2 stages (mpirun -n 2, no
-model flags either) gives the same loss.
+model flags either) gives the same loss. checkpoint.init_from does the
+same: a run of the quickstart config (whose model file is another shape)
+started from the copy with no model flags validates, before its first
+step, at the training's final loss; a contradicting flag exits 2.
 
 usage: check_eval_from_checkpoint.py GEOTRAIN CONFIG WORKDIR [-- MPIRUN...]
 """
@@ -82,6 +85,29 @@ def main():
     if os.listdir(elsewhere):
         fail(f"eval wrote files: {os.listdir(elsewhere)}")
     print("ok: contradicting model flags exit 2 naming both values")
+    check_init_from(geotrain, config, checkpoint, final, os.path.join(workdir, "init"))
+
+
+def check_init_from(geotrain, config, checkpoint, final, folder):
+    os.makedirs(folder)
+    start = [geotrain, "train", config, f"--checkpoint.init_from={checkpoint}", "--pipeline.stages=1",
+             "--train.steps=1", "--optimizer.warmup_steps=0", "--train.micro_batch_sequences=3",
+             "--train.eval_batches=3", "--train.log_json=true", "--timing.file=", "--train.metrics_file=",
+             "--device.kind=cpu", "--network.matrix=", "--checkpoint.dir="]
+    done = run(start, folder)
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    initial = [r for r in records if r["event"] == "end"][0]["initial_validation_loss"]
+    if not abs(initial - final) <= 1e-6 * abs(final):
+        fail(f"init_from with no model flags: validation before its first step {initial!r}, training's final {final!r}")
+    if "its model: 2 layers, hidden 64, 2 heads, vocabulary 256, 64 positions, untied head" not in done.stderr:
+        fail(f"init_from does not say which model it took:\n{done.stderr}")
+    print(f"ok: init_from with no model flags takes the checkpoint's model: {initial:.9g} = training's {final:.9g}")
+    done = run([*start, "--model.layers=4"], folder, expect=2)
+    lines = done.stderr.strip().splitlines()
+    pattern = r"command line: model\.layers: 4 contradicts the checkpoint's 2 \(.*model\.h5: attribute model_layers\)"
+    if len(lines) != 1 or not re.search(pattern, lines[0]) or "checkpoint.init_from takes the model" not in lines[0]:
+        fail(f"init_from with a contradicting --model.layers: expected one line naming both values:\n{done.stderr}")
+    print("ok: init_from with a contradicting model flag exits 2 naming both values")
 
 
 if __name__ == "__main__":

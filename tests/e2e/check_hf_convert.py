@@ -249,7 +249,7 @@ def case_bad_inputs(c):
                        c.train_args(extra=[f"--checkpoint.resume={weights}"]))
     expect_input_error(c, r"command line: checkpoint\.init_from: cannot be combined with checkpoint\.resume",
                        c.train_args(extra=[f"--checkpoint.init_from={weights}", f"--checkpoint.resume={weights}"]))
-    expect_input_error(c, r"converted\.h5: attribute model_hidden: the checkpoint has 32 but the model being trained has 64",
+    expect_input_error(c, r"model\.hidden: 64 contradicts the checkpoint's 32 \(.*converted\.h5: attribute model_hidden\)",
                        c.train_args(extra=[f"--checkpoint.init_from={weights}", "--model.hidden=64"]))
     expect_input_error(c, r"absent\.h5: cannot open file \(no such checkpoint\)",
                        c.train_args(extra=[f"--checkpoint.init_from={c.path('absent.h5')}"]))

@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "geotrain/common/errors.hpp"
 #include "geotrain/io/checkpoint.hpp"
+#include "geotrain/io/crc32.hpp"
 #include "support/scratch_dir.hpp"
 
 namespace geotrain {
@@ -21,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A tensor of 600 x 1000 floats spans three chunks of 2^18 floats.
+// A tensor of 600 x 1000 floats (three chunks of 2^18 floats, where chunked).
 io::Checkpoint checkpoint_with_large_tensor() {
   io::Checkpoint c;
   c.completed_steps = 3;
@@ -57,9 +59,15 @@ std::vector<std::string> tensor_datasets(const std::string& path) {
   return found;
 }
 
+// What guards a dataset, read through HDF5's API: the Fletcher32 filter,
+// the crc32 attribute, and where its bytes lie (the one block of a
+// contiguous dataset, or each chunk).
 struct Storage {
   bool fletcher32 = false;
-  std::vector<std::pair<haddr_t, hsize_t>> chunks;  // file offset and stored size of each chunk
+  bool has_crc32 = false;
+  std::int64_t crc32 = 0;
+  std::uint32_t zlib_crc32 = 0;                      // of the bytes as stored, by zlib
+  std::vector<std::pair<haddr_t, hsize_t>> blocks;  // file offset and size
 };
 
 Storage storage_of(const std::string& path, const std::string& dataset) {
@@ -73,7 +81,17 @@ Storage storage_of(const std::string& path, const std::string& dataset) {
     s.fletcher32 |= H5Pget_filter2(properties, static_cast<unsigned>(i), &flags, &count, nullptr, 0, nullptr, nullptr) ==
                     H5Z_FILTER_FLETCHER32;
   }
+  s.has_crc32 = H5Aexists(set, "crc32") > 0;
+  if (s.has_crc32) {
+    const hid_t attribute = H5Aopen(set, "crc32", H5P_DEFAULT);
+    H5Aread(attribute, H5T_NATIVE_INT64, &s.crc32);
+    H5Aclose(attribute);
+  }
   const hid_t space = H5Dget_space(set);
+  std::vector<float> values(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space)));
+  H5Dread(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+  s.zlib_crc32 = static_cast<std::uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(values.data()), static_cast<uInt>(values.size() * sizeof(float))));
   hsize_t chunks = 0;
   if (H5Pget_layout(properties) == H5D_CHUNKED && H5Dget_num_chunks(set, space, &chunks) >= 0) {
     for (hsize_t i = 0; i < chunks; ++i) {
@@ -81,8 +99,10 @@ Storage storage_of(const std::string& path, const std::string& dataset) {
       haddr_t at = 0;
       hsize_t size = 0;
       H5Dget_chunk_info(set, space, i, nullptr, &mask, &at, &size);
-      s.chunks.push_back({at, size});
+      s.blocks.push_back({at, size});
     }
+  } else if (H5Pget_layout(properties) == H5D_CONTIGUOUS) {
+    s.blocks.push_back({H5Dget_offset(set), H5Dget_storage_size(set)});
   }
   H5Sclose(space);
   H5Pclose(properties);
@@ -112,7 +132,7 @@ void expect_damage_named(const std::function<void()>& read, const std::string& f
   }
 }
 
-TEST(CheckpointChecksums, EveryTensorOfEveryFormIsChunkedWithFletcher32) {
+TEST(CheckpointChecksums, EveryTensorOfEveryFormCarriesZlibsCrc32OfItsBytes) {
   const fs::path dir = geotrain::testing::scratch_dir("checksum-forms");
   io::Checkpoint c = checkpoint_with_large_tensor();
   const std::string single = io::save_checkpoint(dir.string(), c, 2);
@@ -128,14 +148,14 @@ TEST(CheckpointChecksums, EveryTensorOfEveryFormIsChunkedWithFletcher32) {
     EXPECT_EQ(datasets.size(), count) << path;
     for (const std::string& d : datasets) {
       const Storage s = storage_of(path, d);
-      EXPECT_TRUE(s.fletcher32) << path << ": " << d;
-      EXPECT_FALSE(s.chunks.empty()) << path << ": " << d;
+      EXPECT_TRUE(s.has_crc32) << path << ": " << d;
+      EXPECT_EQ(s.crc32, static_cast<std::int64_t>(s.zlib_crc32)) << path << ": " << d;
+      EXPECT_EQ(s.blocks.size(), 1u) << path << ": " << d;  // contiguous: one block to flip a byte in
     }
   }
-  EXPECT_EQ(storage_of(single, "/params/wte").chunks.size(), 3u);  // 600k floats in chunks of 2^18
 }
 
-TEST(CheckpointChecksums, AFlippedByteInAnyChunkOfAnyTensorIsCaughtNamingFileAndTensor) {
+TEST(CheckpointChecksums, AFlippedByteInAnyTensorIsCaughtNamingFileAndTensor) {
   const fs::path dir = geotrain::testing::scratch_dir("checksum-flips");
   const std::string good = (dir / "good.h5").string();
   io::write_checkpoint_file(good, checkpoint_with_large_tensor());
@@ -143,14 +163,15 @@ TEST(CheckpointChecksums, AFlippedByteInAnyChunkOfAnyTensorIsCaughtNamingFileAnd
   int cases = 0;
   for (const std::string& dataset : tensor_datasets(good)) {
     const Storage s = storage_of(good, dataset);
-    for (std::size_t chunk = 0; chunk < s.chunks.size(); ++chunk) {
+    ASSERT_FALSE(s.blocks.empty()) << dataset;
+    for (hsize_t at : {hsize_t{0}, s.blocks[0].second / 2, s.blocks[0].second - 1}) {  // first, middle, last byte
       const std::string damaged = (dir / ("damaged-" + std::to_string(cases++) + ".h5")).string();
       fs::copy_file(good, damaged);
-      flip_byte(damaged, s.chunks[chunk].first + s.chunks[chunk].second / 2);
+      flip_byte(damaged, s.blocks[0].first + at);
       expect_damage_named([&] { io::read_checkpoint_file(damaged); }, damaged, dataset);
     }
   }
-  EXPECT_EQ(cases, 3 * 3 + 3 + 1);  // wte's 3 chunks, lnf.bias's 1, each with 2 moments; 1 residual
+  EXPECT_EQ(cases, 3 * 7);  // wte and lnf.bias with 2 moments each, 1 residual; 3 places each
 
   // The sharded form: a shard's damage is named by the shard's path.
   const fs::path folder_root = dir / "sharded";
@@ -164,8 +185,69 @@ TEST(CheckpointChecksums, AFlippedByteInAnyChunkOfAnyTensorIsCaughtNamingFileAnd
                                                             2, {io::shard_name(0), io::shard_name(1)});
   ASSERT_NO_THROW(io::read_checkpoint(folder));
   const Storage s = storage_of(shard0, "/optimizer/v/wte");
-  flip_byte(shard0, s.chunks.back().first + 7);
+  flip_byte(shard0, s.blocks.back().first + s.blocks.back().second - 7);
   expect_damage_named([&] { io::read_checkpoint(folder); }, shard0, "/optimizer/v/wte");
+}
+
+// The fast CRC-32 (carry-less multiplication) equals zlib's on every length
+// around its block sizes, at every alignment, and on large buffers; a
+// single flipped bit anywhere changes it.
+TEST(Crc32, EqualsZlibAtEveryLengthAndAlignment) {
+  std::mt19937 random(7);
+  std::vector<unsigned char> bytes(1 << 20);
+  for (unsigned char& b : bytes) b = static_cast<unsigned char>(random());
+  for (std::size_t offset = 0; offset < 16; ++offset) {
+    for (std::size_t count = 0; count <= 300; ++count) {
+      ASSERT_EQ(io::crc32_of_bytes(bytes.data() + offset, count), io::crc32_of_bytes_by_zlib(bytes.data() + offset, count))
+          << "offset " << offset << ", " << count << " bytes";
+    }
+  }
+  for (std::size_t count : {std::size_t{4096}, std::size_t{65536 + 13}, bytes.size() - 5, bytes.size()}) {
+    EXPECT_EQ(io::crc32_of_bytes(bytes.data(), count), io::crc32_of_bytes_by_zlib(bytes.data(), count)) << count;
+  }
+  const std::uint32_t whole = io::crc32_of_bytes(bytes.data(), bytes.size());
+  for (std::size_t at : {std::size_t{0}, std::size_t{63}, std::size_t{64}, bytes.size() / 2, bytes.size() - 1}) {
+    bytes[at] ^= 0x20;
+    EXPECT_NE(io::crc32_of_bytes(bytes.data(), bytes.size()), whole) << "bit flipped at byte " << at;
+    bytes[at] ^= 0x20;
+  }
+  const char check[] = "123456789";  // the CRC-32 check value of the standard (ISO-HDLC)
+  std::vector<unsigned char> repeated;
+  for (int i = 0; i < 10; ++i) repeated.insert(repeated.end(), check, check + 9);
+  EXPECT_EQ(io::crc32_of_bytes(check, 9), 0xCBF43926u);
+  EXPECT_EQ(io::crc32_of_bytes(repeated.data(), repeated.size()), io::crc32_of_bytes_by_zlib(repeated.data(), repeated.size()));
+}
+
+// Format version 2's first writers guarded the files one process wrote with
+// HDF5's Fletcher32 filter on chunks: such files still load, verified.
+TEST(CheckpointChecksums, Fletcher32ChunksOfEarlierFilesAreStillVerified) {
+  const fs::path dir = geotrain::testing::scratch_dir("checksum-fletcher");
+  const std::string path = (dir / "fletcher32.h5").string();
+  io::write_checkpoint_file(path, checkpoint_with_large_tensor());
+  std::vector<float> values(600 * 1000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i % 31);
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(file, "/params/wte", H5P_DEFAULT), 0);
+    const hsize_t dims[2] = {600, 1000}, chunk[2] = {262, 1000};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    const hid_t layout = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(layout, 2, chunk);
+    H5Pset_fletcher32(layout);
+    const hid_t set = H5Dcreate2(file, "/params/wte", H5T_IEEE_F32LE, space, H5P_DEFAULT, layout, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+    H5Dclose(set), H5Pclose(layout), H5Sclose(space), H5Fclose(file);
+  }
+  EXPECT_EQ(io::read_checkpoint_file(path).find("wte")->value, values);
+  const Storage s = storage_of(path, "/params/wte");
+  ASSERT_TRUE(s.fletcher32);
+  ASSERT_EQ(s.blocks.size(), 3u);  // 600 rows in chunks of 262
+  for (std::size_t chunk = 0; chunk < s.blocks.size(); ++chunk) {
+    const std::string damaged = (dir / ("damaged-" + std::to_string(chunk) + ".h5")).string();
+    fs::copy_file(path, damaged);
+    flip_byte(damaged, s.blocks[chunk].first + s.blocks[chunk].second / 2);
+    expect_damage_named([&] { io::read_checkpoint_file(damaged); }, damaged, "/params/wte");
+  }
 }
 
 // Replaces /params/lnf.bias of `path` with a contiguous, unfiltered dataset

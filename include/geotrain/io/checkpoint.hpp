@@ -15,11 +15,11 @@
 // written by one layout loads into any other.
 //
 // Checksums (version 2): every tensor dataset is checked on every read.
-// Written by one process (single, sharded, weights only): chunked (at most
-// 2^18 floats a chunk) with HDF5's Fletcher32 filter, which libhdf5, h5py
-// and h5dump verify themselves. Written collectively (parallel, per_site):
-// contiguous, with an attribute crc32 (zlib's CRC-32 of the little-endian
-// float32 bytes), because parallel HDF5 filters only collective writes. A
+// Every form stores contiguous datasets with an attribute crc32 (zlib's
+// CRC-32 of the little-endian float32 bytes), computed on a helper thread
+// while the bytes are written. The first version 2 writers chunked the
+// files one process wrote (at most 2^18 floats a chunk) with HDF5's
+// Fletcher32 filter instead; such files are still read and verified. A
 // tensor with neither, or whose bytes fail it, is an InputError naming the
 // file and the dataset.
 //

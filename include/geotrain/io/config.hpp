@@ -189,8 +189,16 @@ Config default_config(const std::vector<std::string>& overrides = {});
 // run without a config file).
 Config read_config(const std::string& path, const std::vector<std::string>& overrides);
 // The model file with the config's model.* overrides applied and checked
-// (errors name the override's origin and key).
+// (errors name the override's origin and key). With checkpoint.init_from,
+// the model is that checkpoint's instead (model.file is not read): see
+// model_of_checkpoint.
 ModelFile load_model(const Config& config);
+struct Checkpoint;
+// The model of `checkpoint` (read from `path`), which `command` ("eval",
+// "checkpoint.init_from") takes; a model.* key set to another value (shape,
+// lm_head) is an InputError naming both values.
+ModelShape model_of_checkpoint(const Config& config, const Checkpoint& checkpoint, const std::string& path,
+                               const std::string& command);
 // The rules that need the job's rank count and the model (under mpirun, once
 // both are known): ranks = tensor_parallel x stages x replicas, and so on.
 void check_rank_count(const Config& config, const ModelShape& model, int ranks);

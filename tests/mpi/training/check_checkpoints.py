@@ -310,22 +310,17 @@ def check_compressed_resume(r, form, name="int8", ranks=4, wire=("--compression.
 
 
 def check_tensor_checksums(files, form):
-    """Every tensor dataset carries its checksum: the Fletcher32 filter
-    (files one process writes), or, from the collective writer (parallel,
-    per_site), a crc32 attribute equal to zlib's CRC-32 of its bytes."""
-    collective = form in ("parallel", "per_site")
+    """Every tensor dataset carries its checksum, in every form: a crc32
+    attribute equal to zlib's CRC-32 of its bytes."""
     for file in files:
         with h5py.File(file, "r") as f:
             datasets = []
             f.visititems(lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None)
             for name in datasets:
                 d = f[name]
-                if collective:
-                    want = zlib.crc32(np.asarray(d, dtype="<f4").tobytes())
-                    if "crc32" not in d.attrs or int(d.attrs["crc32"]) != want:
-                        fail(f"{file}: /{name}: crc32 attribute {d.attrs.get('crc32')} is not zlib's {want}")
-                elif d.fletcher32 is not True:
-                    fail(f"{file}: /{name}: no Fletcher32 filter")
+                want = zlib.crc32(np.asarray(d, dtype="<f4").tobytes())
+                if "crc32" not in d.attrs or int(d.attrs["crc32"]) != want:
+                    fail(f"{file}: /{name}: crc32 attribute {d.attrs.get('crc32')} is not zlib's {want}")
     print(f"{len(files)} file(s) of the {form} form: every tensor carries its checksum")
 
 
