@@ -140,7 +140,7 @@ double phases_s(const Network& net, const std::vector<ExchangePhase>& phases) {
       for (const Transfer& t : phase.transfers) seconds += net.latency(t.from, t.to);
       if (!drained.empty()) seconds += *std::max_element(drained.begin(), drained.end());
     } else {
-      seconds = concurrent_transfers_s(net, phase.transfers);
+      seconds = fluid_bound_s(net, phase.transfers);
     }
     total += phase.repeat * seconds;
   }

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <map>
+#include <queue>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 namespace geotrain::plan {
@@ -21,21 +22,31 @@ constexpr double kUnlimited = std::numeric_limits<double>::infinity();
 class ProgressiveFilling {
  public:
   ProgressiveFilling(const FlowProblem& problem, const std::vector<char>& active)
-      : problem_(problem), flows_of_(problem.capacity.size()), rate_(problem.path.size(), 0.0),
-        left_(problem.capacity), fixed_(problem.path.size(), 0), unfixed_(problem.capacity.size(), 0),
+      : problem_(problem), rate_(problem.path.size(), 0.0), left_(problem.capacity),
+        fixed_(problem.path.size(), 0), unfixed_(problem.capacity.size(), 0),
         own_cap_(problem.path.size(), kUnlimited) {
+    // The active flows of each resource in one flat array (resource r's from first_[r]): no
+    // allocation per resource, as there are as many pair links as flows.
     for (size_t f = 0; f < problem.path.size(); ++f) {
       if (!active.empty() && !active[f]) {
         fixed_[f] = 1;
       } else if (problem.path[f].empty()) {
         rate_[f] = kUnlimited, fixed_[f] = 1;
       } else {
-        for (int r : problem.path[f]) ++unfixed_[r], flows_of_[r].push_back(static_cast<int>(f));
+        for (int r : problem.path[f]) ++unfixed_[r];
       }
     }
+    first_.assign(problem.capacity.size() + 1, 0);
+    for (size_t r = 0; r < problem.capacity.size(); ++r) first_[r + 1] = first_[r] + unfixed_[r];
+    flows_.resize(first_.back());
+    std::vector<int> at(first_.begin(), first_.end() - 1);
+    for (size_t f = 0; f < problem.path.size(); ++f) {
+      if (fixed_[f]) continue;
+      for (int r : problem.path[f]) flows_[at[r]++] = static_cast<int>(f);
+    }
     for (size_t r = 0; r < problem.capacity.size(); ++r) {
-      if (unfixed_[r] >= 2) shared_.push_back(static_cast<int>(r));
-      if (unfixed_[r] == 1) own_cap_[flows_of_[r].front()] = std::min(own_cap_[flows_of_[r].front()], problem.capacity[r]);
+      if (unfixed_[r] >= 2) by_share_.emplace(fair_share(static_cast<int>(r)), static_cast<int>(r));
+      if (unfixed_[r] == 1) own_cap_[flows_[first_[r]]] = std::min(own_cap_[flows_[first_[r]]], problem.capacity[r]);
     }
     for (size_t f = 0; f < problem.path.size(); ++f) {
       if (!fixed_[f]) by_cap_.push_back(static_cast<int>(f));
@@ -49,21 +60,36 @@ class ProgressiveFilling {
       const double level = water_level(&bottleneck);
       if (fix_capped_up_to(level)) continue;
       if (bottleneck < 0) return rate_;
-      for (int f : flows_of_[bottleneck]) {
-        if (!fixed_[f]) fix(f, level);
+      for (int k = first_[bottleneck]; k < first_[bottleneck + 1]; ++k) {
+        if (!fixed_[flows_[k]]) fix(flows_[k], level);
       }
     }
   }
 
  private:
-  double water_level(int* bottleneck) const {
-    double level = kUnlimited;
-    for (int r : shared_) {
-      if (unfixed_[r] == 0) continue;
-      const double fair = std::max(left_[r], 0.0) / unfixed_[r];
-      if (fair < level) level = fair, *bottleneck = r;
+  double fair_share(int r) const { return std::max(left_[r], 0.0) / unfixed_[r]; }
+
+  // The smallest fair share of a shared resource with unfixed flows (the
+  // smallest id among equal ones). Shares never fall (a flow is fixed at
+  // most at the share of every resource it crosses), so an entry of the
+  // heap is a lower bound of its resource's share: refreshed when popped.
+  double water_level(int* bottleneck) {
+    while (!by_share_.empty()) {
+      const auto [share, r] = by_share_.top();
+      if (unfixed_[r] == 0) {
+        by_share_.pop();
+        continue;
+      }
+      const double now = fair_share(r);
+      if (now > share) {
+        by_share_.pop();
+        by_share_.emplace(now, r);
+        continue;
+      }
+      *bottleneck = r;
+      return now;
     }
-    return level;
+    return kUnlimited;
   }
 
   // Fixes every unfixed flow whose own cap is at most `level`; whether any was.
@@ -85,10 +111,12 @@ class ProgressiveFilling {
   }
 
   const FlowProblem& problem_;
-  std::vector<std::vector<int>> flows_of_;  // the active flows that cross each resource
   std::vector<double> rate_, left_;
   std::vector<char> fixed_;
-  std::vector<int> unfixed_, shared_, by_cap_;
+  std::vector<int> unfixed_, by_cap_;
+  // Shared resources (crossed by two flows or more) by fair share, smallest first.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> by_share_;
+  std::vector<int> first_, flows_;  // the active flows that cross each resource
   std::vector<double> own_cap_;
   size_t next_ = 0;  // by_cap_ before it is fixed
 };
@@ -125,43 +153,49 @@ std::vector<double> drain_times_s(const FlowProblem& problem) {
   return finish;
 }
 
-FlowProblem flows_on(const Network& network, const std::vector<Transfer>& transfers) {
-  FlowProblem problem;
-  auto add = [&](double capacity) {
-    problem.capacity.push_back(capacity);
-    return static_cast<int>(problem.capacity.size()) - 1;
-  };
-  // Resource ids made on first use: pair links, each NIC's two sides, each site uplink's two.
-  std::unordered_map<long long, int> pair;
-  pair.reserve(transfers.size());
-  const SharedLinks& shared = network.shared;
+LinkResources::LinkResources(const Network& network) : network_(network) {
   const int n = network.device_count;
-  std::vector<int> nic_out(shared.nic_bytes_per_s.empty() ? 0 : n, -1), nic_in = nic_out;
-  std::map<std::string, std::pair<int, int>> uplink;  // site -> (out, in)
-  for (const auto& [site, capacity] : shared.site_uplink_bytes_per_s) uplink[site] = {-1, -1};
-  auto once = [&](int& id, double capacity) {
-    if (id < 0) id = add(capacity);
-    return id;
-  };
+  if (!network.shared.nic_bytes_per_s.empty()) nic_out_.assign(n, -1), nic_in_.assign(n, -1);
+  for (const auto& [site, capacity] : network.shared.site_uplink_bytes_per_s) uplink_[site] = {-1, -1};
+}
+
+int LinkResources::once(int& id, double capacity) {
+  if (id < 0) {
+    capacity_.push_back(capacity);
+    id = static_cast<int>(capacity_.size()) - 1;
+  }
+  return id;
+}
+
+std::vector<int> LinkResources::path(const Transfer& t) {
+  const Network& net = network_;
+  const SharedLinks& shared = net.shared;
+  auto [it, added] = pair_.try_emplace(static_cast<long long>(t.from) * net.device_count + t.to, -1);
+  std::vector<int> path{once(it->second, net.bandwidth(t.from, t.to))};
+  if (!nic_out_.empty()) {
+    path.push_back(once(nic_out_[t.from], shared.nic_bytes_per_s[t.from]));
+    path.push_back(once(nic_in_[t.to], shared.nic_bytes_per_s[t.to]));
+  }
+  if (!uplink_.empty() && net.site(t.from) != net.site(t.to)) {
+    if (auto out = uplink_.find(net.site(t.from)); out != uplink_.end()) {
+      path.push_back(once(out->second.first, shared.site_uplink_bytes_per_s.at(out->first)));
+    }
+    if (auto in = uplink_.find(net.site(t.to)); in != uplink_.end()) {
+      path.push_back(once(in->second.second, shared.site_uplink_bytes_per_s.at(in->first)));
+    }
+  }
+  return path;
+}
+
+FlowProblem flows_on(const Network& network, const std::vector<Transfer>& transfers) {
+  LinkResources resources(network);
+  FlowProblem problem;
   problem.path.reserve(transfers.size());
   for (const Transfer& t : transfers) {
-    auto [it, added] = pair.try_emplace(static_cast<long long>(t.from) * n + t.to, -1);
-    std::vector<int> path{once(it->second, network.bandwidth(t.from, t.to))};
-    if (!nic_out.empty()) {
-      path.push_back(once(nic_out[t.from], shared.nic_bytes_per_s[t.from]));
-      path.push_back(once(nic_in[t.to], shared.nic_bytes_per_s[t.to]));
-    }
-    if (!uplink.empty() && network.site(t.from) != network.site(t.to)) {
-      if (auto out = uplink.find(network.site(t.from)); out != uplink.end()) {
-        path.push_back(once(out->second.first, shared.site_uplink_bytes_per_s.at(out->first)));
-      }
-      if (auto in = uplink.find(network.site(t.to)); in != uplink.end()) {
-        path.push_back(once(in->second.second, shared.site_uplink_bytes_per_s.at(in->first)));
-      }
-    }
-    problem.path.push_back(std::move(path));
+    problem.path.push_back(resources.path(t));
     problem.bytes.push_back(t.bytes);
   }
+  problem.capacity = resources.capacities();
   return problem;
 }
 
@@ -171,7 +205,57 @@ std::vector<double> arrival_times_s(const Network& network, const std::vector<Tr
   return arrival;
 }
 
+namespace {
+
+// A resource's load (bytes through it) and the smallest latency of the transfers that cross it.
+struct Load {
+  double bytes = 0, latency = std::numeric_limits<double>::infinity();
+  void add(double b, double l) { bytes += b, latency = std::min(latency, l); }
+  double seconds(double capacity) const { return bytes > 0 ? bytes / capacity + latency : 0.0; }
+};
+
+}  // namespace
+
+double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers) {
+  const SharedLinks& shared = network.shared;
+  const int n = network.device_count;
+  std::vector<std::pair<long long, double>> pairs;  // (from * n + to, bytes): the pair links' loads
+  pairs.reserve(transfers.size());
+  std::vector<Load> nic_out(shared.nic_bytes_per_s.empty() ? 0 : n), nic_in = nic_out;
+  std::map<std::string, std::pair<Load, Load>> uplink;  // site -> (out, in)
+  for (const Transfer& t : transfers) {
+    if (t.bytes <= 0) continue;
+    const double latency = network.latency(t.from, t.to);
+    pairs.emplace_back(static_cast<long long>(t.from) * n + t.to, t.bytes);
+    if (!nic_out.empty()) nic_out[t.from].add(t.bytes, latency), nic_in[t.to].add(t.bytes, latency);
+    if (!shared.site_uplink_bytes_per_s.empty() && network.site(t.from) != network.site(t.to)) {
+      if (shared.site_uplink_bytes_per_s.count(network.site(t.from))) uplink[network.site(t.from)].first.add(t.bytes, latency);
+      if (shared.site_uplink_bytes_per_s.count(network.site(t.to))) uplink[network.site(t.to)].second.add(t.bytes, latency);
+    }
+  }
+  // The last byte through a resource leaves it no sooner than its load at its
+  // capacity, and arrives one latency (the smallest of its transfers') later.
+  std::sort(pairs.begin(), pairs.end());
+  double end = 0;
+  for (size_t k = 0; k < pairs.size();) {
+    const long long key = pairs[k].first;
+    const int from = static_cast<int>(key / n), to = static_cast<int>(key % n);
+    Load load;
+    for (; k < pairs.size() && pairs[k].first == key; ++k) load.add(pairs[k].second, network.latency(from, to));
+    end = std::max(end, load.seconds(network.bandwidth(from, to)));
+  }
+  for (size_t d = 0; d < nic_out.size(); ++d) {
+    end = std::max({end, nic_out[d].seconds(shared.nic_bytes_per_s[d]), nic_in[d].seconds(shared.nic_bytes_per_s[d])});
+  }
+  for (const auto& [site, load] : uplink) {
+    const double capacity = shared.site_uplink_bytes_per_s.at(site);
+    end = std::max({end, load.first.seconds(capacity), load.second.seconds(capacity)});
+  }
+  return end;
+}
+
 double concurrent_transfers_s(const Network& network, const std::vector<Transfer>& transfers) {
+  if (transfers.size() > kExactFlowLimit) return fluid_bound_s(network, transfers);
   const auto arrival = arrival_times_s(network, transfers);
   return arrival.empty() ? 0.0 : *std::max_element(arrival.begin(), arrival.end());
 }

@@ -29,6 +29,7 @@ struct Job {
 struct Flow {
   int job;
   Transfer transfer;
+  std::vector<int> path;  // LinkResources' ids
   double left;
   double after;  // from its last byte to its phase's end: its latency (a chain's: all the hops')
 };
@@ -52,12 +53,12 @@ void add_stage_jobs(const Network& net, const std::vector<int>& group, double to
 class JointExchanges {
  public:
   JointExchanges(const Network& net, std::vector<Job> jobs)
-      : net_(net), jobs_(std::move(jobs)), arrival_(jobs_.size(), 0.0) {}
+      : net_(net), resources_(net), jobs_(std::move(jobs)), arrival_(jobs_.size(), 0.0) {}
 
   void run() {
     double now = 0;
     for (;;) {
-      const auto rates = flows_.empty() ? std::vector<double>{} : max_min_rates(flows_on(net_, transfers()));
+      const auto rates = flows_.empty() ? std::vector<double>{} : max_min_rates(problem());
       double step = kNever;
       for (size_t f = 0; f < flows_.size(); ++f) step = std::min(step, flows_[f].left / rates[f]);
       double event = now + step;
@@ -82,26 +83,32 @@ class JointExchanges {
   }
 
  private:
-  std::vector<Transfer> transfers() const {
-    std::vector<Transfer> all;
-    for (const Flow& f : flows_) all.push_back(f.transfer);
-    return all;
+  // The flows in flight over the resources numbered so far (max_min_rates reads paths and capacities).
+  const FlowProblem& problem() {
+    problem_.capacity = resources_.capacities();
+    problem_.path.resize(flows_.size());
+    for (size_t f = 0; f < flows_.size(); ++f) problem_.path[f].assign(flows_[f].path.begin(), flows_[f].path.end());
+    return problem_;
   }
 
   // Moves every flow `seconds` on; a job whose phase has drained starts its
   // next phase once the phase's last transfer has arrived (its latency after).
   void drain(const std::vector<double>& rates, double seconds, double now) {
-    std::vector<Flow> running;
+    // A flow ends within the clock's resolution of its end: a step too small
+    // to move `now` (1e-17 s at 10 s) would otherwise drain nothing, forever.
+    const double resolution = std::max(now, 1.0) * 1e-12;
+    size_t kept = 0;
     for (size_t f = 0; f < flows_.size(); ++f) {
-      Flow flow = flows_[f];
+      Flow& flow = flows_[f];
       flow.left -= rates[f] * seconds;
-      if (flow.left > flow.transfer.bytes * 1e-12) {
-        running.push_back(flow);
+      if (flow.left > flow.transfer.bytes * 1e-12 && flow.left > rates[f] * resolution) {
+        if (kept != f) flows_[kept] = std::move(flow);
+        ++kept;
       } else {
         arrival_[flow.job] = std::max(arrival_[flow.job], now + flow.after);
       }
     }
-    flows_ = std::move(running);
+    flows_.resize(kept);
     std::vector<int> in_flight(jobs_.size(), 0);
     for (const Flow& f : flows_) ++in_flight[f.job];
     for (size_t k = 0; k < jobs_.size(); ++k) {
@@ -127,7 +134,7 @@ class JointExchanges {
     for (const Transfer& t : phase.transfers) {
       const double after = phase.pipelined_chain ? chain : net_.latency(t.from, t.to);
       if (t.bytes > 0) {
-        flows_.push_back({k, t, t.bytes, after});
+        flows_.push_back({k, t, resources_.path(t), t.bytes, after});
         any = true;
       } else {
         arrival_[k] = std::max(arrival_[k], now + after);
@@ -137,6 +144,8 @@ class JointExchanges {
   }
 
   const Network& net_;
+  LinkResources resources_;
+  FlowProblem problem_;
   std::vector<Job> jobs_;
   std::vector<Flow> flows_;
   std::vector<double> arrival_;  // per job: when its current phase's transfers have all arrived

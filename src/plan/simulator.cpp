@@ -55,15 +55,15 @@ void check_plan_fits(const Network& net, const Plan& plan, const PipelineWork& w
 void add_datap_exchanges(const Network& net, const Plan& plan, const PipelineWork& w, SimulationResult* result) {
   result->iteration_s = result->pipeline_phase_s;
   // With shared links the stage groups' sums and their buckets play together; `paper` stays the
-  // DT-FM cost model's DATAP. Past kJointTransfers the joint play is too slow for the layout
-  // search and each group is priced alone (datap_end_s): it misses what the groups, and the
-  // buckets in flight together, share.
-  constexpr double kJointTransfers = 2e5;
-  const double per_group = static_cast<double>(plan.data_parallel) * (plan.data_parallel - 1);
+  // DT-FM cost model's DATAP. The joint play recomputes the rates of the flows in flight (up to
+  // one phase of every group) at each of its events (up to one per transfer): past kJointWork
+  // flow-events it is too slow for the layout search and each group is priced alone
+  // (datap_end_s), missing what the groups, and the buckets in flight together, share.
+  constexpr double kJointWork = 1e6;
+  const double in_flight = static_cast<double>(plan.data_parallel) * (plan.data_parallel - 1) * plan.pipeline_stages;
   const double buckets = w.bucket_bytes > 0 ? 1.0 + *std::max_element(w.gradient_bytes.begin(), w.gradient_bytes.end()) / w.bucket_bytes : 1.0;
   const bool together = net.shared.any() && plan.data_parallel > 1 &&
-                        w.dp_scheme != DataParallelScheme::paper &&
-                        per_group * buckets * plan.pipeline_stages <= kJointTransfers;
+                        w.dp_scheme != DataParallelScheme::paper && in_flight * in_flight * buckets <= kJointWork;
   const std::vector<double> shared_ends =
       together ? simulation::shared_datap_ends(net, plan, w, result->stage_last_backward_s) : std::vector<double>{};
   for (int s = 0; s < plan.pipeline_stages; ++s) {

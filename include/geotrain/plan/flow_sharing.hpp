@@ -6,6 +6,10 @@
 // again each time a flow ends. On a network without shared capacities every
 // flow is alone on its pair link: the pair-only alpha-beta model.
 #pragma once
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "geotrain/plan/network.hpp"
@@ -37,10 +41,43 @@ struct Transfer {
 // The resources `transfers` cross on `network` (network.hpp: SharedLinks).
 FlowProblem flows_on(const Network& network, const std::vector<Transfer>& transfers);
 
+// The resources of `network` as transfers cross them, numbered on first
+// use: a transfer's pair link, its sender's NIC (out) and receiver's (in),
+// and their sites' uplinks where it leaves a site. For callers that add
+// flows over time (the stage groups' joint play) without renumbering.
+class LinkResources {
+ public:
+  explicit LinkResources(const Network& network);
+  std::vector<int> path(const Transfer& t);  // its resource ids, each at most once
+  const std::vector<double>& capacities() const { return capacity_; }
+
+ private:
+  int once(int& id, double capacity);
+  const Network& network_;
+  std::vector<double> capacity_;
+  std::unordered_map<long long, int> pair_;
+  std::vector<int> nic_out_, nic_in_;
+  std::map<std::string, std::pair<int, int>> uplink_;  // site -> (out, in)
+};
+
 // When each transfer has arrived, all starting together: its bytes drained
 // under sharing, then its pair's latency.
 std::vector<double> arrival_times_s(const Network& network, const std::vector<Transfer>& transfers);
-// The last of them (0 for none).
+// The last of them (0 for none). Above kExactFlowLimit transfers, the fluid
+// bound instead (the progressive filling of a million flows, one phase of a
+// direct sum over 1,024 devices, would take the layout search minutes).
 double concurrent_transfers_s(const Network& network, const std::vector<Transfer>& transfers);
+
+// The fluid bound of transfers that start together: no resource (pair link,
+// NIC side, site uplink side) drains faster than its capacity, so the last
+// of them arrives no sooner than max over resources of (bytes through it /
+// capacity + the smallest latency of its transfers). Max-min sharing
+// reaches it when the flows are symmetric (a ring, a direct sum over equal
+// NICs; on the pair-only network it is the slowest transfer exactly) and
+// can be slower otherwise; the gap on the exchange patterns geotrain uses:
+// tests/unit/test_flow_sharing.cpp. O(transfers log transfers), without
+// building the flow problem.
+double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers);
+inline constexpr size_t kExactFlowLimit = 4096;
 
 }  // namespace geotrain::plan
