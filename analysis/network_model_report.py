@@ -96,9 +96,8 @@ def main():
         "",
         "Not yet measured here: NIC caps in a training run (the emulator and the model have them, checked "
         "by `tests/emulate/check_shared_links.py`), more than 8 ranks (the 2 cores limit the emulation), "
-        "the hierarchical exchange (the simulator prices it, the runtime does not run it yet), and the "
-        "paper-scale plans of 160-1,024 GPUs (a million transfers a phase make the flow model too slow for "
-        "the layout search at 1,024 devices).",
+        "and the hierarchical exchange (the simulator prices it, the runtime does not run it yet). The "
+        "paper-scale plans of 160-1,024 GPUs (simulated): analysis/results/planner_scale.md.",
         "",
     ]
     with open(out, "w") as f:
