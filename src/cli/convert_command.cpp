@@ -15,12 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string shape_text(const ModelShape& m) {
-  return std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " + std::to_string(m.heads) +
-         " heads, vocabulary " + std::to_string(m.vocabulary) + ", " + std::to_string(m.sequence_length) +
-         " positions";
-}
-
 int from_hf(const ConvertCommandOptions& o) {
   std::error_code error;
   if (fs::exists(o.out, error) && !o.overwrite) {

@@ -10,8 +10,6 @@
 
 #include <zlib.h>
 
-#include <cstring>
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define GEOTRAIN_CRC32_CLMUL 1

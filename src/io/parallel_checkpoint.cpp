@@ -33,6 +33,13 @@ struct Entry {
   std::vector<std::int64_t> crc32;  // of the value, then of each moment (member 0's, after the write)
 };
 
+// The groups that hold an entry's datasets, in the order of its checksums.
+std::vector<std::string> groups_of(const Entry& e) {
+  if (e.residual) return {"error_feedback"};
+  if (e.moments) return {"params", "optimizer/m", "optimizer/v"};
+  return {"params"};
+}
+
 // The bytes of `part` in the order of its entries: each tensor's value and
 // moments, then the residuals.
 std::vector<std::span<const float>> spans_of(const Checkpoint& part) {
@@ -133,7 +140,7 @@ void gather_digests(MPI_Comm comm, const std::vector<std::int64_t>& mine, std::v
             "exchanging checksums", path);
   if (me != 0) return;
   for (Entry& e : entries) {
-    const std::size_t datasets = !e.residual && e.moments ? 3 : 1;
+    const std::size_t datasets = groups_of(e).size();
     auto& next = offsets[static_cast<std::size_t>(e.owner)];
     for (std::size_t i = 0; i < datasets && next < total; ++i) e.crc32.push_back(all[static_cast<std::size_t>(next++)]);
   }
@@ -209,10 +216,7 @@ std::string write_datasets(MPI_Comm comm, const std::string& temporary, const Ch
 // Each dataset's crc32 attribute, from its owner's digests.
 void write_checksums(hid_t file, const std::vector<Entry>& entries, const std::string& temporary) {
   for (const Entry& e : entries) {
-    const std::vector<std::string> groups =
-        e.residual ? std::vector<std::string>{"error_feedback"}
-                   : (e.moments ? std::vector<std::string>{"params", "optimizer/m", "optimizer/v"}
-                                : std::vector<std::string>{"params"});
+    const std::vector<std::string> groups = groups_of(e);
     if (e.crc32.size() != groups.size()) throw RunError(temporary + ": /params/" + e.name + ": checksums not exchanged");
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const std::string path = groups[i] + "/" + e.name;

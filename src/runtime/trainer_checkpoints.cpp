@@ -118,11 +118,8 @@ void RankTrainer::restore_local_state(const io::Checkpoint& checkpoint, const st
 void RankTrainer::start_from(RunInputs& inputs) {
   restore_weights(stage_, with_.backend, *inputs.init, inputs.init_path);
   inputs.init.reset();
-  const ModelShape& m = inputs.model;
   resume_notes_ = "initialised from " + inputs.init_path + " (weights only: step 0, fresh optimizer; its model: " +
-                  std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
-                  std::to_string(m.heads) + " heads, vocabulary " + std::to_string(m.vocabulary) + ", " +
-                  std::to_string(m.sequence_length) + " positions, " + (m.tied_head ? "tied" : "untied") + " head)\n";
+                  shape_text(inputs.model) + ", " + (inputs.model.tied_head ? "tied" : "untied") + " head)\n";
 }
 
 bool RankTrainer::checkpoint_at(int step, bool last) {

@@ -22,6 +22,13 @@ struct ModelShape {
   bool tied_head = true;
 };
 
+// "L layers, hidden H, A heads, vocabulary V, T positions": for messages.
+inline std::string shape_text(const ModelShape& m) {
+  return std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " + std::to_string(m.heads) +
+         " heads, vocabulary " + std::to_string(m.vocabulary) + ", " + std::to_string(m.sequence_length) +
+         " positions";
+}
+
 // GPT3-XL as the paper plans it (reference dtfm-paper.md §2.1): the
 // planner's model when a scenario names none.
 inline ModelShape gpt3_xl_shape() { return {"gpt3-xl", 24, 2048, 16, 50257, 2048}; }

@@ -11,4 +11,4 @@ std::uint32_t crc32_of_bytes(const void* data, std::size_t count);
 // The same by zlib itself (the reference the fast one is tested against).
 std::uint32_t crc32_of_bytes_by_zlib(const void* data, std::size_t count);
 
-}  // namespace geotrain::io::detail
+}  // namespace geotrain::io
