@@ -29,7 +29,6 @@ struct Job {
 struct Flow {
   int job;
   Transfer transfer;
-  std::vector<int> path;  // LinkResources' ids
   double left;
   double after;  // from its last byte to its phase's end: its latency (a chain's: all the hops')
 };
@@ -58,7 +57,7 @@ class JointExchanges {
   void run() {
     double now = 0;
     for (;;) {
-      const auto rates = flows_.empty() ? std::vector<double>{} : max_min_rates(problem());
+      const auto rates = flows_.empty() ? std::vector<double>{} : max_min_rates(problem_);
       double step = kNever;
       for (size_t f = 0; f < flows_.size(); ++f) step = std::min(step, flows_[f].left / rates[f]);
       double event = now + step;
@@ -83,14 +82,6 @@ class JointExchanges {
   }
 
  private:
-  // The flows in flight over the resources numbered so far (max_min_rates reads paths and capacities).
-  const FlowProblem& problem() {
-    problem_.capacity = resources_.capacities();
-    problem_.path.resize(flows_.size());
-    for (size_t f = 0; f < flows_.size(); ++f) problem_.path[f].assign(flows_[f].path.begin(), flows_[f].path.end());
-    return problem_;
-  }
-
   // Moves every flow `seconds` on; a job whose phase has drained starts its
   // next phase once the phase's last transfer has arrived (its latency after).
   void drain(const std::vector<double>& rates, double seconds, double now) {
@@ -102,13 +93,13 @@ class JointExchanges {
       Flow& flow = flows_[f];
       flow.left -= rates[f] * seconds;
       if (flow.left > flow.transfer.bytes * 1e-12 && flow.left > rates[f] * resolution) {
-        if (kept != f) flows_[kept] = std::move(flow);
+        if (kept != f) flows_[kept] = std::move(flow), problem_.path[kept] = std::move(problem_.path[f]);
         ++kept;
       } else {
         arrival_[flow.job] = std::max(arrival_[flow.job], now + flow.after);
       }
     }
-    flows_.resize(kept);
+    flows_.resize(kept), problem_.path.resize(kept);
     std::vector<int> in_flight(jobs_.size(), 0);
     for (const Flow& f : flows_) ++in_flight[f.job];
     for (size_t k = 0; k < jobs_.size(); ++k) {
@@ -134,18 +125,20 @@ class JointExchanges {
     for (const Transfer& t : phase.transfers) {
       const double after = phase.pipelined_chain ? chain : net_.latency(t.from, t.to);
       if (t.bytes > 0) {
-        flows_.push_back({k, t, resources_.path(t), t.bytes, after});
+        flows_.push_back({k, t, t.bytes, after});
+        problem_.path.push_back(resources_.path(t));
         any = true;
       } else {
         arrival_[k] = std::max(arrival_[k], now + after);
       }
     }
     if (!any) j.next = arrival_[k];
+    problem_.capacity = resources_.capacities();  // with the resources this phase's flows were first to cross
   }
 
   const Network& net_;
   LinkResources resources_;
-  FlowProblem problem_;
+  FlowProblem problem_;  // the paths of flows_, in their order, over the resources numbered so far
   std::vector<Job> jobs_;
   std::vector<Flow> flows_;
   std::vector<double> arrival_;  // per job: when its current phase's transfers have all arrived

@@ -291,9 +291,8 @@ Network sites_network(std::mt19937* rng, int sites, int per_site) {
 // The fluid bound's drain never exceeds max-min's (no schedule beats a
 // resource's capacity). On the phases of the exchange patterns (direct, ring,
 // hierarchical) over uneven sites with NICs and uplinks they agree, which is
-// why concurrent_transfers_s may use the bound above kExactFlowLimit; on
+// why phases_s prices those phases by the bound; on
 // random transfers max-min can be slower (by at most 9.7 % in these trials).
-// phases_s prices the exchange phases by the bound (fast at any scale).
 // A direct sum over equal NICs: exactly the bound.
 TEST(FlowSharing, FluidBoundIsALowerBoundThatSymmetricTransfersReach) {
   std::mt19937 rng(17);

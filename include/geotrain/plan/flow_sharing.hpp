@@ -63,9 +63,7 @@ class LinkResources {
 // When each transfer has arrived, all starting together: its bytes drained
 // under sharing, then its pair's latency.
 std::vector<double> arrival_times_s(const Network& network, const std::vector<Transfer>& transfers);
-// The last of them (0 for none). Above kExactFlowLimit transfers, the fluid
-// bound instead (the progressive filling of a million flows, one phase of a
-// direct sum over 1,024 devices, would take the layout search minutes).
+// The last of them (0 for none).
 double concurrent_transfers_s(const Network& network, const std::vector<Transfer>& transfers);
 
 // The fluid bound of transfers that start together: no resource (pair link,
@@ -75,9 +73,9 @@ double concurrent_transfers_s(const Network& network, const std::vector<Transfer
 // reaches it when the flows are symmetric (a ring, a direct sum over equal
 // NICs; on the pair-only network it is the slowest transfer exactly) and
 // can be slower otherwise; the gap on the exchange patterns geotrain uses:
-// tests/unit/test_flow_sharing.cpp. O(transfers log transfers), without
-// building the flow problem.
+// tests/unit/test_flow_sharing.cpp. O(transfers log transfers), where the
+// progressive filling of a million flows (one phase of a direct sum over
+// 1,024 devices) would take the layout search minutes.
 double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers);
-inline constexpr size_t kExactFlowLimit = 4096;
 
 }  // namespace geotrain::plan
