@@ -39,7 +39,8 @@ router's link toward each rank, one class per source rank (u32 on the
 source subnet), a default unshaped class for control traffic. Latency: `tc netem` where the kernel has it, else
 iptables NFQUEUE rules per site pair in the router and geotrain-netdelay
 holding each packet for its pair's delay. Shared links ([sites] nic_gbps,
-uplink_gbps): geotrain-netdelay sends every packet through the FIFO links it
+uplink_gbps; without nic_gbps each rank's NIC is its fastest link, as geotrain
+assumes, and nic_gbps = "unlimited" leaves NICs out): geotrain-netdelay sends every packet through the FIFO links it
 crosses (its ranks' NICs, its sites' uplinks, each direction) before its
 delay, dropping what would wait more than 50 ms, so transfers at once share
 them as the planner's flow model says (tests/emulate/check_shared_links.py).
@@ -132,14 +133,25 @@ def load_sites(path, chosen, devices):
                 raise EmulationError(f"{path}: [sites] {names[i]} -> {names[j]}: latency must be >= 0 and bandwidth > 0")
     shared = {key: per_site_rates(path, sites, key, n) for key in ("nic_gbps", "uplink_gbps")}
     shared = {key: [rates[i] for i in index] for key, rates in shared.items() if rates is not None}
-    return ([names[i] for i in index], counts, [[latency[i][j] for j in index] for i in index],
-            [[bandwidth[i][j] for j in index] for i in index], shared)
+    bandwidth = [[bandwidth[i][j] for j in index] for i in index]
+    if sites.get("nic_gbps") is None and sum(counts) > 1:
+        shared["nic_gbps"] = fastest_links(bandwidth, counts)
+    return [names[i] for i in index], counts, [[latency[i][j] for j in index] for i in index], bandwidth, shared
+
+
+def fastest_links(bandwidth, counts):
+    """The NIC geotrain assumes where a scenario gives none (plan::nics_at_fastest_link):
+    per site, a rank's fastest link to or from any other rank."""
+    k = len(counts)
+    return [max([bandwidth[s][t] for t in range(k) if t != s] + [bandwidth[t][s] for t in range(k) if t != s] +
+                ([bandwidth[s][s]] if counts[s] > 1 else []), default=None) for s in range(k)]
 
 
 def per_site_rates(path, sites, key, n):
-    """[sites] nic_gbps / uplink_gbps: one number for every site or one per site (None when absent)."""
+    """[sites] nic_gbps / uplink_gbps: one number for every site or one per site (None when absent,
+    and for nic_gbps = "unlimited", the pair-only model)."""
     value = sites.get(key)
-    if value is None:
+    if value is None or (key == "nic_gbps" and value == "unlimited"):
         return None
     rates = [value] * n if isinstance(value, (int, float)) else value
     if not isinstance(rates, list) or len(rates) != n or not all(isinstance(x, (int, float)) and x > 0 for x in rates):
@@ -172,6 +184,8 @@ def write_matrix(path, scenario, names, counts, latency_ms, bandwidth_gbps, shar
                 f"sites = [{', '.join(repr(names[s]).replace(chr(39), chr(34)) for s in site)}]\n")
         if "nic_gbps" in shared:
             f.write(f"nic_gbps = [{', '.join(repr(shared['nic_gbps'][s]) for s in site)}]\n")
+        else:
+            f.write('nic_gbps = "unlimited"\n')
         if "uplink_gbps" in shared:  # sites in the order they first appear above
             order = list(dict.fromkeys(site))
             f.write(f"uplink_gbps = [{', '.join(repr(shared['uplink_gbps'][s]) for s in order)}]\n")

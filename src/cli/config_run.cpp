@@ -39,6 +39,7 @@ ConfigNetwork equal_links(int ranks) {
     n.network.latency_s[static_cast<std::size_t>(d) * ranks + d] = 0;
     n.network.node_of_device.push_back("one-host");
   }
+  plan::assume_nics_where_unstated(n.network);
   n.source = std::to_string(ranks) + " ranks of one host with equal links (" + format_number("%g", kOneHostLatencyS * 1e6) +
              " us, " + format_number("%g", kOneHostBandwidthBytesPerS / 1e9) +
              " GB/s; assumed: network.matrix is unset, so the job would probe it)";

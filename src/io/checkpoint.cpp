@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/common/model_shape.hpp"
 #include "geotrain/io/crc32.hpp"
 #include "checkpoint_format.hpp"
 #include "hdf5_support.hpp"
@@ -25,12 +26,6 @@ using namespace hdf5;
 // Far above any tensor of the models geotrain trains (GPT3-XL's largest
 // holds 1e8 floats); an 8 GiB tensor is a damaged or foreign file.
 constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
-
-std::string shape_text(const std::vector<int>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // A tensor's dataset: contiguous, its checksum (a crc32 attribute) written by
 // write_tensors once the helper thread has computed it.
@@ -147,12 +142,12 @@ std::vector<float> read_dataset(hid_t group, const std::string& name, const std:
   std::uint64_t elements = 1;
   for (hsize_t d : dims) {
     if (elements > kMaxTensorElements / d) {
-      throw InputError(field + ": shape " + shape_text(shape) + " has more than 2^31 elements (damaged file?)");
+      throw InputError(field + ": shape " + dims_text(shape) + " has more than 2^31 elements (damaged file?)");
     }
     elements *= d;
   }
   if (!expected.empty() && shape != expected) {
-    throw InputError(field + ": shape " + shape_text(shape) + " differs from the parameter's " + shape_text(expected));
+    throw InputError(field + ": shape " + dims_text(shape) + " differs from the parameter's " + dims_text(expected));
   }
   std::vector<float> data(element_count(shape));
   read_verified(set, field, data);

@@ -154,27 +154,6 @@ void apply_override(Config& c, const std::string& text) {
   c.command_line_keys.push_back(key);
 }
 
-// A TOML basic string, so that describe() stays one line per key (a
-// sample prompt may hold a line break).
-std::string toml_string(const std::string& text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      quoted += '\\';
-      quoted += c;
-    } else if (c == '\n') {
-      quoted += "\\n";
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
-      quoted += escaped;
-    } else {
-      quoted += c;
-    }
-  }
-  return quoted + "\"";
-}
-
 }  // namespace
 
 namespace config_table {

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/common/model_shape.hpp"
 #include "geotrain/io/safetensors.hpp"
 
 namespace geotrain::io {
@@ -26,12 +27,6 @@ constexpr double kLayerNormEpsilon = 1e-5;
 const char* const kTanhGelus[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"};
 
 const std::string kPrefix = "transformer.";
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::vector<std::int64_t> hf_shape(const HfTensorName& t) {
   std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
@@ -117,8 +112,8 @@ std::vector<float> read_tensor(SafetensorsReader& file, const HfTensorName& t) {
   if (e == nullptr) e = file.find(kPrefix + t.hf);
   if (e == nullptr) throw InputError(file.path() + ": tensor '" + t.hf + "': missing");
   if (e->shape != hf_shape(t)) {
-    throw InputError(file.path() + ": tensor '" + e->name + "': shape " + shape_text(e->shape) +
-                     ", but config.json's model needs " + shape_text(hf_shape(t)));
+    throw InputError(file.path() + ": tensor '" + e->name + "': shape " + dims_text(e->shape) +
+                     ", but config.json's model needs " + dims_text(hf_shape(t)));
   }
   std::vector<float> values = file.read_floats(*e);
   if (t.conv1d) values = transposed(values, e->shape[0], e->shape[1]);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "geotrain/common/errors.hpp"
+#include "geotrain/common/model_shape.hpp"
 
 namespace geotrain::io {
 namespace {
@@ -24,12 +25,6 @@ int dtype_width(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
   return 0;  // not readable here (I64, F64, U8, ...)
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 std::uint64_t non_negative(const json& value, const std::string& field) {
@@ -69,7 +64,7 @@ SafetensorsEntry parse_entry(const std::string& name, const json& value, std::ui
       else bytes *= static_cast<std::uint64_t>(d);
     }
     if (bytes != e.end - e.begin) {
-      throw InputError(field + ": shape " + shape_text(e.shape) + " in " + e.dtype + " needs " +
+      throw InputError(field + ": shape " + dims_text(e.shape) + " in " + e.dtype + " needs " +
                        std::to_string(bytes) + " bytes, data_offsets span " + std::to_string(e.end - e.begin));
     }
   }

@@ -52,6 +52,9 @@ void normalise_diagonal(plan::Network& network);
 // when the key is absent.
 std::vector<double> read_rates_gbps(const Reader& r, const toml::table& table, const std::string& section,
                                     const char* key, size_t count, const char* each);
+// nic_gbps = "unlimited" in [section]: the pair-only model, asked for (any
+// other text is an error); absent or numbers: false.
+bool nics_unlimited(const Reader& r, const toml::table& table, const std::string& section);
 // Site name -> uplink in bytes/s, from per-site rates in the order of `names`.
 std::map<std::string, double> uplinks_by_site(const std::vector<std::string>& names, const std::vector<double>& gbps);
 

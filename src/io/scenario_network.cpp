@@ -94,6 +94,17 @@ std::vector<double> read_rates_gbps(const Reader& r, const toml::table& table, c
   return gbps;
 }
 
+bool nics_unlimited(const Reader& r, const toml::table& table, const std::string& section) {
+  const toml::node* node = table.get("nic_gbps");
+  if (node == nullptr || !node->is_string()) return false;
+  const std::string& text = node->as_string()->get();
+  if (text != "unlimited") {
+    r.fail(section + ".nic_gbps", "is \"" + text + "\"",
+           "give Gbit/s (one number, or one per entry), or \"unlimited\" for the pair-only model");
+  }
+  return true;
+}
+
 std::map<std::string, double> uplinks_by_site(const std::vector<std::string>& names, const std::vector<double>& gbps) {
   std::map<std::string, double> uplinks;
   for (size_t k = 0; k < gbps.size(); ++k) uplinks[names[k]] = bytes_per_s_from_gbps(gbps[k]);
@@ -105,8 +116,12 @@ namespace {
 // The shared links of a [network] table: NICs per device, an uplink per
 // site (sites in the order they first appear in network.sites).
 void read_shared_links(const Reader& r, const toml::table& table, plan::Network& network) {
-  for (double gbps : read_rates_gbps(r, table, "network", "nic_gbps", network.device_count, "device")) {
-    network.shared.nic_bytes_per_s.push_back(bytes_per_s_from_gbps(gbps));
+  if (nics_unlimited(r, table, "network")) {
+    network.shared.nics = plan::NicSource::unlimited;
+  } else {
+    for (double gbps : read_rates_gbps(r, table, "network", "nic_gbps", network.device_count, "device")) {
+      network.shared.nic_bytes_per_s.push_back(bytes_per_s_from_gbps(gbps));
+    }
   }
   if (!table.contains("uplink_gbps")) return;
   std::vector<std::string> names;
@@ -176,9 +191,12 @@ plan::Network read_network(const Reader& r, const toml::table& root) {
     r.fail("sites", "cannot be combined with [network]", "describe the network either as [network] matrices or as [sites]");
   }
   const std::vector<plan::DeviceType> types = read_device_types(r, root);
-  if (full != nullptr) return read_full_matrix_network(r, *full, types);
-  if (sites != nullptr) return read_site_network(r, *sites, types);
-  r.fail("network", "missing required field", "add a [network] table with matrices or a [sites] table");
+  if (full == nullptr && sites == nullptr) {
+    r.fail("network", "missing required field", "add a [network] table with matrices or a [sites] table");
+  }
+  plan::Network network = full != nullptr ? read_full_matrix_network(r, *full, types) : read_site_network(r, *sites, types);
+  plan::assume_nics_where_unstated(network);
+  return network;
 }
 
 }  // namespace geotrain::io::scenario_file

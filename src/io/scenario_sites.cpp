@@ -324,7 +324,10 @@ plan::Network read_site_network(const Reader& r, const toml::table& table,
     for (int site : layout.site_of_device) network.type_of_device.push_back(site_type[site]);
   }
   // Shared links: each device's NIC by its site, each site's uplink.
-  const std::vector<double> nic_gbps = read_rates_gbps(r, table, "sites", "nic_gbps", s, "site");
+  if (nics_unlimited(r, table, "sites")) network.shared.nics = plan::NicSource::unlimited;
+  const std::vector<double> nic_gbps =
+      network.shared.nics == plan::NicSource::unlimited ? std::vector<double>{}
+                                                         : read_rates_gbps(r, table, "sites", "nic_gbps", s, "site");
   for (int site : nic_gbps.empty() ? std::vector<int>{} : layout.site_of_device) {
     network.shared.nic_bytes_per_s.push_back(bytes_per_s_from_gbps(nic_gbps[site]));
   }

@@ -1,5 +1,6 @@
 // network_to_toml: a network written in the full-matrix form, with file
 // numbers that load_scenario converts back to exactly the stored doubles.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -52,23 +53,6 @@ std::string toml_number(double value) {
   return text;
 }
 
-std::string toml_string(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char escape[8];
-      std::snprintf(escape, sizeof escape, "\\u%04x", c);
-      out += escape;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 template <class Cell>
 void write_matrix(std::ostringstream& out, const char* key, int n, Cell cell) {
   out << key << " = [\n";
@@ -94,6 +78,35 @@ void write_device_types(std::ostringstream& out, const plan::Network& network) {
         << "tflops = " << toml_number(type.tflops) << "\n"
         << "memory_gib = " << toml_number(type.memory_bytes / plan::kBytesPerGib) << "\n";
   }
+}
+
+// NICs as given, "unlimited" where a network has none (the pair-only model
+// it stands for) and nothing where they were assumed (reading the file back
+// assumes the same); then the sites' uplinks in the order the sites first
+// appear.
+void write_shared_links(std::ostringstream& out, const plan::Network& network) {
+  const plan::SharedLinks& shared = network.shared;
+  if (shared.nic_bytes_per_s.empty()) out << "nic_gbps = \"unlimited\"\n";
+  if (shared.nics != plan::NicSource::fastest_link && !shared.nic_bytes_per_s.empty()) {
+    out << "nic_gbps = [";
+    for (size_t d = 0; d < shared.nic_bytes_per_s.size(); ++d) {
+      const double stored = shared.nic_bytes_per_s[d];
+      out << (d == 0 ? "" : (d % 8 == 0 ? ",\n  " : ", "))
+          << toml_number(file_value_for(stored, stored / plan::kBytesPerGbit, bytes_per_s_from_gbps));
+    }
+    out << "]\n";
+  }
+  if (shared.site_uplink_bytes_per_s.empty()) return;
+  std::vector<std::string> order;
+  for (const std::string& site : network.site_of_device) {
+    if (std::find(order.begin(), order.end(), site) == order.end()) order.push_back(site);
+  }
+  out << "uplink_gbps = [";
+  for (size_t k = 0; k < order.size(); ++k) {
+    const double stored = shared.site_uplink_bytes_per_s.at(order[k]);
+    out << (k == 0 ? "" : ", ") << toml_number(file_value_for(stored, stored / plan::kBytesPerGbit, bytes_per_s_from_gbps));
+  }
+  out << "]\n";
 }
 
 }  // namespace
@@ -124,6 +137,7 @@ std::string network_to_toml(const plan::Network& network) {
     }
     out << "]\n";
   }
+  write_shared_links(out, network);
   write_device_types(out, network);
   return out.str();
 }

@@ -14,6 +14,9 @@ namespace geotrain::io {
 
 // Shortest text that reads back as exactly `value` ("34", "0.79", "nan").
 std::string shortest(double value);
+// A TOML basic string: quoted, with every control character escaped, so that
+// a value (a sample prompt with a line break) stays on its key's line.
+std::string toml_string(const std::string& text);
 std::string field_index(const std::string& field, size_t i);
 std::string field_key(const std::string& parent, std::string_view key);
 std::string type_name(const toml::node& node);

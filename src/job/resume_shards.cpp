@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::size_t kPiece = std::size_t{1} << 30;  // MPI counts are int: pieces of 1 GiB
-constexpr int kShardTag = 7301;
+constexpr int kResumeShardTag = 7301;
 
 std::vector<std::uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<std::uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
@@ -90,11 +90,11 @@ std::vector<std::uint8_t> read_file(const std::string& path) {
 void send_bytes(const std::vector<std::uint8_t>& bytes, int to, double deadline_s, const std::string& what) {
   std::uint64_t size = bytes.size();
   MPI_Request request;
-  GT_MPI_CHECK(MPI_Isend(&size, 1, MPI_UINT64_T, to, kShardTag, MPI_COMM_WORLD, &request));
+  GT_MPI_CHECK(MPI_Isend(&size, 1, MPI_UINT64_T, to, kResumeShardTag, MPI_COMM_WORLD, &request));
   wait_all_or_abort({&request, 1}, deadline_s, what, to);
   for (std::size_t at = 0; at < bytes.size(); at += kPiece) {
     const int count = static_cast<int>(std::min(kPiece, bytes.size() - at));
-    GT_MPI_CHECK(MPI_Isend(bytes.data() + at, count, MPI_BYTE, to, kShardTag, MPI_COMM_WORLD, &request));
+    GT_MPI_CHECK(MPI_Isend(bytes.data() + at, count, MPI_BYTE, to, kResumeShardTag, MPI_COMM_WORLD, &request));
     wait_all_or_abort({&request, 1}, deadline_s, what, to);
   }
 }
@@ -102,12 +102,12 @@ void send_bytes(const std::vector<std::uint8_t>& bytes, int to, double deadline_
 std::vector<std::uint8_t> receive_bytes(int from, double deadline_s, const std::string& what) {
   std::uint64_t size = 0;
   MPI_Request request;
-  GT_MPI_CHECK(MPI_Irecv(&size, 1, MPI_UINT64_T, from, kShardTag, MPI_COMM_WORLD, &request));
+  GT_MPI_CHECK(MPI_Irecv(&size, 1, MPI_UINT64_T, from, kResumeShardTag, MPI_COMM_WORLD, &request));
   wait_all_or_abort({&request, 1}, deadline_s, what, from);
   std::vector<std::uint8_t> bytes(size);
   for (std::size_t at = 0; at < bytes.size(); at += kPiece) {
     const int count = static_cast<int>(std::min(kPiece, bytes.size() - at));
-    GT_MPI_CHECK(MPI_Irecv(bytes.data() + at, count, MPI_BYTE, from, kShardTag, MPI_COMM_WORLD, &request));
+    GT_MPI_CHECK(MPI_Irecv(bytes.data() + at, count, MPI_BYTE, from, kResumeShardTag, MPI_COMM_WORLD, &request));
     wait_all_or_abort({&request, 1}, deadline_s, what, from);
   }
   return bytes;

@@ -236,6 +236,9 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
     if (length == 0 || length == sizeof host) abort_all("probe: host name of rank " + std::to_string(u) + " is malformed");
     net.site_of_device.emplace_back(name, length);
   }
+  // The probe measures one pair at a time: what a device sends to several at
+  // once is assumed to share its fastest link (the planner says so).
+  plan::assume_nics_where_unstated(net);
   return net;
 }
 

@@ -43,6 +43,7 @@ Network subnetwork(const Network& network, const std::vector<int>& devices) {
   sub.bandwidth_bytes_per_s.reserve(static_cast<size_t>(k) * k);
   sub.device_types = network.device_types;
   sub.shared.site_uplink_bytes_per_s = network.shared.site_uplink_bytes_per_s;
+  sub.shared.nics = network.shared.nics;
   for (int u : devices) {
     if (!network.site_of_device.empty()) sub.site_of_device.push_back(network.site_of_device[u]);
     if (!network.node_of_device.empty()) sub.node_of_device.push_back(network.node_of_device[u]);
@@ -61,6 +62,7 @@ SharedLinks nics_at_fastest_link(const Network& network) {
   if (!links.nic_bytes_per_s.empty()) return links;
   const int n = network.device_count;
   links.nic_bytes_per_s.assign(n, 0.0);
+  links.nics = NicSource::fastest_link;
   for (int u = 0; u < n; ++u) {
     for (int v = 0; v < n; ++v) {
       if (u == v) continue;
@@ -71,11 +73,16 @@ SharedLinks nics_at_fastest_link(const Network& network) {
   return links;
 }
 
+void assume_nics_where_unstated(Network& network) {
+  if (network.shared.nics != NicSource::unlimited) network.shared = nics_at_fastest_link(network);
+}
+
 std::string describe_shared_links(const Network& network) {
   const SharedLinks& shared = network.shared;
   if (!shared.any()) {
-    return "none given: every transfer at its pair's full rate at once (the pair-only model), however many share "
-           "a device or a site";
+    return std::string(shared.nics == NicSource::unlimited ? "unlimited (nic_gbps = \"unlimited\")" : "none given") +
+           ": every transfer at its pair's full rate at once (the pair-only model), however many share a device or "
+           "a site";
   }
   auto gbps = [](double bytes_per_s) {
     char text[32];
@@ -86,6 +93,10 @@ std::string describe_shared_links(const Network& network) {
   if (!shared.nic_bytes_per_s.empty()) {
     const auto [low, high] = std::minmax_element(shared.nic_bytes_per_s.begin(), shared.nic_bytes_per_s.end());
     text = "NICs " + gbps(*low) + (*low == *high ? "" : "-" + gbps(*high)) + " Gbit/s each way";
+    if (shared.nics == NicSource::fastest_link) {
+      text += " (assumed: each device's fastest link, as no NIC rates were given; nic_gbps sets them, \"unlimited\" "
+              "gives the pair-only model)";
+    }
   } else {
     text = "NICs unlimited";
   }

@@ -115,6 +115,7 @@ Network counterpart_network(const Network& net, const std::vector<std::vector<in
   // Shared links: a unit's transfer stands for its t members' transfers in
   // parallel, each through its own NIC (the unit's: the slowest member's)
   // and all through their sites' uplinks (a unit gets 1/t of each).
+  un.shared.nics = net.shared.nics;
   if (!net.shared.nic_bytes_per_s.empty()) {
     for (const auto& g : groups) {
       double slowest = std::numeric_limits<double>::infinity();

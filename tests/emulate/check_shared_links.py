@@ -12,6 +12,10 @@ pair-only model's beside it. Two sites A and B, ranks 0, 2 at A and 1, 3 at B
    rank 0's receiving side gives each 12.5 MB/s (below the inter-site pairs'
    25): all done after 18 MB / 37.5 MB/s = 0.48 s (pair-only: 1 -> 0 and
    3 -> 0 at 25 MB/s, 0.24 s).
+3. No nic_gbps (3 ranks at A: 0, 2, 3): each NIC is assumed at its fastest
+   link, as geotrain assumes (plan::nics_at_fastest_link), here 1 Gbit/s:
+   2 -> 0 and 3 -> 0, 15 MB each, share rank 0's receiving side: done after
+   30 MB / 125 MB/s = 0.24 s (pair-only: 0.12 s).
 Each measured time within 15 % of the flow model's.
 
 usage: check_shared_links.py WORKDIR  (as root)
@@ -92,15 +96,15 @@ def timed_streams(streams):
     return last - go
 
 
-def scenario(path, extra):
+def scenario(path, extra, devices):
     with open(path, "w") as f:
-        f.write('[sites]\nnames = ["A", "B"]\ndevices = [2, 2]\nintra_latency_ms = 0.5\nintra_bandwidth_gbps = 1\n'
+        f.write(f'[sites]\nnames = ["A", "B"]\ndevices = {devices}\nintra_latency_ms = 0.5\nintra_bandwidth_gbps = 1\n'
                 f"inter_latency_ms = 2\ninter_bandwidth_gbps = 0.2\n{extra}\n")
 
 
-def measure(workdir, name, extra, streams, predicted, pair_only, failures):
+def measure(workdir, name, extra, streams, predicted, pair_only, failures, devices="[2, 2]"):
     path = os.path.join(workdir, f"{name}.toml")
-    scenario(path, extra)
+    scenario(path, extra, devices)
     log = os.path.join(workdir, f"{name}.log")
     with open(log, "w") as out:  # a file, not a pipe: the delay program stays up with it open
         up = subprocess.run([sys.executable, EMULATE, "up", path], stdout=out, stderr=out, timeout=120)
@@ -126,6 +130,8 @@ def main():
     measure(workdir, "site-uplink", "uplink_gbps = 0.2", [(0, 1, 8 * MB), (2, 3, 8 * MB)], 16 / 25, 8 / 25, failures)
     measure(workdir, "nic-fan-in", "nic_gbps = 0.3", [(1, 0, 6 * MB), (2, 0, 6 * MB), (3, 0, 6 * MB)],
             18 / 37.5, 6 / 25, failures)
+    measure(workdir, "nic-assumed", "", [(2, 0, 15 * MB), (3, 0, 15 * MB)], 30 / 125, 15 / 125, failures,
+            devices="[3, 1]")
     conclude(failures, "emulated shared links: a site uplink and a NIC share as the flow model says")
 
 

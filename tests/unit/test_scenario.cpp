@@ -1,15 +1,11 @@
-// Scenario files: the shipped scenarios carry the reference's numbers, the
-// loader rejects bad input with a message naming file and field, and
-// network_to_toml round-trips exactly.
+// Scenario files: the shipped scenarios carry the reference's numbers, and
+// the loader rejects bad input with a message naming file and field (shared
+// links and network_to_toml: test_scenario_links.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
-#include <limits>
-#include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,69 +17,17 @@
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/workload.hpp"
+#include "scenario_test_support.hpp"
 
 namespace {
 
 using geotrain::InputError;
-using geotrain::plan::kBytesPerGbit;
 using namespace geotrain::io;  // the scenario reader under test
+using namespace geotrain::testing::scenario;
 namespace fs = std::filesystem;
-
-// A [sites] table of two sites: 1 ms and 10 Gbps inside a site, 1 Gbps and
-// `inter_latency_ms` between them.
-std::string two_sites(const std::string& names, const std::string& devices, int inter_latency_ms) {
-  return "\n[sites]\nnames = " + names + "\ndevices = " + devices +
-         "\nintra_latency_ms = 1\nintra_bandwidth_gbps = 10\ninter_latency_ms = " + std::to_string(inter_latency_ms) +
-         "\ninter_bandwidth_gbps = 1\n";
-}
-
-std::string scenario_path(const std::string& file) {
-  return std::string(GEOTRAIN_SOURCE_DIR) + "/inputs/scenarios/" + file;
-}
-
-Scenario load(const std::string& file, const WorkloadOverrides& overrides = {}) {
-  return load_scenario(scenario_path(file), overrides);
-}
-
-double gbps(double value) { return value * kBytesPerGbit; }
 
 // ---------------------------------------------------------------------------
 // The shipped scenarios.
-
-struct Shipped {
-  const char* file;
-  int devices;
-  int pp;
-  int dp;
-  const char* origin;
-  bool workload_from_file;
-  bool has_sites = true;
-};
-
-// asymmetric-4 has no [workload]; it is loaded with --pp 2.
-const Shipped kShipped[] = {
-    {"on-demand.toml", 64, 8, 8, "dtfm-original", true},
-    {"spot.toml", 64, 8, 8, "dtfm-original", true},
-    {"multi-dc.toml", 64, 8, 8, "dtfm-original", true},
-    {"regional.toml", 64, 8, 8, "dtfm-original", true},
-    {"regional-10ms.toml", 64, 8, 8, "dtfm-original", true},
-    {"world-wide.toml", 64, 8, 8, "dtfm-original", true},
-    {"world-wide-10ms.toml", 64, 8, 8, "dtfm-original", true},
-    {"tiny-2x2.toml", 4, 2, 2, "model", true},
-    {"two-sites-8.toml", 8, 2, 4, "model", true},
-    {"four-sites-16.toml", 16, 4, 4, "model", true},
-    {"asymmetric-4.toml", 4, 2, 2, "model", false, false},
-    {"emulation-test.toml", 4, 2, 2, "model", true},
-    {"regional-mixed.toml", 64, 8, 8, "model", true},
-    {"world-wide-mixed.toml", 64, 8, 8, "model", true},
-    {"geo-a100-nodes.toml", 40, 2, 20, "model", false},
-};
-
-Scenario load_shipped(const Shipped& s) {
-  WorkloadOverrides overrides;
-  if (!s.workload_from_file) overrides.pipeline_stages = 2;
-  return load(s.file, overrides);
-}
 
 TEST(ScenarioShipped, EveryFileLoadsWithItsSizeAndDegrees) {
   for (const Shipped& s : kShipped) {
@@ -306,19 +250,6 @@ TEST(ScenarioWorkload, CommandLineOverridesAndDerivation) {
   EXPECT_EQ(s.workload.origin, "dtfm-original");
 }
 
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-    ADD_FAILURE() << "no InputError thrown";
-  } catch (const InputError& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << message;
-    }
-  }
-}
-
 TEST(ScenarioWorkload, CommandLineErrors) {
   const std::string path = scenario_path("asymmetric-4.toml");
   expect_error([&] { load_scenario(path); },
@@ -394,88 +325,6 @@ dp = 2
 }
 
 // ---------------------------------------------------------------------------
-// network_to_toml
-
-void expect_same_network(const geotrain::plan::Network& a, const geotrain::plan::Network& b) {
-  ASSERT_EQ(a.device_count, b.device_count);
-  EXPECT_EQ(a.site_of_device, b.site_of_device);
-  for (size_t k = 0; k < a.latency_s.size(); ++k) {
-    // Bitwise identical, not just close.
-    ASSERT_EQ(a.latency_s[k], b.latency_s[k]) << "latency entry " << k;
-    ASSERT_EQ(a.bandwidth_bytes_per_s[k], b.bandwidth_bytes_per_s[k]) << "bandwidth entry " << k;
-  }
-}
-
-Scenario reload(const geotrain::plan::Network& network) {
-  return parse_scenario(network_to_toml(network), "written.toml", {1, std::nullopt});
-}
-
-TEST(ScenarioWrite, ShippedScenariosRoundTripExactly) {
-  for (const Shipped& s : kShipped) {
-    SCOPED_TRACE(s.file);
-    const Scenario original = load_shipped(s);
-    expect_same_network(original.network, reload(original.network).network);
-  }
-}
-
-// Networks whose values came from files in ms and Gbps with arbitrary
-// (non-decimal) doubles: the writer must find the exact file numbers.
-TEST(ScenarioWrite, ArbitraryFileValuesRoundTripExactly) {
-  std::mt19937_64 rng(12345);
-  std::uniform_real_distribution<double> latency_ms(0.0, 400.0);
-  std::uniform_real_distribution<double> log_gbps(-3.0, 3.0);
-  const int n = 40;
-  geotrain::plan::Network network;
-  network.device_count = n;
-  network.latency_s.assign(n * n, 0.0);
-  network.bandwidth_bytes_per_s.assign(n * n, std::numeric_limits<double>::infinity());
-  for (int u = 0; u < n; ++u) {
-    for (int v = 0; v < n; ++v) {
-      if (u == v) continue;
-      network.latency_s[u * n + v] = latency_ms(rng) / 1000.0;
-      network.bandwidth_bytes_per_s[u * n + v] = std::pow(10.0, log_gbps(rng)) * kBytesPerGbit;
-    }
-  }
-  for (int u = 0; u < n; ++u) network.site_of_device.push_back(u % 3 ? "plain" : "odd \"name\" \\ x");
-  expect_same_network(network, reload(network).network);
-}
-
-// Values that no file number maps to exactly still come back within an ulp.
-TEST(ScenarioWrite, AnyValueRoundTripsWithinOneUlp) {
-  std::mt19937_64 rng(777);
-  std::uniform_real_distribution<double> seconds(1e-6, 0.5);
-  std::uniform_real_distribution<double> bytes(1e6, 1e11);
-  const int n = 30;
-  geotrain::plan::Network network;
-  network.device_count = n;
-  network.latency_s.assign(n * n, 0.0);
-  network.bandwidth_bytes_per_s.assign(n * n, std::numeric_limits<double>::infinity());
-  for (int k = 0; k < n * n; ++k) {
-    if (k / n == k % n) continue;
-    network.latency_s[k] = seconds(rng);
-    network.bandwidth_bytes_per_s[k] = bytes(rng);
-  }
-  const auto back = reload(network).network;
-  for (int k = 0; k < n * n; ++k) {
-    if (k / n == k % n) continue;
-    const double lat = network.latency_s[k];
-    const double bw = network.bandwidth_bytes_per_s[k];
-    EXPECT_LE(std::fabs(back.latency_s[k] - lat), std::nextafter(lat, 1.0) - lat) << k;
-    EXPECT_LE(std::fabs(back.bandwidth_bytes_per_s[k] - bw), std::nextafter(bw, 1e300) - bw) << k;
-  }
-}
-
-TEST(ScenarioWrite, WritesFullMatrixFormWithZeroDiagonal) {
-  const std::string text = network_to_toml(load("tiny-2x2.toml").network);
-  EXPECT_NE(text.find("[network]"), std::string::npos);
-  EXPECT_NE(text.find("latency_ms = ["), std::string::npos);
-  EXPECT_NE(text.find("[0.0, 1.0, 50.0, 50.0]"), std::string::npos) << text;
-  EXPECT_NE(text.find("[0.0, 10.0, 1.0, 1.0]"), std::string::npos) << text;
-  EXPECT_NE(text.find("sites = [\"X\", \"X\", \"Y\", \"Y\"]"), std::string::npos) << text;
-  EXPECT_EQ(text.find("inf"), std::string::npos);
-}
-
-// ---------------------------------------------------------------------------
 // Bad inputs: one temp file each; the message must name the file and field.
 
 class ScenarioErrors : public ::testing::Test {
@@ -500,15 +349,6 @@ struct BadInput {
   std::string toml;
   std::vector<std::string> fragments;  // besides the file name
 };
-
-const char* kGoodWorkload = "\n[workload]\npp = 2\ndp = 2\n";
-
-// A valid 4-device full-matrix network; cases below break one thing each.
-std::string matrix4(const std::string& latency_row1, const std::string& bandwidth_row1) {
-  return "[network]\nlatency_ms = [[0, 1, 50, 50], " + latency_row1 +
-         ", [50, 50, 0, 1], [50, 50, 1, 0]]\n"
-         "bandwidth_gbps = [[0, 10, 1, 1], " + bandwidth_row1 + ", [1, 1, 0, 10], [1, 1, 10, 0]]\n";
-}
 
 const std::string kSites = two_sites(R"(["Virginia", "Oregon"])", "[2, 2]", 50);
 
@@ -679,28 +519,6 @@ TEST(ScenarioNodes, SyntaxErrorsNameTheField) {
                {"sites.node_bandwidth_gbps"});
   expect_error([&] { parse_scenario(head + "node_latency_ms = 0\n", "n.toml"); },
                {"sites.node_latency_ms", "needs sites.gpus_per_node"});
-}
-
-TEST(ScenarioSharedLinks, NicsAndUplinksFromBothForms) {
-  // Site form: one number for every site, or one per site; NICs go to each site's devices.
-  const std::string head = two_sites(R"(["a", "b"])", "[2, 2]", 20);
-  const Scenario sites = parse_scenario(head + "nic_gbps = [25, 40]\nuplink_gbps = 8\n" + kGoodWorkload, "s.toml");
-  EXPECT_EQ(sites.network.shared.nic_bytes_per_s, (std::vector<double>{gbps(25), gbps(25), gbps(40), gbps(40)}));
-  EXPECT_EQ(sites.network.shared.site_uplink_bytes_per_s, (std::map<std::string, double>{{"a", gbps(8)}, {"b", gbps(8)}}));
-  const Scenario none = parse_scenario(head + kGoodWorkload, "s.toml");
-  EXPECT_FALSE(none.network.shared.any());
-  // Full-matrix form: NICs per device, uplinks per site in order of first appearance.
-  const std::string matrix = matrix4("[1, 0, 50, 50]", "[10, 0, 1, 1]") + "sites = [\"y\", \"y\", \"x\", \"x\"]\n";
-  const Scenario full = parse_scenario(matrix + "nic_gbps = 10\nuplink_gbps = [2, 3]\n" + kGoodWorkload, "m.toml");
-  EXPECT_EQ(full.network.shared.nic_bytes_per_s, std::vector<double>(4, gbps(10)));
-  EXPECT_EQ(full.network.shared.site_uplink_bytes_per_s, (std::map<std::string, double>{{"y", gbps(2)}, {"x", gbps(3)}}));
-  // Bad input names the field.
-  expect_error([&] { parse_scenario(head + "nic_gbps = [25]\n" + kGoodWorkload, "s.toml"); },
-               {"s.toml", "sites.nic_gbps", "1 numbers for 2 sites"});
-  expect_error([&] { parse_scenario(head + "uplink_gbps = [1, -2]\n" + kGoodWorkload, "s.toml"); },
-               {"sites.uplink_gbps[1]"});
-  expect_error([&] { parse_scenario(matrix4("[1, 0, 50, 50]", "[10, 0, 1, 1]") + "uplink_gbps = 1\n" + kGoodWorkload, "m.toml"); },
-               {"network.uplink_gbps", "needs network.sites"});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // Header-only and dependency-free, so the pure planning library can use it.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace geotrain {
 
@@ -27,6 +28,14 @@ inline std::string shape_text(const ModelShape& m) {
   return std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " + std::to_string(m.heads) +
          " heads, vocabulary " + std::to_string(m.vocabulary) + ", " + std::to_string(m.sequence_length) +
          " positions";
+}
+
+// "[d0, d1, ...]": a tensor's dimensions, for messages.
+template <class Integer>
+std::string dims_text(const std::vector<Integer>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
 }
 
 // GPT3-XL as the paper plans it (reference dtfm-paper.md §2.1): the

@@ -17,6 +17,12 @@ struct DeviceType {
   double memory_bytes = 0;
 };
 
+// Where a network's NIC rates come from. Scenario files and probed networks
+// that give none get each device's fastest link (fastest_link: what one
+// device can send at once, not unlimited fan-out); `nic_gbps = "unlimited"`
+// asks for the pair-only model (the DT-FM paper's scenarios).
+enum class NicSource { given, fastest_link, unlimited };
+
 // What transfers share beyond their pair link (flow_sharing.hpp), each
 // direction separately (full duplex), bytes/s. Left out: unlimited, and with
 // nothing given every transfer runs at its pair's full rate at once (the
@@ -24,6 +30,7 @@ struct DeviceType {
 struct SharedLinks {
   // Per device: its NIC, for everything it sends and, separately, receives.
   std::vector<double> nic_bytes_per_s;
+  NicSource nics = NicSource::given;
   // Per site name: its uplink, what all transfers between its devices and
   // other sites share (one direction each).
   std::map<std::string, double> site_uplink_bytes_per_s;
@@ -87,6 +94,9 @@ Network network_from_sites(const std::vector<int>& site_index_of_device,
 // receive), where `network` gives no NICs: what one device can send at
 // once, instead of unlimited fan-out.
 SharedLinks nics_at_fastest_link(const Network& network);
+// The default of scenario files and probed networks: NICs at the fastest
+// link where none are given, unless NicSource::unlimited was asked for.
+void assume_nics_where_unstated(Network& network);
 
 // What the network's transfers share, in words (the capacities the
 // simulator assumes), for reports.
