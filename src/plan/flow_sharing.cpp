@@ -209,9 +209,11 @@ namespace {
 
 // A resource's load (bytes through it) and the smallest latency of the transfers that cross it.
 struct Load {
-  double bytes = 0, latency = std::numeric_limits<double>::infinity();
+  double bytes = 0, latency = std::numeric_limits<double>::infinity();  // infinite: no transfer crosses it
   void add(double b, double l) { bytes += b, latency = std::min(latency, l); }
-  double seconds(double capacity) const { return bytes > 0 ? bytes / capacity + latency : 0.0; }
+  double seconds(double capacity) const {
+    return latency < std::numeric_limits<double>::infinity() ? bytes / capacity + latency : 0.0;
+  }
 };
 
 }  // namespace
@@ -225,8 +227,9 @@ double fluid_bound_s(const Network& network, const std::vector<Transfer>& transf
   pairs.reserve(transfers.size());
   std::vector<Load> nic_out(shared.nic_bytes_per_s.empty() ? 0 : n), nic_in = nic_out;
   std::map<std::string, std::pair<Load, Load>> uplink;  // site -> (out, in)
+  // A transfer of no bytes still takes its latency: a bucketed sum pays the
+  // latencies once, by subtracting the exchange of no bytes from each bucket.
   for (const Transfer& t : transfers) {
-    if (t.bytes <= 0) continue;
     const double latency = network.latency(t.from, t.to);
     pairs.emplace_back(static_cast<long long>(t.from) * n + t.to, t.bytes);
     if (!nic_out.empty()) nic_out[t.from].add(t.bytes, latency), nic_in[t.to].add(t.bytes, latency);
