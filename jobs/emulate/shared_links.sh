@@ -7,12 +7,15 @@
 #   pp2-dp4  2 stages x 4 replicas, stage 0 at A and stage 1 at B: the four
 #            replicas' activations stream A -> B (and gradients back) at once,
 #            uplink 0.1 Gbit/s
-# Each layout three times, each in its own emulation:
-#   shared     the uplink emulated, the planner told of it (the flow model predicts)
-#   pair-only  the uplink emulated, the planner not told (the pair-only model predicts)
-#   no-uplink  nothing shared, the planner not told (what the pair-only model describes)
+# Every rank's NIC is emulated at its fastest link (2 Gbit/s), the rate
+# geotrain assumes where a scenario gives none. Each layout four times, each
+# in its own emulation:
+#   shared          the uplink emulated, the planner told of it and of the NICs (the flow model predicts)
+#   pair-only       the uplink emulated, the planner told nic_gbps = "unlimited" and no uplink (the pair-only model)
+#   nics            no uplink, the planner told of the NICs (the flow model)
+#   nics-pair-only  no uplink, the planner told "unlimited" (the pair-only model)
 # Then analysis/network_model_report.py writes analysis/results/network_model.md.
-# Root; ~4 minutes on 2 cores.
+# Root; ~6 minutes on 2 cores.
 #
 #   bash jobs/emulate/shared_links.sh [STEPS]
 set -euo pipefail
@@ -50,9 +53,12 @@ for layout in "dp8 1 0.5" "pp2-dp4 2 0.1"; do
   site_pair "$out/$name-uplink.toml" "$uplink"
   # The emulated matrix (written before the network comes up, so the first run reads it), then without the uplink.
   one_run "$name-shared" "$out/$name-uplink.toml" "$out/$name-matrix.toml" "$stages" --matrix-out "$out/$name-matrix.toml"
-  sed '/^uplink_gbps/d' "$out/$name-matrix.toml" >"$out/$name-matrix-pair-only.toml"
+  sed '/^uplink_gbps/d' "$out/$name-matrix.toml" >"$out/$name-matrix-nics.toml"
+  sed 's/^nic_gbps = .*/nic_gbps = "unlimited"/' "$out/$name-matrix-nics.toml" >"$out/$name-matrix-pair-only.toml"
+  grep -q '^nic_gbps = "unlimited"' "$out/$name-matrix-pair-only.toml" || { echo "$0: no nic_gbps in the emulated matrix" >&2; exit 1; }
   one_run "$name-pair-only" "$out/$name-uplink.toml" "$out/$name-matrix-pair-only.toml" "$stages"
-  one_run "$name-no-uplink" "$out/two-sites.toml" "$out/$name-matrix-pair-only.toml" "$stages"
+  one_run "$name-nics" "$out/two-sites.toml" "$out/$name-matrix-nics.toml" "$stages"
+  one_run "$name-nics-pair-only" "$out/two-sites.toml" "$out/$name-matrix-pair-only.toml" "$stages"
 done
 for python in python3 /usr/bin/python3; do "$python" -c 'import h5py' 2>/dev/null && break; done
 "$python" analysis/network_model_report.py "$out" analysis/results/network_model.md
