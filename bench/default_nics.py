@@ -8,9 +8,10 @@ step, the exposed data-parallel exchange and the utilisation of each; then
 the pair-only model's choice of degrees (tp, pp, dp) planned again with the
 NICs assumed: what that choice costs on a network whose NICs are shared.
 
-usage: bench/default_nics.py [GEOTRAIN] [SCENARIO ...]
+usage: bench/default_nics.py [GEOTRAIN] [SCENARIO ...] > analysis/results/default_nics.md
 """
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -45,8 +46,20 @@ def plan(geotrain, path, fixed=()):
 def main():
     geotrain = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build", "release", "geotrain")
     names = sys.argv[2:] or SCENARIOS
+    print("# What the default NICs change in the plans\n")
+    print("Regenerate (~4 minutes on 2 cores): `python3 bench/default_nics.py > analysis/results/default_nics.md`.\n")
+    print(f"Machine: {os.cpu_count()} cores, Linux {platform.release()}; simulated (`geotrain plan --layout auto` "
+          "on each scenario's own [workload], GPT3-XL unless it names another model).\n")
+    print("Where a scenario gives no NIC rate, geotrain now assumes each device's NIC at its fastest link "
+          "(what it sends to several peers at once shares that rate); before, every transfer ran at its pair's "
+          "full rate however many a device sent (the pair-only model, which `nic_gbps = \"unlimited\"` still "
+          "asks for, as the DT-FM paper's own scenarios do). Per scenario: the plan chosen with the NICs "
+          "assumed, the plan the pair-only model chooses, and the pair-only choice of degrees (tp, pp, dp) "
+          "planned again with the NICs assumed: what that choice costs where a device's transfers share its "
+          "NIC. The peer is the pair-only model (the DT-FM cost model's convention) in the same run.\n")
     print("| scenario | NICs | chosen layout | predicted step | DP exchange (exposed) | utilisation |")
     print("|---|---|---|---:|---:|---:|")
+    readings = []
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
             original = os.path.join(REPO, "inputs", "scenarios", f"{name}.toml")
@@ -64,6 +77,15 @@ def main():
             for label, (layout, step, exchange, utilisation, nics) in rows:
                 shown = f"{nics.replace('NICs ', '')}, {label}" if label.startswith("assumed") else label
                 print(f"| {name} | {shown} | {layout} | {step:.3f} s | {exchange:.3f} s | {utilisation}% |", flush=True)
+            aware, pair_only, repriced = (row[1] for row in rows)
+            readings.append(f"- {name}: the pair-only model's choice ({pair_only[0].split(' =')[0]}) predicted "
+                            f"{pair_only[1]:.2f} s; with the NICs assumed it takes {repriced[1]:.2f} s "
+                            f"({repriced[1] / pair_only[1]:.2f}x its own prediction), and the plan chosen with "
+                            f"them ({aware[0].split(' =')[0]}) {aware[1]:.2f} s: "
+                            + ("the same choice." if repriced[1] == aware[1] else
+                               f"{repriced[1] / aware[1]:.2f}x faster than the pair-only choice."))
+    print("\n**Reading.**\n")
+    print("\n".join(readings))
 
 
 if __name__ == "__main__":

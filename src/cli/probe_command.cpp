@@ -51,6 +51,35 @@ std::string summary(const std::vector<double>& values, double scale, int precisi
   return out.str();
 }
 
+// What the probe found, on rank 0's terminal.
+void print_summary(const plan::Network& net, const std::vector<runtime::DeviceMeasurement>& devices, double seconds,
+                   const ProbeCommandOptions& o) {
+  std::vector<double> latency, bandwidth;
+  for (int u = 0; u < net.device_count; ++u) {
+    for (int v = 0; v < net.device_count; ++v) {
+      if (u == v) continue;
+      latency.push_back(net.latency(u, v));
+      bandwidth.push_back(net.bandwidth(u, v));
+    }
+  }
+  std::cout << "probed " << net.device_count << " ranks in " << std::fixed << std::setprecision(2) << seconds << " s\n";
+  if (!latency.empty()) {
+    std::cout << "  latency   min / median / max: " << summary(latency, 1e6, 1) << " us (one way)\n"
+              << "  bandwidth min / median / max: " << summary(bandwidth, 1.0 / plan::kBytesPerGbit, 2)
+              << " Gbit/s\n";
+  }
+  if (net.shared.nics == plan::NicSource::probed) {
+    std::cout << "  NIC (fan-in) min / median / max: "
+              << summary(net.shared.nic_bytes_per_s, 1.0 / plan::kBytesPerGbit, 2) << " Gbit/s\n";
+  }
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    const plan::DeviceType& type = net.device_types[static_cast<std::size_t>(net.type_of_device[r])];
+    std::cout << "  rank " << r << ": " << std::setprecision(4) << devices[r].tflops << " TFLOPS (GEMM, " << o.precision
+              << "), " << std::setprecision(1) << devices[r].memory_bytes / plan::kBytesPerGib << " GiB -> type "
+              << type.name << "\n";
+  }
+}
+
 }  // namespace
 
 int run_probe_command(const ProbeCommandOptions& o) {
@@ -98,26 +127,7 @@ int run_probe_command(const ProbeCommandOptions& o) {
   std::filesystem::rename(tmp, o.out, error);
   if (error) runtime::abort_all("cannot rename " + tmp + " to " + o.out + ": " + error.message());
 
-  std::vector<double> latency, bandwidth;
-  for (int u = 0; u < net.device_count; ++u) {
-    for (int v = 0; v < net.device_count; ++v) {
-      if (u == v) continue;
-      latency.push_back(net.latency(u, v));
-      bandwidth.push_back(net.bandwidth(u, v));
-    }
-  }
-  std::cout << "probed " << net.device_count << " ranks in " << std::fixed << std::setprecision(2) << seconds << " s\n";
-  if (!latency.empty()) {
-    std::cout << "  latency   min / median / max: " << summary(latency, 1e6, 1) << " us (one way)\n"
-              << "  bandwidth min / median / max: " << summary(bandwidth, 1.0 / plan::kBytesPerGbit, 2)
-              << " Gbit/s\n";
-  }
-  for (std::size_t r = 0; r < devices.size(); ++r) {
-    const plan::DeviceType& type = net.device_types[static_cast<std::size_t>(net.type_of_device[r])];
-    std::cout << "  rank " << r << ": " << std::setprecision(4) << devices[r].tflops << " TFLOPS (GEMM, " << o.precision
-              << "), " << std::setprecision(1) << devices[r].memory_bytes / plan::kBytesPerGib << " GiB -> type "
-              << type.name << "\n";
-  }
+  print_summary(net, devices, seconds, o);
   std::cout << "wrote " << o.out << "\n";
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "geotrain/plan/flow_sharing.hpp"
 #include "geotrain/plan/tournament.hpp"
 #include "geotrain/mpi/mpi_check.hpp"
 
@@ -16,7 +17,7 @@ namespace geotrain::runtime {
 
 namespace {
 
-enum Tag : int { kRollCall = 1001, kGo, kWarm, kLatency, kLatencyResult, kBulk, kAck };
+enum Tag : int { kRollCall = 1001, kGo, kWarm, kLatency, kLatencyResult, kBulk, kAck, kFanGo, kFanData };
 
 constexpr double kSpinS = 0.05;  // timed waits spin (yielding) this long before sleeping
 
@@ -132,6 +133,66 @@ std::pair<double, double> measure_pair(const Pair& pair, bool leader, const Prob
   return {latency_s, bandwidth};
 }
 
+// The fan-in bytes each sender sends: 4 MiB (large_bytes) where the
+// target's buffer stays within 16 MiB.
+std::int64_t fan_in_chunk(const ProbeOptions& o, int size) {
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(o.large_bytes, (std::int64_t{16} << 20) / (size - 1)));
+}
+
+// One fan-in to `target`: it posts its receives and tells every other rank
+// to go; they send `bytes` each at once. The target returns the seconds from
+// its go to the last byte; the senders return 0.
+double fan_in_once(MPI_Comm comm, int rank, int size, int target, int bytes, std::vector<char>& buffer,
+                   double deadline_s) {
+  char go = 1;
+  const std::string what = "the fan-in to rank " + std::to_string(target) + " (network probe)";
+  if (rank != target) {
+    MPI_Request request;
+    GT_MPI_CHECK(MPI_Irecv(&go, 1, MPI_BYTE, target, kFanGo, comm, &request));
+    wait_all_or_abort({&request, 1}, deadline_s, what, target, kSpinS);
+    GT_MPI_CHECK(MPI_Isend(buffer.data(), bytes, MPI_BYTE, target, kFanData, comm, &request));
+    wait_all_or_abort({&request, 1}, deadline_s, what, target, kSpinS);
+    return 0;
+  }
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  for (int peer = 0, slot = 0; peer < size; ++peer) {
+    if (peer == target) continue;
+    requests.emplace_back();
+    peers.push_back(peer);
+    GT_MPI_CHECK(MPI_Irecv(buffer.data() + static_cast<std::size_t>(slot++) * bytes, bytes, MPI_BYTE, peer, kFanData,
+                           comm, &requests.back()));
+  }
+  const double start = MPI_Wtime();
+  for (int peer : std::vector<int>(peers)) {
+    requests.emplace_back();
+    peers.push_back(peer);
+    GT_MPI_CHECK(MPI_Isend(&go, 1, MPI_BYTE, peer, kFanGo, comm, &requests.back()));
+  }
+  wait_each_or_abort(requests, peers, deadline_s, what, kSpinS);
+  return MPI_Wtime() - start;
+}
+
+// 4. Fan-in, to each rank in turn: every other rank sends to it at once,
+// full and half chunks alternately; the difference of the fastest of each
+// is the time of half a chunk each, free of the go's and the last byte's
+// latency. Returns that time where this rank was the target (rank 0 turns
+// it into a NIC rate: plan::fan_in_capacity).
+double fan_in_seconds(MPI_Comm comm, int rank, int size, const ProbeOptions& o) {
+  const std::int64_t chunk = fan_in_chunk(o, size);
+  std::vector<char> buffer(static_cast<std::size_t>(chunk) * (size - 1), 'f');
+  double own = 0;
+  for (int target = 0; target < size; ++target) {
+    double full = std::numeric_limits<double>::infinity(), half = full;
+    for (int repeat = 0; repeat < o.fan_in_repeats; ++repeat) {
+      full = std::min(full, fan_in_once(comm, rank, size, target, static_cast<int>(chunk), buffer, o.deadline_s));
+      half = std::min(half, fan_in_once(comm, rank, size, target, static_cast<int>(chunk / 2), buffer, o.deadline_s));
+    }
+    if (rank == target) own = full - half;
+  }
+  return own;
+}
+
 // Every rank reports to rank 0; rank 0 names those that do not, then
 // releases everyone. Non-root ranks wait twice as long, so a silent rank is
 // named by rank 0 before anyone blames rank 0.
@@ -159,6 +220,24 @@ void roll_call(MPI_Comm comm, int rank, int size, double deadline_s) {
     GT_MPI_CHECK(MPI_Isend(&token, 1, MPI_INT, 0, kRollCall, comm, &requests[0]));
     GT_MPI_CHECK(MPI_Irecv(&go, 1, MPI_INT, 0, kGo, comm, &requests[1]));
     wait_all_or_abort(requests, 2 * deadline_s, "waiting for rank 0 to start the network probe", 0);
+  }
+}
+
+// Each rank's NIC from its fan-in (the last entry of its row): the rate at
+// which the flow model takes the measured time, rounded as the pairs are.
+void set_probed_nics(plan::Network& net, const std::vector<double>& rows, std::size_t row_size, double bytes_each) {
+  const int size = net.device_count;
+  net.shared.nics = plan::NicSource::probed;
+  net.shared.nic_bytes_per_s.assign(size, 0.0);
+  for (int target = 0; target < size; ++target) {
+    std::vector<double> pair_rates;
+    for (int from = 0; from < size; ++from) {
+      if (from != target) pair_rates.push_back(net.bandwidth(from, target));
+    }
+    const double seconds = rows[row_size * target + row_size - 1];
+    const double rate = plan::fan_in_capacity(pair_rates, bytes_each, seconds);
+    const double scale = std::pow(10.0, std::floor(std::log10(rate)) - 3);
+    net.shared.nic_bytes_per_s[target] = std::round(rate / scale) * scale;
   }
 }
 
@@ -201,6 +280,9 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
     row[size + peer] = std::round(gbps / scale) * scale * plan::kBytesPerGbit;
   }
 
+  const bool fans_in = size > 2 && o.fan_in_repeats > 0;  // two ranks: the pair is all there is
+  row.push_back(fans_in ? fan_in_seconds(comm, rank, size, o) : 0.0);
+
   // Gather rows and host names; rank 0 checks what it received.
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   std::strncpy(host, host_name().c_str(), sizeof host - 1);
@@ -236,9 +318,11 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
     if (length == 0 || length == sizeof host) abort_all("probe: host name of rank " + std::to_string(u) + " is malformed");
     net.site_of_device.emplace_back(name, length);
   }
-  // The probe measures one pair at a time: what a device sends to several at
-  // once is assumed to share its fastest link (the planner says so).
-  plan::assume_nics_where_unstated(net);
+  if (fans_in) {
+    set_probed_nics(net, rows, row.size(), static_cast<double>(fan_in_chunk(o, size) / 2));
+  } else {
+    plan::assume_nics_where_unstated(net);  // what a device sends at once shares its fastest link
+  }
   return net;
 }
 

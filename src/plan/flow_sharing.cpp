@@ -264,4 +264,30 @@ double concurrent_transfers_s(const Network& network, const std::vector<Transfer
   return arrival.empty() ? 0.0 : *std::max_element(arrival.begin(), arrival.end());
 }
 
+double fan_in_capacity(const std::vector<double>& pair_rates, double bytes_each, double seconds) {
+  double alone = 0, sum = 0;
+  for (double rate : pair_rates) alone = std::max(alone, bytes_each / rate), sum += rate;
+  if (pair_rates.empty() || !(seconds > 1.05 * alone)) return sum;
+  auto drain_s = [&](double capacity) {  // one shared resource (id 0) and each flow's pair link
+    FlowProblem problem;
+    problem.capacity = {capacity};
+    for (std::size_t f = 0; f < pair_rates.size(); ++f) {
+      problem.capacity.push_back(pair_rates[f]);
+      problem.path.push_back({0, static_cast<int>(f) + 1});
+      problem.bytes.push_back(bytes_each);
+    }
+    const std::vector<double> ends = drain_times_s(problem);
+    return *std::max_element(ends.begin(), ends.end());
+  };
+  // The drain time falls as the capacity grows: from all the bytes at the
+  // capacity (below the smallest pair rate) to `alone` (at the sum).
+  double low = bytes_each * static_cast<double>(pair_rates.size()) / seconds, high = sum;
+  if (drain_s(high) >= seconds) return high;
+  for (int step = 0; step < 60 && high - low > 1e-9 * high; ++step) {
+    const double middle = 0.5 * (low + high);
+    (drain_s(middle) > seconds ? low : high) = middle;
+  }
+  return 0.5 * (low + high);
+}
+
 }  // namespace geotrain::plan

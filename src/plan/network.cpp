@@ -93,6 +93,7 @@ std::string describe_shared_links(const Network& network) {
   if (!shared.nic_bytes_per_s.empty()) {
     const auto [low, high] = std::minmax_element(shared.nic_bytes_per_s.begin(), shared.nic_bytes_per_s.end());
     text = "NICs " + gbps(*low) + (*low == *high ? "" : "-" + gbps(*high)) + " Gbit/s each way";
+    if (shared.nics == NicSource::probed) text += " (probed: every other rank sending to each at once)";
     if (shared.nics == NicSource::fastest_link) {
       text += " (assumed: each device's fastest link, as no NIC rates were given; nic_gbps sets them, \"unlimited\" "
               "gives the pair-only model)";

@@ -3,7 +3,10 @@
 (4 ranks at 2 sites), run `geotrain probe` inside it, and compare every
 measured entry with the configured one-way latency and bandwidth of its
 pair's sites: every entry within 20 % (the spread per kind of link is
-printed).
+printed). The scenario gives no NIC rate, so the emulator caps each rank's
+NIC at its fastest link (0.5 Gbit/s), as geotrain assumes: the probe's
+fan-in (1 peer at 0.5 and 2 at 0.2 Gbit/s into one rank) must find each
+NIC within 20 % too.
 
 usage: check_probe_accuracy.py GEOTRAIN WORKDIR  (as root)
 """
@@ -56,6 +59,16 @@ def main():
                 failures.append(f"bandwidth {a}->{b}: {bandwidth:.3f} Gbit/s, configured {want_bandwidth} ({ratio:.2f}x)")
             print(f"{a}->{b} {kind}: latency {latency:8.3f} ms (configured {want_latency}), "
                   f"bandwidth {bandwidth:.3f} Gbit/s (configured {want_bandwidth}, {ratio:.2f}x)")
+    want_nic = max(sites["intra_bandwidth_gbps"], sites["inter_bandwidth_gbps"])
+    nics = probed.get("nic_gbps")
+    if not isinstance(nics, list) or len(nics) != n:
+        failures.append(f"nic_gbps: {nics!r}, not one probed rate per rank")
+    else:
+        for r, nic in enumerate(nics):
+            ratio = nic / want_nic
+            print(f"NIC of rank {r}: {nic:.3f} Gbit/s (emulated {want_nic}, {ratio:.2f}x)")
+            if abs(ratio - 1) > 0.20:
+                failures.append(f"NIC of rank {r}: {nic:.3f} Gbit/s, emulated {want_nic} ({ratio:.2f}x)")
     for kind, ratios in spreads.items():
         ratios.sort()
         median = ratios[len(ratios) // 2]

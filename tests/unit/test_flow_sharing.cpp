@@ -213,6 +213,44 @@ TEST(FlowSharing, NicsDefaultToEachDevicesFastestLink) {
   EXPECT_EQ(nics_at_fastest_link(net).nic_bytes_per_s, (std::vector<double>{1, 2, 3}));
 }
 
+TEST(FlowSharing, FanInCapacityInvertsTheSharedDrainTime) {
+  // By hand: three flows of 1 byte, pair rates 1 B/s each, into a NIC of 1.5:
+  // 0.5 each, all done at 2 s.
+  EXPECT_NEAR(fan_in_capacity({1, 1, 1}, 1, 2.0), 1.5, 1e-6);
+  // Pair rates 4, 4 and 1 into a NIC of 2: 2/3 each (below every pair rate), 1.5 s.
+  EXPECT_NEAR(fan_in_capacity({4, 4, 1}, 1, 1.5), 2.0, 1e-6);
+  // Rates 4 and 1: the slow pair alone takes 1 s, and an end at 1.02 s is
+  // within 5% of it: nothing was seen to bind, the NIC carried the sum.
+  EXPECT_EQ(fan_in_capacity({4, 1}, 1, 1.02), 5.0);
+  // No faster than the pairs allow alone (noise): the sum of the pair rates.
+  EXPECT_EQ(fan_in_capacity({2, 3}, 1, 0.1), 5.0);
+  EXPECT_EQ(fan_in_capacity({}, 1, 1.0), 0.0);
+  // Round trip through the exact drain time, random cases.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> rate(1.0, 100.0);
+  int checked = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<double> pairs(2 + trial % 6);
+    double sum = 0;
+    for (double& r : pairs) r = rate(rng), sum += r;
+    const double nic = std::uniform_real_distribution<double>(0.2, 0.9)(rng) * sum;
+    FlowProblem problem;
+    problem.capacity = {nic};
+    for (std::size_t f = 0; f < pairs.size(); ++f) {
+      problem.capacity.push_back(pairs[f]);
+      problem.path.push_back({0, static_cast<int>(f) + 1});
+      problem.bytes.push_back(1e6);
+    }
+    const auto ends = drain_times_s(problem);
+    const double seconds = *std::max_element(ends.begin(), ends.end());
+    const double alone = 1e6 / *std::min_element(pairs.begin(), pairs.end());
+    if (seconds <= 1.05 * alone) continue;  // the slowest pair, not the NIC, sets the end
+    EXPECT_NEAR(fan_in_capacity(pairs, 1e6, seconds), nic, 1e-6 * nic) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);  // 15 of the 50 here: a NIC that binds
+}
+
 TEST(FlowSharing, ReplicasMessagesAcrossOneBoundaryShareAnUplink) {
   // The four replicas play the same 1F1B program in step, so their messages
   // across the boundary leave together: through a 100 B/s uplink each gets

@@ -32,6 +32,15 @@ std::vector<double> max_min_rates(const FlowProblem& problem, const std::vector<
 // rates recomputed each time one ends (seconds).
 std::vector<double> drain_times_s(const FlowProblem& problem);
 
+// A NIC rate from a fan-in (geotrain probe): flows of `bytes_each` at once
+// into one device, each capped by its pair's rate (`pair_rates`, bytes/s),
+// took `seconds` until the last byte. Returns the capacity C at which the
+// flows, sharing C max-min fairly, take that long (bisection on the exact
+// drain time); where they took no longer than their pair rates allow
+// alone (within 5%), nothing was seen to bind and the sum of the pair
+// rates is returned: the NIC carried at least that.
+double fan_in_capacity(const std::vector<double>& pair_rates, double bytes_each, double seconds);
+
 // One transfer of `bytes` from device `from` to device `to`.
 struct Transfer {
   int from = 0, to = 0;

@@ -20,8 +20,9 @@ struct DeviceType {
 // Where a network's NIC rates come from. Scenario files and probed networks
 // that give none get each device's fastest link (fastest_link: what one
 // device can send at once, not unlimited fan-out); `nic_gbps = "unlimited"`
-// asks for the pair-only model (the DT-FM paper's scenarios).
-enum class NicSource { given, fastest_link, unlimited };
+// asks for the pair-only model (the DT-FM paper's scenarios); geotrain probe
+// measures them (probed).
+enum class NicSource { given, fastest_link, unlimited, probed };
 
 // What transfers share beyond their pair link (flow_sharing.hpp), each
 // direction separately (full duplex), bytes/s. Left out: unlimited, and with
