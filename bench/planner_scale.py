@@ -51,7 +51,7 @@ def main():
             wall = time.monotonic() - started
             if done.returncode != 0:
                 sys.exit(f"planner_scale.py: {n} GPUs: exit {done.returncode}\n{done.stderr}")
-            layout = re.search(r"Layout: (tp \d+ x pp \d+ x dp \d+ = \d+ of \d+ devices)", done.stdout)
+            layout = re.search(r"Layout: ((?:tp \d+ x )?pp \d+ x dp \d+ = \d+ of \d+ devices)", done.stdout)
             step = re.search(r"Predicted iteration: ([0-9.]+) s .*DP exchange ([0-9.]+) s, utilisation ([0-9.]+)%",
                              done.stdout)
             if not layout or not step:

@@ -131,16 +131,16 @@ std::vector<ExchangePhase> exchange_phases(const Network& net, const std::vector
   return {};
 }
 
-double phases_s(const Network& net, const std::vector<ExchangePhase>& phases) {
+double phases_s(const Network& net, const std::vector<ExchangePhase>& phases, bool with_latency) {
   double total = 0;
   for (const ExchangePhase& phase : phases) {
     double seconds = 0;
     if (phase.pipelined_chain) {
       const auto drained = drain_times_s(flows_on(net, phase.transfers));
-      for (const Transfer& t : phase.transfers) seconds += net.latency(t.from, t.to);
+      for (const Transfer& t : phase.transfers) seconds += with_latency ? net.latency(t.from, t.to) : 0.0;
       if (!drained.empty()) seconds += *std::max_element(drained.begin(), drained.end());
     } else {
-      seconds = fluid_bound_s(net, phase.transfers);
+      seconds = fluid_bound_s(net, phase.transfers, with_latency);
     }
     total += phase.repeat * seconds;
   }

@@ -218,7 +218,7 @@ struct Load {
 
 }  // namespace
 
-double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers) {
+double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers, bool with_latency) {
   const SharedLinks& shared = network.shared;
   const int n = network.device_count;
   // The resources of LinkResources::path, tallied without its hash map and
@@ -230,7 +230,7 @@ double fluid_bound_s(const Network& network, const std::vector<Transfer>& transf
   // A transfer of no bytes still takes its latency: a bucketed sum pays the
   // latencies once, by subtracting the exchange of no bytes from each bucket.
   for (const Transfer& t : transfers) {
-    const double latency = network.latency(t.from, t.to);
+    const double latency = with_latency ? network.latency(t.from, t.to) : 0.0;
     pairs.emplace_back(static_cast<long long>(t.from) * n + t.to, t.bytes);
     if (!nic_out.empty()) nic_out[t.from].add(t.bytes, latency), nic_in[t.to].add(t.bytes, latency);
     if (!shared.site_uplink_bytes_per_s.empty() && network.site(t.from) != network.site(t.to)) {
@@ -246,7 +246,8 @@ double fluid_bound_s(const Network& network, const std::vector<Transfer>& transf
     const long long key = pairs[k].first;
     const int from = static_cast<int>(key / n), to = static_cast<int>(key % n);
     Load load;
-    for (; k < pairs.size() && pairs[k].first == key; ++k) load.add(pairs[k].second, network.latency(from, to));
+    const double latency = with_latency ? network.latency(from, to) : 0.0;
+    for (; k < pairs.size() && pairs[k].first == key; ++k) load.add(pairs[k].second, latency);
     end = std::max(end, load.seconds(network.bandwidth(from, to)));
   }
   for (size_t d = 0; d < nic_out.size(); ++d) {

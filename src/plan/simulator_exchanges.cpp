@@ -75,6 +75,18 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
   return 0;
 }
 
+// The latencies are paid once, after the last bucket. With shared links the
+// loads over the capacities alone: the difference of two exchanges would
+// take the slowest pair's latency off a NIC's or uplink's time that never
+// held it.
+double datap_bytes_s(const Network& net, const std::vector<int>& group, double bytes, DataParallelScheme scheme) {
+  if (group.size() > 1 && scheme != DataParallelScheme::paper &&
+      (net.shared.any() || scheme == DataParallelScheme::hierarchical)) {
+    return phases_s(net, exchange_phases(net, group, bytes, scheme), false);
+  }
+  return datap_exchange_s(net, group, bytes, scheme) - datap_exchange_s(net, group, 0.0, scheme);
+}
+
 namespace simulation {
 
 // When the sum of `total` bytes over `group` (stage s's data-parallel group,
@@ -106,11 +118,11 @@ double datap_end_s(const Network& net, const std::vector<int>& group, double tot
                    double finish) {
   if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, w.dp_scheme);
   const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
-  const double one_bucket_s = datap_exchange_s(net, group, w.bucket_bytes, w.dp_scheme) - latency;
+  const double one_bucket_s = datap_bytes_s(net, group, w.bucket_bytes, w.dp_scheme);
   const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
   double link_free = -std::numeric_limits<double>::infinity();
   for (double ready : buckets.ready) link_free = std::max(link_free, ready) + one_bucket_s;
-  const double rest_s = datap_exchange_s(net, group, total - buckets.sent, w.dp_scheme) - latency;
+  const double rest_s = datap_bytes_s(net, group, total - buckets.sent, w.dp_scheme);
   return std::max(link_free, finish) + rest_s + latency;
 }
 

@@ -199,6 +199,25 @@ TEST(FlowSharing, NoSumFasterThanWhatEachMemberMustPushThroughItsNic) {
   }
 }
 
+TEST(FlowSharing, NoBucketFasterThanWhatEachMemberMustPushThroughItsNic) {
+  // What a bucket adds behind another (its latencies paid once, after the
+  // last): at least its bytes through each member's NIC, both phases of the
+  // direct sum, even where a slow pair's latency exceeds that time.
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n = 3 + trial % 6;
+    Network net = random_network(&rng, n);
+    for (double& latency : net.latency_s) latency *= 1e3;  // latencies far above the bucket's transfer
+    net.shared = nics_at_fastest_link(net);
+    std::vector<int> g(n);
+    for (int k = 0; k < n; ++k) g[k] = k;
+    const double bucket = 1e4, must = 2.0 * (n - 1.0) / n * bucket;
+    const double t = datap_bytes_s(net, g, bucket, DataParallelScheme::direct);
+    for (int u : g) EXPECT_GE(t * (1 + 1e-12), must / net.shared.nic_bytes_per_s[u]) << "member " << u;
+    EXPECT_LT(t, datap_exchange_s(net, g, bucket, DataParallelScheme::direct));  // the latencies left out
+  }
+}
+
 TEST(FlowSharing, NicsDefaultToEachDevicesFastestLink) {
   // Device 0 sends at 100 and 300, receives at 200 and 50: its NIC is 300.
   Network net = uniform_network(3, 10.0);

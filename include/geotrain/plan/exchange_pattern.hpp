@@ -23,6 +23,6 @@ std::vector<ExchangePhase> exchange_phases(const Network& network, const std::ve
                                            DataParallelScheme scheme);
 
 // Seconds for the phases on `network`, each after the one before.
-double phases_s(const Network& network, const std::vector<ExchangePhase>& phases);
+double phases_s(const Network& network, const std::vector<ExchangePhase>& phases, bool with_latency = true);
 
 }  // namespace geotrain::plan

@@ -85,6 +85,8 @@ double concurrent_transfers_s(const Network& network, const std::vector<Transfer
 // tests/unit/test_flow_sharing.cpp. O(transfers log transfers), where the
 // progressive filling of a million flows (one phase of a direct sum over
 // 1,024 devices) would take the layout search minutes.
-double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers);
+// `with_latency` false: the loads over the capacities alone (what a transfer
+// adds behind another on the same resources).
+double fluid_bound_s(const Network& network, const std::vector<Transfer>& transfers, bool with_latency = true);
 
 }  // namespace geotrain::plan

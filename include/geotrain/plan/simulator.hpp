@@ -236,6 +236,9 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
 // always the DT-FM cost model's DATAP.
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
                         DataParallelScheme scheme);
+// The same less its latencies: what one bucket adds behind the one before on
+// the same links (a bucketed sum pays the latencies once, after its last).
+double datap_bytes_s(const Network& network, const std::vector<int>& members, double bytes, DataParallelScheme scheme);
 
 // Names as the command line and reports spell them.
 inline constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {
