@@ -147,4 +147,17 @@ double phases_s(const Network& net, const std::vector<ExchangePhase>& phases, bo
   return total;
 }
 
+double phases_latency_s(const Network& net, const std::vector<ExchangePhase>& phases) {
+  double total = 0;
+  for (const ExchangePhase& phase : phases) {
+    double seconds = 0;
+    for (const Transfer& t : phase.transfers) {
+      const double latency = net.latency(t.from, t.to);
+      seconds = phase.pipelined_chain ? seconds + latency : std::max(seconds, latency);
+    }
+    total += phase.repeat * seconds;
+  }
+  return total;
+}
+
 }  // namespace geotrain::plan

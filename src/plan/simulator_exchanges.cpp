@@ -117,12 +117,23 @@ BucketSchedule bucket_schedule(const std::vector<int>& group, double total, cons
 double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
                    double finish) {
   if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, w.dp_scheme);
-  const double latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
-  const double one_bucket_s = datap_bytes_s(net, group, w.bucket_bytes, w.dp_scheme);
   const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
+  // Shared links: the loads over the capacities grow with the bytes, so one
+  // build of the phases prices the latencies, every bucket and the rest.
+  const bool linear = net.shared.any() || w.dp_scheme == DataParallelScheme::hierarchical;
+  double latency = 0, per_byte_s = 0;
+  if (linear) {
+    const std::vector<ExchangePhase> phases = exchange_phases(net, group, 1.0, w.dp_scheme);
+    latency = phases_latency_s(net, phases);
+    per_byte_s = phases_s(net, phases, false);
+  } else {
+    latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
+  }
+  auto bytes_s = [&](double bytes) { return linear ? per_byte_s * bytes : datap_bytes_s(net, group, bytes, w.dp_scheme); };
+  const double one_bucket_s = bytes_s(w.bucket_bytes);
   double link_free = -std::numeric_limits<double>::infinity();
   for (double ready : buckets.ready) link_free = std::max(link_free, ready) + one_bucket_s;
-  const double rest_s = datap_bytes_s(net, group, total - buckets.sent, w.dp_scheme);
+  const double rest_s = bytes_s(total - buckets.sent);
   return std::max(link_free, finish) + rest_s + latency;
 }
 

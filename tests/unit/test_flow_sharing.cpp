@@ -169,6 +169,9 @@ TEST(FlowSharing, PairOnlyIsTheCaseOfUnlimitedSharedLinks) {
         const double closed = datap_exchange_s(net, g, bytes, scheme);
         EXPECT_NEAR(phases_s(net, exchange_phases(net, g, bytes, scheme)), closed, 1e-12 * closed)
             << to_string(scheme) << " on " << n << " devices, " << bytes << " bytes";
+        if (bytes == 0) {
+          EXPECT_NEAR(phases_latency_s(net, exchange_phases(net, g, 1e4, scheme)), closed, 1e-12 * closed);
+        }
       }
     }
   }

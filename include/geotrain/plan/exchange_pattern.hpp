@@ -24,5 +24,7 @@ std::vector<ExchangePhase> exchange_phases(const Network& network, const std::ve
 
 // Seconds for the phases on `network`, each after the one before.
 double phases_s(const Network& network, const std::vector<ExchangePhase>& phases, bool with_latency = true);
+// The phases' latencies alone: phases_s of the same transfers with no bytes.
+double phases_latency_s(const Network& network, const std::vector<ExchangePhase>& phases);
 
 }  // namespace geotrain::plan
