@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
@@ -193,6 +194,18 @@ double fan_in_seconds(MPI_Comm comm, int rank, int size, const ProbeOptions& o) 
   return own;
 }
 
+// Whether the ranks run on more than one host: one host's ranks share its
+// memory, not a NIC (a fan-in would measure the memory), so there its NICs
+// are assumed at the fastest link, and the tests on one machine pay nothing.
+bool spans_hosts(MPI_Comm comm, double deadline_s) {
+  const unsigned long long hash = std::hash<std::string>{}(host_name());
+  unsigned long long local[2] = {hash, ~hash}, global[2] = {0, 0};  // min of both: the smallest and ~the largest
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Iallreduce(local, global, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm, &request));
+  wait_collective_or_abort({&request, 1}, comm, -1, deadline_s, "comparing host names before the NIC probe");
+  return global[0] != ~global[1];
+}
+
 // Every rank reports to rank 0; rank 0 names those that do not, then
 // releases everyone. Non-root ranks wait twice as long, so a silent rank is
 // named by rank 0 before anyone blames rank 0.
@@ -280,7 +293,8 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
     row[size + peer] = std::round(gbps / scale) * scale * plan::kBytesPerGbit;
   }
 
-  const bool fans_in = size > 2 && o.fan_in_repeats > 0;  // two ranks: the pair is all there is
+  // Two ranks: the pair is all there is.
+  const bool fans_in = size > 2 && o.fan_in_repeats > 0 && spans_hosts(comm, o.deadline_s);
   row.push_back(fans_in ? fan_in_seconds(comm, rank, size, o) : 0.0);
 
   // Gather rows and host names; rank 0 checks what it received.

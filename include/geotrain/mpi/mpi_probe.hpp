@@ -17,7 +17,7 @@
 //      bytes / (median time - 2 * latency).
 // The lower-ranked partner times the RTTs and sends its latency to the other;
 // each direction's bandwidth is timed by its sender. Then, with 3 or more
-// ranks, each rank's NIC: to each rank in turn every other rank sends at
+// ranks on more than one host, each rank's NIC: to each rank in turn every other rank sends at
 // once (full and half chunks, `fan_in_repeats` times each); the rate at which
 // the flow model's max-min sharing takes the measured time is the rank's NIC
 // (plan::fan_in_capacity; where nothing was seen to bind, the sum of its
