@@ -236,6 +236,35 @@ void roll_call(MPI_Comm comm, int rank, int size, double deadline_s) {
   }
 }
 
+// Rank 0: the gathered rows (latencies, bandwidths, then the fan-in) and
+// host names as the network, each entry checked.
+plan::Network network_from_rows(const std::vector<double>& rows, std::size_t row_size, const std::vector<char>& hosts,
+                                std::size_t host_size) {
+  const int size = static_cast<int>(rows.size() / row_size);
+  plan::Network net;
+  net.device_count = size;
+  net.latency_s.assign(static_cast<std::size_t>(size) * size, 0.0);
+  net.bandwidth_bytes_per_s.assign(static_cast<std::size_t>(size) * size, 0.0);
+  for (int u = 0; u < size; ++u) {
+    const double* r = rows.data() + row_size * u;
+    for (int v = 0; v < size; ++v) {
+      const double latency = u == v ? 0.0 : r[v];
+      const double bandwidth = u == v ? std::numeric_limits<double>::infinity() : r[size + v];
+      if (u != v && (!std::isfinite(latency) || latency < 0 || !std::isfinite(bandwidth) || bandwidth <= 0)) {
+        abort_all("probe row from rank " + std::to_string(u) + " rejected: link to rank " + std::to_string(v) +
+                  " has latency " + std::to_string(latency) + " s, bandwidth " + std::to_string(bandwidth) + " B/s");
+      }
+      net.latency_s[u * size + v] = latency;
+      net.bandwidth_bytes_per_s[u * size + v] = bandwidth;
+    }
+    const char* name = hosts.data() + host_size * u;
+    const std::size_t length = strnlen(name, host_size);
+    if (length == 0 || length == host_size) abort_all("probe: host name of rank " + std::to_string(u) + " is malformed");
+    net.site_of_device.emplace_back(name, length);
+  }
+  return net;
+}
+
 // Each rank's NIC from its fan-in (the last entry of its row): the rate at
 // which the flow model takes the measured time, rounded as the pairs are.
 void set_probed_nics(plan::Network& net, const std::vector<double>& rows, std::size_t row_size, double bytes_each) {
@@ -310,28 +339,8 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
   // Rank 0 may be done while others still measure: it waits longest.
   wait_collective_or_abort(requests, comm, 0, 2 * o.deadline_s, "gathering the probed rows on rank 0");
 
-  plan::Network net;
-  if (rank != 0) return net;
-  net.device_count = size;
-  net.latency_s.assign(static_cast<std::size_t>(size) * size, 0.0);
-  net.bandwidth_bytes_per_s.assign(static_cast<std::size_t>(size) * size, 0.0);
-  for (int u = 0; u < size; ++u) {
-    const double* r = rows.data() + row.size() * u;
-    for (int v = 0; v < size; ++v) {
-      const double latency = u == v ? 0.0 : r[v];
-      const double bandwidth = u == v ? std::numeric_limits<double>::infinity() : r[size + v];
-      if (u != v && (!std::isfinite(latency) || latency < 0 || !std::isfinite(bandwidth) || bandwidth <= 0)) {
-        abort_all("probe row from rank " + std::to_string(u) + " rejected: link to rank " + std::to_string(v) +
-                  " has latency " + std::to_string(latency) + " s, bandwidth " + std::to_string(bandwidth) + " B/s");
-      }
-      net.latency_s[u * size + v] = latency;
-      net.bandwidth_bytes_per_s[u * size + v] = bandwidth;
-    }
-    const char* name = hosts.data() + sizeof host * u;
-    const std::size_t length = strnlen(name, sizeof host);
-    if (length == 0 || length == sizeof host) abort_all("probe: host name of rank " + std::to_string(u) + " is malformed");
-    net.site_of_device.emplace_back(name, length);
-  }
+  if (rank != 0) return plan::Network{};
+  plan::Network net = network_from_rows(rows, row.size(), hosts, sizeof host);
   if (fans_in) {
     set_probed_nics(net, rows, row.size(), static_cast<double>(fan_in_chunk(o, size) / 2));
   } else {
