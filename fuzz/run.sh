@@ -27,7 +27,9 @@ jobs=${FUZZ_BUILD_JOBS:-2}
 
 started=$SECONDS
 echo "fuzz: configuring and building (preset fuzz, -j$jobs; log: $out/build.log)"
-if ! { cmake --preset fuzz && cmake --build --preset fuzz -j "$jobs"; } >"$out/build.log" 2>&1; then
+# The libraries as unity batches (as the sanitizer builds of tests/run.sh):
+# 1:21 instead of 2:15 on 2 cores.
+if ! { cmake --preset fuzz -DCMAKE_UNITY_BUILD=ON && cmake --build --preset fuzz -j "$jobs"; } >"$out/build.log" 2>&1; then
   tail -n 40 "$out/build.log" >&2
   echo "fuzz: build failed" >&2
   exit 2
