@@ -27,15 +27,19 @@ double paper_datap_s(const Network& network, const std::vector<int>& members, do
   return worst;
 }
 
+// Shared links (and the hierarchical pattern, always): the sum is priced
+// through its phases' transfers; `paper` keeps the DT-FM formula.
+bool priced_by_phases(const Network& net, DataParallelScheme scheme) {
+  return scheme != DataParallelScheme::paper && (net.shared.any() || scheme == DataParallelScheme::hierarchical);
+}
+
 }  // namespace
 
 double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
   const int d = static_cast<int>(g.size());
   if (d <= 1) return 0.0;
   if (scheme == DataParallelScheme::paper) return paper_datap_s(net, g, bytes);
-  if (net.shared.any() || scheme == DataParallelScheme::hierarchical) {
-    return phases_s(net, exchange_phases(net, g, bytes, scheme));
-  }
+  if (priced_by_phases(net, scheme)) return phases_s(net, exchange_phases(net, g, bytes, scheme));
   // Each transfer alone on its pair link: the phases' closed forms.
   const double shard = bytes / d;
   switch (scheme) {
@@ -80,8 +84,7 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
 // take the slowest pair's latency off a NIC's or uplink's time that never
 // held it.
 double datap_bytes_s(const Network& net, const std::vector<int>& group, double bytes, DataParallelScheme scheme) {
-  if (group.size() > 1 && scheme != DataParallelScheme::paper &&
-      (net.shared.any() || scheme == DataParallelScheme::hierarchical)) {
+  if (group.size() > 1 && priced_by_phases(net, scheme)) {
     return phases_s(net, exchange_phases(net, group, bytes, scheme), false);
   }
   return datap_exchange_s(net, group, bytes, scheme) - datap_exchange_s(net, group, 0.0, scheme);
@@ -120,7 +123,7 @@ double datap_end_s(const Network& net, const std::vector<int>& group, double tot
   const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
   // Shared links: the loads over the capacities grow with the bytes, so one
   // build of the phases prices the latencies, every bucket and the rest.
-  const bool linear = net.shared.any() || w.dp_scheme == DataParallelScheme::hierarchical;
+  const bool linear = priced_by_phases(net, w.dp_scheme);
   double latency = 0, per_byte_s = 0;
   if (linear) {
     const std::vector<ExchangePhase> phases = exchange_phases(net, group, 1.0, w.dp_scheme);
@@ -129,7 +132,9 @@ double datap_end_s(const Network& net, const std::vector<int>& group, double tot
   } else {
     latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
   }
-  auto bytes_s = [&](double bytes) { return linear ? per_byte_s * bytes : datap_bytes_s(net, group, bytes, w.dp_scheme); };
+  auto bytes_s = [&](double bytes) {
+    return linear ? per_byte_s * bytes : datap_bytes_s(net, group, bytes, w.dp_scheme);
+  };
   const double one_bucket_s = bytes_s(w.bucket_bytes);
   double link_free = -std::numeric_limits<double>::infinity();
   for (double ready : buckets.ready) link_free = std::max(link_free, ready) + one_bucket_s;
