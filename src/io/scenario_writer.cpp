@@ -80,6 +80,9 @@ void write_device_types(std::ostringstream& out, const plan::Network& network) {
   }
 }
 
+// A rate in bytes/s as the file's Gbit/s number that reads back exactly.
+double file_gbps(double stored) { return file_value_for(stored, stored / plan::kBytesPerGbit, bytes_per_s_from_gbps); }
+
 // NICs as given, "unlimited" where a network has none (the pair-only model
 // it stands for) and nothing where they were assumed (reading the file back
 // assumes the same); then the sites' uplinks in the order the sites first
@@ -90,9 +93,7 @@ void write_shared_links(std::ostringstream& out, const plan::Network& network) {
   if (shared.nics != plan::NicSource::fastest_link && !shared.nic_bytes_per_s.empty()) {
     out << "nic_gbps = [";
     for (size_t d = 0; d < shared.nic_bytes_per_s.size(); ++d) {
-      const double stored = shared.nic_bytes_per_s[d];
-      out << (d == 0 ? "" : (d % 8 == 0 ? ",\n  " : ", "))
-          << toml_number(file_value_for(stored, stored / plan::kBytesPerGbit, bytes_per_s_from_gbps));
+      out << (d == 0 ? "" : (d % 8 == 0 ? ",\n  " : ", ")) << toml_number(file_gbps(shared.nic_bytes_per_s[d]));
     }
     out << "]\n";
   }
@@ -103,8 +104,7 @@ void write_shared_links(std::ostringstream& out, const plan::Network& network) {
   }
   out << "uplink_gbps = [";
   for (size_t k = 0; k < order.size(); ++k) {
-    const double stored = shared.site_uplink_bytes_per_s.at(order[k]);
-    out << (k == 0 ? "" : ", ") << toml_number(file_value_for(stored, stored / plan::kBytesPerGbit, bytes_per_s_from_gbps));
+    out << (k == 0 ? "" : ", ") << toml_number(file_gbps(shared.site_uplink_bytes_per_s.at(order[k])));
   }
   out << "]\n";
 }
@@ -127,8 +127,7 @@ std::string network_to_toml(const plan::Network& network) {
     return file_value_for(stored, stored * 1000.0, seconds_from_ms);
   });
   write_matrix(out, "bandwidth_gbps", n, [&](int u, int v) {
-    const double stored = network.bandwidth(u, v);
-    return file_value_for(stored, stored / plan::kBytesPerGbit, bytes_per_s_from_gbps);
+    return file_gbps(network.bandwidth(u, v));
   });
   if (!network.site_of_device.empty()) {
     out << "sites = [";
