@@ -13,7 +13,7 @@
 namespace geotrain::io::config_table {
 
 using Target = std::variant<int*, double*, std::string*, bool*, std::uint64_t*, std::vector<int>*, std::vector<double>*,
-                            DeviceRequest*, MatmulPrecision*, ActivationStorage*, LayoutChoice*, Transport*, WireFormat*,
+                            DeviceRequest*, MatmulPrecision*, ActivationStorage*, LayoutChoice*, Transport*, DataParallelExchange*, WireFormat*,
                             LmHead*, CheckpointForm*, InnerOptimizer*, plan::Schedule*, plan::Placement*>;
 
 // A field's own bounds (Checks::positive or Checks::in_range, on each entry

@@ -31,7 +31,10 @@ plan::SimulationConfig simulation_config(const Config& config, const ModelShape&
   s.micro_batch_sequences = config.train.micro_batch_sequences;
   s.micro_batches_per_flush = config.pipeline.micro_batches_per_flush;  // 0: one flush
   s.schedule = config.pipeline.schedule;
-  s.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives does
+  // What MpiCollectives runs; auto is decided once the plan is (the job's
+  // choose_dp_exchange), so the layout search prices it as direct.
+  s.dp_scheme = config.network.dp_exchange == DataParallelExchange::hierarchical ? plan::DataParallelScheme::hierarchical
+                                                                                  : plan::DataParallelScheme::direct;
   s.recompute = false;
   s.overlap_communication = true;
   s.lm_head = true;

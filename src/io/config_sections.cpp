@@ -215,7 +215,12 @@ Section network_section(NetworkSettings& s) {
                 "Data-parallel gradient sums start in buckets of this many MiB during the step's last backward; 0: one "
                 "sum after it.")
            .in_range(0, 1e6),
-       GT_FIELD(transport, "auto (NCCL on GPUs where built, else MPI), mpi or nccl.")});
+       GT_FIELD(transport, "auto (NCCL on GPUs where built, else MPI), mpi or nccl."),
+       GT_FIELD(dp_exchange,
+                "How a data-parallel group sums gradients over MPI: direct (every member with every other), "
+                "hierarchical (inside each site first, then across sites striped over the site's members, then back; "
+                "needs sites) or auto (whichever the simulator predicts faster for the group; direct without sites). "
+                "fp32 sums give the same bits either way.")});
 }
 
 Section checkpoint_section(CheckpointSettings& s) {

@@ -240,9 +240,10 @@ const char* describe_form(CheckpointForm form) {
 class JobConnections {
  public:
   JobConnections(const io::Config& config, const Topology& topology, std::unique_ptr<kernels::Backend> backend,
-                 const CheckpointSetup* checkpoints, bool talk, std::ostream& log)
+                 const CheckpointSetup* checkpoints, bool hierarchical, bool talk, std::ostream& log)
       : backend_(std::move(backend)), mpi_collectives_(topology, config.network.deadline_s, gradient_codec(config),
-                                                      wire_codec(config, config.compression.tied_embedding)) {
+                                                      wire_codec(config, config.compression.tied_embedding),
+                                                      hierarchical) {
     const double deadline_s = config.network.deadline_s;
     const bool on_gpu = backend_->kind() == kernels::DeviceKind::cuda;
 #ifdef GEOTRAIN_HAVE_NCCL
@@ -352,6 +353,7 @@ struct Job {
   std::unique_ptr<kernels::Backend> backend;
   plan::Plan plan;
   std::string idle_note;  // why this rank is left out, if the layout leaves it out
+  plan::DataParallelScheme dp_exchange = plan::DataParallelScheme::direct;  // direct or hierarchical
 
   const io::Config& config() const { return setup.inputs.config; }
 };
@@ -425,6 +427,47 @@ int choose_layout(Job& job, bool talk, std::ostream& text) {
   return 0;
 }
 
+// 3b. The data-parallel exchange (network.dp_exchange): auto is decided on
+// rank 0, which holds the whole network, and broadcast.
+int choose_dp_exchange(Job& job, bool talk, std::ostream& text) {
+  const io::Config& config = job.config();
+  const bool sites = !job.network.site_of_device.empty();
+  switch (config.network.dp_exchange) {
+    case DataParallelExchange::direct: return 0;
+    case DataParallelExchange::hierarchical:
+      if (!sites) {
+        if (job.rank == 0) {
+          std::cerr << "geotrain: error: " << config.origin_of("network.dp_exchange")
+                    << ": hierarchical needs sites (give network.matrix a scenario with [sites], or probe: sites are "
+                       "host names)\n";
+        }
+        return kExitInputError;
+      }
+      job.dp_exchange = plan::DataParallelScheme::hierarchical;
+      break;
+    case DataParallelExchange::automatic: {
+      if (!sites || job.plan.data_parallel < 2) return 0;
+      std::uint8_t choice = 0;
+      if (job.rank == 0) {
+        const plan::Workload workload = plan::workload_from_model(
+            io::training_shape(config, job.setup.inputs.model, io::global_batch_sequences(config, job.ranks)),
+            job.plan.pipeline_stages, job.plan.data_parallel);
+        choice = plan::faster_runtime_exchange(job.network, job.plan, workload.c_dp_bytes) ==
+                 plan::DataParallelScheme::hierarchical;
+      }
+      choice = broadcast_bytes(MPI_COMM_WORLD, {choice}, 0, job.deadline_s, "sharing network.dp_exchange").at(0);
+      if (choice) job.dp_exchange = plan::DataParallelScheme::hierarchical;
+      break;
+    }
+  }
+  if (talk && job.dp_exchange == plan::DataParallelScheme::hierarchical) {
+    text << "data-parallel sums: hierarchical (inside each site, then across sites)"
+         << (config.network.dp_exchange == DataParallelExchange::automatic ? ", predicted faster than direct" : "")
+         << "\n";
+  }
+  return 0;
+}
+
 // 5. Checkpoints: the form the training ranks agree on (collective).
 int agree_on_checkpoints(const Job& job, const Topology& topology, bool reports, std::ostream& text,
                          std::optional<CheckpointSetup>& checkpoints) {
@@ -477,6 +520,7 @@ int train_and_report(Job& job, const RankRole& role, const RankConnections& with
     described.network = job.network;
     described.network_source = job.setup.matrix ? config.network.matrix : (job.ranks > 1 ? "probed" : "single rank");
     described.plan = job.plan;
+    described.dp_scheme = job.dp_exchange;
     described.plan_text = role.plan_text;
     if (!write_job_timing(timing_path, config, job.setup.inputs.model, described, result, topology, job.ranks,
                           job.deadline_s)) {
@@ -500,9 +544,9 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
   std::ostream& text = text_stream(config, log);
   measure_network(job, talk, text);
   if (const int failed = choose_layout(job, talk, text)) return failed;
+  if (const int failed = choose_dp_exchange(job, talk, text)) return failed;
   const Topology topology = make_topology(MPI_COMM_WORLD, job.plan, job.deadline_s,  // 4. communicators
-                                          config.outer.sync_within_site ? job.network.site_of_device
-                                                                        : std::vector<std::string>{});
+                                          job.network.site_of_device);
   if (topology.idle) {
     // One write: the ranks' lines must not interleave (std::cerr writes each piece at once).
     std::cerr << "geotrain: rank " + std::to_string(job.rank) + " (host " + host_name() + "): " + job.idle_note + "\n";
@@ -514,6 +558,7 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
     if (const int failed = agree_on_checkpoints(job, topology, reports, text, checkpoints)) return failed;
   }
   JobConnections connections(config, topology, std::move(job.backend), checkpoints ? &*checkpoints : nullptr,
+                             job.dp_exchange == plan::DataParallelScheme::hierarchical,
                              reports && !config.train.quiet && kind == JobKind::train, text);
   const RankRole role = rank_role(job, topology, reports);
   if (kind == JobKind::evaluate) return evaluate_job(job.setup.inputs, role, connections.get(), log);

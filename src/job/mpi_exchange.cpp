@@ -66,6 +66,39 @@ void post_bytes(const ExchangeGroup& group, int peer, const std::vector<std::uin
                          &requests.back()));
 }
 
+// The members grouped by site, sites in order of their first member; no
+// sites: one group of all.
+std::vector<std::vector<int>> members_by_site(const std::vector<int>& site_of_member, int size) {
+  if (static_cast<int>(site_of_member.size()) != size) {
+    std::vector<int> all(static_cast<std::size_t>(size));
+    for (int m = 0; m < size; ++m) all[static_cast<std::size_t>(m)] = m;
+    return {all};
+  }
+  std::vector<int> site_order;
+  std::vector<std::vector<int>> sites;
+  for (int m = 0; m < size; ++m) {
+    const int site = site_of_member[static_cast<std::size_t>(m)];
+    const auto at = std::find(site_order.begin(), site_order.end(), site);
+    if (at == site_order.end()) {
+      site_order.push_back(site);
+      sites.push_back({m});
+    } else {
+      sites[static_cast<std::size_t>(at - site_order.begin())].push_back(m);
+    }
+  }
+  return sites;
+}
+
+// " (ranks 2, 3)": the other members of a group, for deadline messages.
+std::string members_except(const std::vector<int>& ranks, int self) {
+  std::string text;
+  for (int r : ranks) {
+    if (r == self) continue;
+    text += (text.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return " (waiting for rank" + std::string(text.find(',') == std::string::npos ? " " : "s ") + text + ")";
+}
+
 void ensure_feedback(std::vector<ErrorFeedback>& feedback, std::size_t count, const WireCodec& codec) {
   while (feedback.size() < count) feedback.emplace_back(codec);
 }
@@ -204,13 +237,19 @@ void ExchangeInFlight::advance() {
   phase_ = Phase::second;
 }
 
-// The owner adds its shard's copies in rank order, then sends the sum to all.
+// The owner adds its shard's copies (each site's in rank order, then the
+// sites' sums in site order), then sends the sum to all.
 void ExchangeInFlight::gather_sum() {
   const std::size_t own_begin = shard_begin(self_), own_count = shard_begin(self_ + 1) - own_begin;
   std::copy(data_ + own_begin, data_ + own_begin + own_count, received_.data() + own_count * static_cast<std::size_t>(self_));
+  const std::vector<std::vector<int>> sites = members_by_site(group_->site_of_member, size_);
   for (std::size_t i = 0; i < own_count; ++i) {
-    float total = received_[i];
-    for (int member = 1; member < size_; ++member) total += received_[own_count * static_cast<std::size_t>(member) + i];
+    float total = 0;
+    for (std::size_t s = 0; s < sites.size(); ++s) {
+      float partial = received_[own_count * static_cast<std::size_t>(sites[s].front()) + i];
+      for (std::size_t m = 1; m < sites[s].size(); ++m) partial += received_[own_count * static_cast<std::size_t>(sites[s][m]) + i];
+      total = s == 0 ? partial : total + partial;
+    }
     data_[own_begin + i] = total;
   }
   for (int peer = 0; peer < size_; ++peer) {
@@ -245,6 +284,16 @@ void ExchangeInFlight::gather_encoded_sum() {
     received_bytes_[peer].resize(codec_->encoded_bytes(shard_begin(peer + 1) - shard_begin(peer)));
     post_bytes(*group_, peer, summed_bytes_, received_bytes_[peer], tag_base_ + kGatherTag, requests_);
   }
+}
+
+ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double deadline_s, const std::string& what,
+                             int self) {
+  ExchangeGroup group;
+  group.comm = comm;
+  group.what = what + members_except(world_ranks, self);
+  group.world_ranks = std::move(world_ranks);
+  group.deadline_s = deadline_s;
+  return group;
 }
 
 void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values, int value_count) {

@@ -104,16 +104,6 @@ void MpiPipelineLinks::complete_sends() {
 
 namespace {
 
-// " (ranks 2, 3)": the other members of a group, for deadline messages.
-std::string members_except(const std::vector<int>& ranks, int self) {
-  std::string text;
-  for (int r : ranks) {
-    if (r == self) continue;
-    text += (text.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return " (waiting for rank" + std::string(text.find(',') == std::string::npos ? " " : "s ") + text + ")";
-}
-
 // The codec a sum encodes with, or nullptr where the format is fp32 (an exact sum).
 const WireCodec* lossy(const WireCodec& codec) { return codec.format == WireFormat::fp32 ? nullptr : &codec; }
 
@@ -127,20 +117,10 @@ void sum_on_wire(const ExchangeGroup& group, const WireCodec& codec, EncodedSumS
   }
 }
 
-ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double deadline_s, const std::string& what,
-                             int self) {
-  ExchangeGroup group;
-  group.comm = comm;
-  group.what = what + members_except(world_ranks, self);
-  group.world_ranks = std::move(world_ranks);
-  group.deadline_s = deadline_s;
-  return group;
-}
-
 }  // namespace
 
 MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec,
-                               WireCodec tied_codec)
+                               WireCodec tied_codec, bool hierarchical)
     : topology_(topology),
       data_parallel_(exchange_group(topology.dp_comm.get(), topology.dp_ranks, deadline_s,
                                     "summing over the data-parallel group of stage " + std::to_string(topology.stage),
@@ -153,7 +133,11 @@ MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, Wire
                            "joining the tied embedding of replica " + std::to_string(topology.replica),
                            topology.rank)),
       gradient_codec_(gradient_codec),
-      tied_codec_(tied_codec) {}
+      tied_codec_(tied_codec) {
+  // Sums add by site where sites are known, whichever exchange runs them.
+  data_parallel_.site_of_member = topology.site_of_replica;
+  if (hierarchical) lanes_.emplace(site_lanes(topology, deadline_s));
+}
 
 MpiCollectives::MpiCollectives(const Topology& topology, double deadline_s, WithinSite)
     : MpiCollectives(topology, deadline_s) {
@@ -168,7 +152,11 @@ void MpiCollectives::sum_data_parallel(float* data, std::size_t count) {
 }
 
 void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t count, double* values, int value_count) {
-  sum_on_wire(data_parallel_, gradient_codec_, gradient_state_, data, count, values, value_count);
+  if (lanes_) {
+    exchange_sum_hierarchical(*lanes_, data, count, values, value_count, lossy(gradient_codec_), &gradient_state_);
+  } else {
+    sum_on_wire(data_parallel_, gradient_codec_, gradient_state_, data, count, values, value_count);
+  }
 }
 
 void MpiCollectives::start_data_parallel_bucket(float* data, std::size_t count, double* values, int value_count) {
@@ -186,21 +174,29 @@ void MpiCollectives::start_bucket(std::size_t b, float* data, std::size_t count,
   // Tag bases past the whole-tensor sum's (0); reused after 4000 buckets,
   // which is safe: both members post them in the same order (MPI keeps it).
   const int tag_base = 8 * (1 + static_cast<int>(b % 4000));
+  if (lanes_) {
+    site_buckets_.emplace_back().start(*lanes_, tag_base, data, count, values, value_count, lossy(gradient_codec_),
+                                       &bucket_states_[b]);
+    return;
+  }
   buckets_.emplace_back().start(data_parallel_, tag_base, data, count, values, value_count, lossy(gradient_codec_),
                                 &bucket_states_[b]);
 }
 
 void MpiCollectives::progress_data_parallel() {
   for (ExchangeInFlight& bucket : buckets_) bucket.progress();
+  for (HierarchicalInFlight& bucket : site_buckets_) bucket.progress();
 }
 
 void MpiCollectives::finish_data_parallel_buckets() {
   for (ExchangeInFlight& bucket : buckets_) bucket.finish();
+  for (HierarchicalInFlight& bucket : site_buckets_) bucket.finish();
   buckets_.clear();
+  site_buckets_.clear();
 }
 
 void MpiCollectives::forget_data_parallel_residuals() {
-  if (!buckets_.empty()) throw std::logic_error("forget_data_parallel_residuals: sums still in flight");
+  if (!buckets_.empty() || !site_buckets_.empty()) throw std::logic_error("forget_data_parallel_residuals: sums still in flight");
   gradient_state_ = {};
   bucket_states_.clear();
 }

@@ -184,16 +184,34 @@ void split_training_groups(MPI_Comm job, const plan::Plan& plan, Topology& t) {
 }
 
 // The members of this rank's data-parallel group in its own site, split
-// from that group.
+// from that group; and the hierarchical exchange's lanes: the members at
+// the same place in their sites, one per site (sites of unequal sizes: the
+// first members only).
 void split_site_group(const std::vector<std::string>& site_of_rank, Topology& t) {
   std::vector<std::string> site_of_replica;
   for (int member : t.dp_ranks) site_of_replica.push_back(site_of_rank[member]);
   const SiteGroups sites = group_by_site(site_of_replica);
-  for (int replica : sites.members_with(t.replica)) t.site_ranks.push_back(t.dp_ranks[replica]);
+  t.site_of_replica = sites.site_of_member;
+  const std::vector<int> mine = sites.members_with(t.replica);
+  for (int replica : mine) t.site_ranks.push_back(t.dp_ranks[replica]);
+  t.site_place = static_cast<int>(std::find(mine.begin(), mine.end(), t.replica) - mine.begin());
   // Colour: the group's first member in this rank's site (the same for all of them).
   MPI_Comm site = MPI_COMM_NULL;
   GT_MPI_CHECK(MPI_Comm_split(t.dp_comm.get(), t.site_ranks.front(), t.replica, &site));
   t.site_comm = Communicator(site);
+
+  const std::size_t per_site = sites.members_with(0).size();
+  bool even = true;
+  for (int first : sites.first_member) even = even && sites.members_with(first).size() == per_site;
+  t.lanes = even ? static_cast<int>(per_site) : 1;
+  const bool owner = t.site_place < t.lanes;
+  for (std::size_t s = 0; owner && s < sites.names.size(); ++s) {
+    t.lane_ranks.push_back(t.dp_ranks[sites.members_with(sites.first_member[s])[t.site_place]]);
+  }
+  MPI_Comm lane = MPI_COMM_NULL;
+  GT_MPI_CHECK(MPI_Comm_split(t.dp_comm.get(), owner ? t.site_place : MPI_UNDEFINED,
+                              sites.site_of_member[t.replica], &lane));
+  t.lane_comm = Communicator(lane);
 }
 
 }  // namespace
@@ -226,7 +244,7 @@ Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s
   split_training_groups(job, plan, t);
   if (static_cast<int>(site_of_rank.size()) == size) split_site_group(site_of_rank, t);
   for (const Communicator* c : {&t.job_comm, &t.dp_comm, &t.pipeline_comm, &t.tied_comm, &t.pipeline_links,
-                                &t.site_comm, &t.tensor_comm}) {
+                                &t.site_comm, &t.lane_comm, &t.tensor_comm}) {
     if (c->get() != MPI_COMM_NULL) GT_MPI_CHECK(MPI_Comm_set_errhandler(c->get(), MPI_ERRORS_RETURN));
   }
   return t;

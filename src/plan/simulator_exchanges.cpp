@@ -83,6 +83,17 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
 // loads over the capacities alone: the difference of two exchanges would
 // take the slowest pair's latency off a NIC's or uplink's time that never
 // held it.
+DataParallelScheme faster_runtime_exchange(const Network& net, const Plan& plan, double bytes) {
+  double direct_s = 0, hierarchical_s = 0;
+  for (const std::vector<int>& stage : plan.stages) {
+    std::vector<int> members;
+    for (int unit : stage) members.push_back(plan.ranks_of_unit(unit).front());
+    direct_s = std::max(direct_s, datap_exchange_s(net, members, bytes, DataParallelScheme::direct));
+    hierarchical_s = std::max(hierarchical_s, datap_exchange_s(net, members, bytes, DataParallelScheme::hierarchical));
+  }
+  return hierarchical_s < direct_s ? DataParallelScheme::hierarchical : DataParallelScheme::direct;
+}
+
 double datap_bytes_s(const Network& net, const std::vector<int>& group, double bytes, DataParallelScheme scheme) {
   if (group.size() > 1 && priced_by_phases(net, scheme)) {
     return phases_s(net, exchange_phases(net, group, bytes, scheme), false);

@@ -10,6 +10,10 @@ namespace geotrain {
 
 enum class DeviceRequest { automatic, cpu, cuda };  // device.kind: auto picks CUDA where usable
 enum class Transport { automatic, mpi, nccl };      // network.transport: auto = NCCL on GPUs where built
+// network.dp_exchange: how a data-parallel group sums (job/hierarchical_exchange.hpp):
+// direct between all members, or inside each site first and across sites
+// once per site; auto = whichever the simulator predicts faster for the group.
+enum class DataParallelExchange { automatic, direct, hierarchical };
 // Precision of matmul/attention inputs to the math units. The master
 // weights, optimizer state, layernorm and softmax statistics are always
 // fp32; bf16 rounds the GEMM operands (CUDA: bf16 tensor cores with fp32
@@ -49,6 +53,10 @@ inline constexpr EnumName<DeviceRequest> kDeviceRequestNames[] = {
     {DeviceRequest::automatic, "auto"}, {DeviceRequest::cpu, "cpu"}, {DeviceRequest::cuda, "cuda"}};
 inline constexpr EnumName<Transport> kTransportNames[] = {
     {Transport::automatic, "auto"}, {Transport::mpi, "mpi"}, {Transport::nccl, "nccl"}};
+inline constexpr EnumName<DataParallelExchange> kDataParallelExchangeNames[] = {
+    {DataParallelExchange::automatic, "auto"},
+    {DataParallelExchange::direct, "direct"},
+    {DataParallelExchange::hierarchical, "hierarchical"}};
 inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPrecision::fp32, "fp32"},
                                                                        {MatmulPrecision::bf16, "bf16"}};
 inline constexpr EnumName<ActivationStorage> kActivationStorageNames[] = {{ActivationStorage::fp32, "fp32"},
@@ -77,6 +85,7 @@ inline std::string to_string(WireFormat format) { return name_in(kWireFormatName
 inline std::string to_string(LmHead head) { return name_in(kLmHeadNames, head); }
 inline std::string to_string(DeviceRequest device) { return name_in(kDeviceRequestNames, device); }
 inline std::string to_string(Transport transport) { return name_in(kTransportNames, transport); }
+inline std::string to_string(DataParallelExchange exchange) { return name_in(kDataParallelExchangeNames, exchange); }
 inline std::string to_string(MatmulPrecision precision) { return name_in(kMatmulPrecisionNames, precision); }
 inline std::string to_string(ActivationStorage storage) { return name_in(kActivationStorageNames, storage); }
 inline bool parse_device_request(const std::string& text, DeviceRequest* out) {

@@ -99,6 +99,7 @@ struct NetworkSettings {
   int probe_bytes = 1 << 20;
   double gradient_bucket_mb = 25;
   Transport transport = Transport::automatic;
+  DataParallelExchange dp_exchange = DataParallelExchange::automatic;
 };
 
 // [checkpoint]

@@ -23,12 +23,23 @@ struct ExchangeGroup {
   std::vector<int> world_ranks;  // the members by rank in `comm` (named when one falls silent)
   double deadline_s = 0;
   std::string what;  // "summing gradients over ..." for the deadline's message
+  // Per member, its site (numbered in order of first member; empty: one
+  // site). Sums add each site's members in rank order, then the sites'
+  // sums in site order: the order the hierarchical exchange
+  // (hierarchical_exchange.hpp) adds in, so that both give the same bits.
+  std::vector<int> site_of_member;
 };
+
+// The group of `comm`, whose members are `world_ranks` (by rank in it);
+// `what` and the members other than `self` (a world rank) name its waits.
+ExchangeGroup exchange_group(MPI_Comm comm, std::vector<int> world_ranks, double deadline_s, const std::string& what,
+                             int self);
 
 // Sums `count` floats at `data` and `value_count` doubles at `values` over
 // the group, in place. Two members swap whole buffers (one latency, n bytes
 // each way); more reduce-scatter then all-gather 1/p shards directly (two
 // latencies, 2n(p-1)/p bytes out of each member, spread over its links).
+// The floats add by site (ExchangeGroup::site_of_member), the doubles in rank order.
 void exchange_sum(const ExchangeGroup& group, float* data, std::size_t count, double* values = nullptr,
                   int value_count = 0);
 

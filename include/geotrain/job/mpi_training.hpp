@@ -5,11 +5,13 @@
 
 #include <deque>
 #include <iosfwd>
+#include <optional>
 #include <vector>
 
 #include "geotrain/io/config.hpp"
 #include "geotrain/model/gpt.hpp"
 #include "geotrain/runtime/gradient_sync.hpp"
+#include "geotrain/job/hierarchical_exchange.hpp"
 #include "geotrain/job/mpi_exchange.hpp"
 #include "geotrain/mpi/mpi_plan.hpp"
 #include "geotrain/runtime/pipeline.hpp"
@@ -62,8 +64,10 @@ class MpiCollectives : public Collectives {
   // `gradient_codec`: how sum_data_parallel* put gradients on the wire,
   // `tied_codec` the tied embedding's sums (fp32: exactly; lossy formats
   // keep their error feedback here).
+  // `hierarchical`: the data-parallel sums go inside each site first
+  // (hierarchical_exchange.hpp; the topology must be made with sites).
   MpiCollectives(const Topology& topology, double deadline_s, WireCodec gradient_codec = {},
-                 WireCodec tied_codec = {});
+                 WireCodec tied_codec = {}, bool hierarchical = false);
   // The same, but the data-parallel sums go over this rank's site group only
   // (topology.site_comm): local steps' per-step sum inside a site.
   struct WithinSite {};
@@ -102,6 +106,8 @@ class MpiCollectives : public Collectives {
   // flight point at theirs while later buckets add slots.
   std::deque<EncodedSumState> bucket_states_;
   std::deque<ExchangeInFlight> buckets_;         // this step's, in flight (a deque: they must not move)
+  std::optional<SiteLanes> lanes_;               // hierarchical: the sums go through these
+  std::deque<HierarchicalInFlight> site_buckets_;  // this step's, hierarchical
   WireCodec tied_codec_;
   EncodedSumState tied_state_;
   ExchangeInFlight tied_in_flight_;  // the last stage's half of the tied embedding

@@ -90,6 +90,13 @@ struct Topology {
   Communicator tied_comm;                     // this replica's first and last stage (pp > 1, those two only)
   std::vector<int> site_ranks;                // dp_ranks in this rank's site (empty: sites not given)
   Communicator site_comm;                     // those ranks; rank in it == position in site_ranks
+  // The data-parallel group by site (sites given), for the hierarchical
+  // exchange (job/hierarchical_exchange.hpp) and the order of every sum:
+  std::vector<int> site_of_replica;           // per replica: its site, numbered in order of first replica
+  int lanes = 0;                              // stripes: the replicas per site where all sites have as many, else 1
+  int site_place = 0;                         // this rank's position in site_ranks; owns a stripe if < lanes
+  std::vector<int> lane_ranks;                // the owners of this rank's stripe, one per site, by site
+  Communicator lane_comm;                     // those ranks (null where this rank owns no stripe)
   Communicator pipeline_links;                // a duplicate of the world communicator for activations
 };
 
@@ -101,7 +108,8 @@ struct Topology {
 // pipeline neighbours, and one communicator of the ranks the plan uses (the
 // others come back idle). A barrier with the deadline runs first, so a dead rank is
 // named instead of hanging the split. With `site_of_rank`, also each data-parallel
-// group's members in one site (local steps' outer.sync_within_site).
+// group's members in one site (local steps' outer.sync_within_site) and its
+// hierarchical exchange's lanes.
 Topology make_topology(MPI_Comm world, const plan::Plan& plan, double deadline_s,
                        const std::vector<std::string>& site_of_rank = {});
 

@@ -236,6 +236,11 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
 // always the DT-FM cost model's DATAP.
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
                         DataParallelScheme scheme);
+// The exchange the runtime runs for network.dp_exchange = auto: hierarchical
+// where datap_exchange_s predicts it faster than direct for the plan's
+// slowest data-parallel group (each member summing `bytes`; units by their
+// first rank), else direct.
+DataParallelScheme faster_runtime_exchange(const Network& network, const Plan& plan, double bytes);
 // The same less its latencies: what one bucket adds behind the one before on
 // the same links (a bucketed sum pays the latencies once, after its last).
 double datap_bytes_s(const Network& network, const std::vector<int>& members, double bytes, DataParallelScheme scheme);

@@ -12,6 +12,7 @@
 #include "geotrain/common/model_shape.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/plan.hpp"
+#include "geotrain/plan/simulator.hpp"
 #include "geotrain/runtime/trainer.hpp"
 
 namespace geotrain::runtime {
@@ -30,6 +31,7 @@ struct JobDescription {
   std::string network_source;   // "probed", a scenario file, or "single rank"
   plan::Plan plan;              // stages[s][r] = rank
   std::string plan_text;
+  plan::DataParallelScheme dp_scheme = plan::DataParallelScheme::direct;  // the exchange MpiCollectives ran
 };
 
 // A one-rank job: one stage, one replica, a 1 x 1 network.
