@@ -28,8 +28,9 @@ void add_layout_options(CLI::App* plan, PlanCommandOptions& o) {
                    "micro-batches per flush (default: searched for GPipe, one flush for 1F1B)")
       ->check(CLI::PositiveNumber);
   plan->add_option("--schedule", o.schedule, "1f1b (the runtime's default) or gpipe")->check(CLI::IsMember({"gpipe", "1f1b"}));
-  plan->add_option("--dp-scheme", o.dp_scheme, "direct or hierarchical (geotrain's exchanges: network.dp_exchange), ring, central or paper")
-      ->check(CLI::IsMember({"paper", "ring", "central", "direct", "hierarchical"}));
+  plan->add_option("--dp-scheme", o.dp_scheme, "direct, hierarchical or auto (geotrain's exchanges, network.dp_exchange; auto: per group, whichever is "
+                   "predicted faster), ring, central or paper")
+      ->check(CLI::IsMember({"paper", "ring", "central", "direct", "hierarchical", "auto"}));
   plan->add_option("--recompute", o.recompute, "activation recomputation (off: the runtime keeps all activations)")
       ->check(CLI::IsMember({"on", "off"}));
   plan->add_option("--activation-storage", o.activation_storage,

@@ -453,9 +453,10 @@ void add_simulate_command(CLI::App& app, SimulateCommandOptions& o) {
   sim->add_option("--flushless-ahead", o.flushless_ahead,
                   "pipeline.flushless_ahead: forwards each stage runs ahead of its backwards beyond 1F1B's")
       ->check(CLI::NonNegativeNumber);
-  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central, direct or hierarchical (sum inside sites first; the runtime's "
-                  "network.dp_exchange runs direct and hierarchical) (default: by --system)")
-      ->check(CLI::IsMember({"paper", "ring", "central", "direct", "hierarchical"}));
+  sim->add_option("--dp-scheme", o.dp_scheme, "paper (DATAP), ring, central, direct, hierarchical (sum inside sites first) or auto (per group, "
+                  "direct or hierarchical, whichever is predicted faster: the runtime's network.dp_exchange) "
+                  "(default: by --system)")
+      ->check(CLI::IsMember({"paper", "ring", "central", "direct", "hierarchical", "auto"}));
   sim->add_option("--overlap", o.overlap, "on: sends overlap compute; off: blocking p2p (default: by --system)")
       ->check(CLI::IsMember({"on", "off"}));
   sim->add_option("--gradient-bucket-mb", o.gradient_bucket_mb,

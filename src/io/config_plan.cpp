@@ -24,6 +24,15 @@ plan::TrainingShape training_shape(const Config& config, const ModelShape& model
   return shape;
 }
 
+plan::DataParallelScheme dp_scheme(DataParallelExchange exchange) {
+  switch (exchange) {
+    case DataParallelExchange::hierarchical: return plan::DataParallelScheme::hierarchical;
+    case DataParallelExchange::automatic: return plan::DataParallelScheme::automatic;
+    case DataParallelExchange::direct: break;
+  }
+  return plan::DataParallelScheme::direct;
+}
+
 plan::SimulationConfig simulation_config(const Config& config, const ModelShape& model, int global_batch_sequences) {
   plan::SimulationConfig s;
   s.model = training_shape(config, model, global_batch_sequences);
@@ -31,10 +40,7 @@ plan::SimulationConfig simulation_config(const Config& config, const ModelShape&
   s.micro_batch_sequences = config.train.micro_batch_sequences;
   s.micro_batches_per_flush = config.pipeline.micro_batches_per_flush;  // 0: one flush
   s.schedule = config.pipeline.schedule;
-  // What MpiCollectives runs; auto is decided once the plan is (the job's
-  // choose_dp_exchange), so the layout search prices it as direct.
-  s.dp_scheme = config.network.dp_exchange == DataParallelExchange::hierarchical ? plan::DataParallelScheme::hierarchical
-                                                                                  : plan::DataParallelScheme::direct;
+  s.dp_scheme = dp_scheme(config.network.dp_exchange);  // what MpiCollectives runs
   s.recompute = false;
   s.overlap_communication = true;
   s.lm_head = true;

@@ -353,7 +353,7 @@ struct Job {
   std::unique_ptr<kernels::Backend> backend;
   plan::Plan plan;
   std::string idle_note;  // why this rank is left out, if the layout leaves it out
-  plan::DataParallelScheme dp_exchange = plan::DataParallelScheme::direct;  // direct or hierarchical
+  std::vector<plan::DataParallelScheme> dp_exchange;  // per stage: direct or hierarchical
 
   const io::Config& config() const { return setup.inputs.config; }
 };
@@ -427,43 +427,53 @@ int choose_layout(Job& job, bool talk, std::ostream& text) {
   return 0;
 }
 
-// 3b. The data-parallel exchange (network.dp_exchange): auto is decided on
-// rank 0, which holds the whole network, and broadcast.
+// Rank 0's choice for network.dp_exchange = auto, per stage: the group's
+// predicted sum of its fp32 gradient (plan::group_scheme).
+std::vector<std::uint8_t> faster_exchanges(const Job& job) {
+  const ModelShape& model = job.setup.inputs.model;
+  std::vector<std::uint8_t> hierarchical;
+  for (int s = 0; s < job.plan.pipeline_stages; ++s) {
+    const model::StageSpec& spec = job.setup.stages[static_cast<std::size_t>(s)];
+    const double bytes = sizeof(float) * plan::stage_parameters_per_rank(model, spec.last_layer - spec.first_layer,
+                                                                         spec.has_embedding, spec.has_head,
+                                                                         std::max(1, job.plan.tensor_parallel));
+    std::vector<int> members;
+    for (int unit : job.plan.stages[static_cast<std::size_t>(s)]) members.push_back(job.plan.ranks_of_unit(unit).front());
+    hierarchical.push_back(plan::group_scheme(job.network, members, bytes, plan::DataParallelScheme::automatic) ==
+                           plan::DataParallelScheme::hierarchical);
+  }
+  return hierarchical;
+}
+
+// 3b. The data-parallel exchange of each stage's group (network.dp_exchange):
+// auto is decided on rank 0, which holds the whole network, and broadcast.
 int choose_dp_exchange(Job& job, bool talk, std::ostream& text) {
   const io::Config& config = job.config();
+  const auto pp = static_cast<std::size_t>(job.plan.pipeline_stages);
+  job.dp_exchange.assign(pp, plan::DataParallelScheme::direct);
   const bool sites = !job.network.site_of_device.empty();
-  switch (config.network.dp_exchange) {
-    case DataParallelExchange::direct: return 0;
-    case DataParallelExchange::hierarchical:
-      if (!sites) {
-        if (job.rank == 0) {
-          std::cerr << "geotrain: error: " << config.origin_of("network.dp_exchange")
-                    << ": hierarchical needs sites (give network.matrix a scenario with [sites], or probe: sites are "
-                       "host names)\n";
-        }
-        return kExitInputError;
-      }
-      job.dp_exchange = plan::DataParallelScheme::hierarchical;
-      break;
-    case DataParallelExchange::automatic: {
-      if (!sites || job.plan.data_parallel < 2) return 0;
-      std::uint8_t choice = 0;
-      if (job.rank == 0) {
-        const plan::Workload workload = plan::workload_from_model(
-            io::training_shape(config, job.setup.inputs.model, io::global_batch_sequences(config, job.ranks)),
-            job.plan.pipeline_stages, job.plan.data_parallel);
-        choice = plan::faster_runtime_exchange(job.network, job.plan, workload.c_dp_bytes) ==
-                 plan::DataParallelScheme::hierarchical;
-      }
-      choice = broadcast_bytes(MPI_COMM_WORLD, {choice}, 0, job.deadline_s, "sharing network.dp_exchange").at(0);
-      if (choice) job.dp_exchange = plan::DataParallelScheme::hierarchical;
-      break;
+  if (config.network.dp_exchange == DataParallelExchange::hierarchical && !sites) {
+    if (job.rank == 0) {
+      std::cerr << "geotrain: error: " << config.origin_of("network.dp_exchange")
+                << ": hierarchical needs sites (give network.matrix a scenario with [sites], or probe: sites are host "
+                   "names)\n";
+    }
+    return kExitInputError;
+  }
+  if (config.network.dp_exchange == DataParallelExchange::hierarchical) {
+    job.dp_exchange.assign(pp, plan::DataParallelScheme::hierarchical);
+  } else if (config.network.dp_exchange == DataParallelExchange::automatic && sites && job.plan.data_parallel > 1) {
+    const std::vector<std::uint8_t> hierarchical = broadcast_bytes(
+        MPI_COMM_WORLD, job.rank == 0 ? faster_exchanges(job) : std::vector<std::uint8_t>{}, 0, job.deadline_s,
+        "sharing network.dp_exchange");
+    for (std::size_t s = 0; s < pp && s < hierarchical.size(); ++s) {
+      if (hierarchical[s]) job.dp_exchange[s] = plan::DataParallelScheme::hierarchical;
     }
   }
-  if (talk && job.dp_exchange == plan::DataParallelScheme::hierarchical) {
-    text << "data-parallel sums: hierarchical (inside each site, then across sites)"
-         << (config.network.dp_exchange == DataParallelExchange::automatic ? ", predicted faster than direct" : "")
-         << "\n";
+  if (talk && job.plan.data_parallel > 1) {
+    text << "data-parallel sums (network.dp_exchange = " << to_string(config.network.dp_exchange) << "):";
+    for (plan::DataParallelScheme scheme : job.dp_exchange) text << " " << plan::to_string(scheme);
+    text << " (by stage)\n";
   }
   return 0;
 }
@@ -520,7 +530,7 @@ int train_and_report(Job& job, const RankRole& role, const RankConnections& with
     described.network = job.network;
     described.network_source = job.setup.matrix ? config.network.matrix : (job.ranks > 1 ? "probed" : "single rank");
     described.plan = job.plan;
-    described.dp_scheme = job.dp_exchange;
+    described.dp_schemes = job.dp_exchange;
     described.plan_text = role.plan_text;
     if (!write_job_timing(timing_path, config, job.setup.inputs.model, described, result, topology, job.ranks,
                           job.deadline_s)) {
@@ -558,7 +568,7 @@ int run_job(const std::string& config_file, const std::vector<std::string>& over
     if (const int failed = agree_on_checkpoints(job, topology, reports, text, checkpoints)) return failed;
   }
   JobConnections connections(config, topology, std::move(job.backend), checkpoints ? &*checkpoints : nullptr,
-                             job.dp_exchange == plan::DataParallelScheme::hierarchical,
+                             job.dp_exchange[static_cast<std::size_t>(topology.stage)] == plan::DataParallelScheme::hierarchical,
                              reports && !config.train.quiet && kind == JobKind::train, text);
   const RankRole role = rank_role(job, topology, reports);
   if (kind == JobKind::evaluate) return evaluate_job(job.setup.inputs, role, connections.get(), log);

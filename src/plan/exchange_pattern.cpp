@@ -127,6 +127,8 @@ std::vector<ExchangePhase> exchange_phases(const Network& net, const std::vector
       return central(g, bytes);
     case DataParallelScheme::hierarchical:
       return hierarchical(net, g, bytes);
+    case DataParallelScheme::automatic:
+      return exchange_phases(net, g, bytes, group_scheme(net, g, bytes, scheme));
   }
   return {};
 }

@@ -69,12 +69,13 @@ void add_outer_sync(const Network& net, const Plan& plan, const PipelineWork& w,
   double exposed = 0, slowest_exchange = 0;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     const std::vector<int>& group = plan.stages[s];
-    const double whole = datap_exchange_s(net, group, w.gradient_bytes[s], w.dp_scheme);
+    const DataParallelScheme scheme = stage_scheme(net, group, w, s);
+    const double whole = datap_exchange_s(net, group, w.gradient_bytes[s], scheme);
     result->stage_datap_s.push_back(whole);
     slowest_exchange = std::max(slowest_exchange, whole);
     if (w.outer.streamed()) {
       const double steps_per_fragment = h / w.outer.fragments;
-      const double fragment = datap_exchange_s(net, group, w.gradient_bytes[s] / w.outer.fragments, w.dp_scheme);
+      const double fragment = datap_exchange_s(net, group, w.gradient_bytes[s] / w.outer.fragments, scheme);
       exposed = std::max(exposed, std::max(0.0, fragment - steps_per_fragment * step) / steps_per_fragment);
     } else {
       exposed = std::max(exposed, std::max(0.0, ready[s] + whole - step) / h);

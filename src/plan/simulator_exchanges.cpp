@@ -39,6 +39,10 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
   const int d = static_cast<int>(g.size());
   if (d <= 1) return 0.0;
   if (scheme == DataParallelScheme::paper) return paper_datap_s(net, g, bytes);
+  if (scheme == DataParallelScheme::automatic) {
+    return std::min(datap_exchange_s(net, g, bytes, DataParallelScheme::direct),
+                    datap_exchange_s(net, g, bytes, DataParallelScheme::hierarchical));
+  }
   if (priced_by_phases(net, scheme)) return phases_s(net, exchange_phases(net, g, bytes, scheme));
   // Each transfer alone on its pair link: the phases' closed forms.
   const double shard = bytes / d;
@@ -74,6 +78,7 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
     }
     case DataParallelScheme::paper:
     case DataParallelScheme::hierarchical:
+    case DataParallelScheme::automatic:
       break;
   }
   return 0;
@@ -83,18 +88,15 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
 // loads over the capacities alone: the difference of two exchanges would
 // take the slowest pair's latency off a NIC's or uplink's time that never
 // held it.
-DataParallelScheme faster_runtime_exchange(const Network& net, const Plan& plan, double bytes) {
-  double direct_s = 0, hierarchical_s = 0;
-  for (const std::vector<int>& stage : plan.stages) {
-    std::vector<int> members;
-    for (int unit : stage) members.push_back(plan.ranks_of_unit(unit).front());
-    direct_s = std::max(direct_s, datap_exchange_s(net, members, bytes, DataParallelScheme::direct));
-    hierarchical_s = std::max(hierarchical_s, datap_exchange_s(net, members, bytes, DataParallelScheme::hierarchical));
-  }
-  return hierarchical_s < direct_s ? DataParallelScheme::hierarchical : DataParallelScheme::direct;
+DataParallelScheme group_scheme(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
+  if (scheme != DataParallelScheme::automatic) return scheme;
+  const double hierarchical_s = datap_exchange_s(net, g, bytes, DataParallelScheme::hierarchical);
+  return hierarchical_s < datap_exchange_s(net, g, bytes, DataParallelScheme::direct) ? DataParallelScheme::hierarchical
+                                                                                      : DataParallelScheme::direct;
 }
 
 double datap_bytes_s(const Network& net, const std::vector<int>& group, double bytes, DataParallelScheme scheme) {
+  scheme = group_scheme(net, group, bytes, scheme);
   if (group.size() > 1 && priced_by_phases(net, scheme)) {
     return phases_s(net, exchange_phases(net, group, bytes, scheme), false);
   }
@@ -130,21 +132,22 @@ BucketSchedule bucket_schedule(const std::vector<int>& group, double total, cons
 
 double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
                    double finish) {
-  if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, w.dp_scheme);
+  const DataParallelScheme scheme = stage_scheme(net, group, w, s);
+  if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, scheme);
   const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
   // Shared links: the loads over the capacities grow with the bytes, so one
   // build of the phases prices the latencies, every bucket and the rest.
-  const bool linear = priced_by_phases(net, w.dp_scheme);
+  const bool linear = priced_by_phases(net, scheme);
   double latency = 0, per_byte_s = 0;
   if (linear) {
-    const std::vector<ExchangePhase> phases = exchange_phases(net, group, 1.0, w.dp_scheme);
+    const std::vector<ExchangePhase> phases = exchange_phases(net, group, 1.0, scheme);
     latency = phases_latency_s(net, phases);
     per_byte_s = phases_s(net, phases, false);
   } else {
-    latency = datap_exchange_s(net, group, 0.0, w.dp_scheme);
+    latency = datap_exchange_s(net, group, 0.0, scheme);
   }
   auto bytes_s = [&](double bytes) {
-    return linear ? per_byte_s * bytes : datap_bytes_s(net, group, bytes, w.dp_scheme);
+    return linear ? per_byte_s * bytes : datap_bytes_s(net, group, bytes, scheme);
   };
   const double one_bucket_s = bytes_s(w.bucket_bytes);
   double link_free = -std::numeric_limits<double>::infinity();

@@ -90,7 +90,8 @@ plan::PipelineWork predicted_work(const io::Config& config, const ModelShape& mo
     work.bucket_bytes = encoded(step_wire, config.network.gradient_bucket_mb * (1 << 20) / sizeof(float));
   }
   work.schedule = config.pipeline.schedule;
-  work.dp_scheme = job.dp_scheme;  // what MpiCollectives ran (network.dp_exchange)
+  work.dp_scheme = plan::DataParallelScheme::direct;  // what MpiCollectives ran (network.dp_exchange)
+  work.stage_dp_scheme = job.dp_schemes;
   work.overlap_communication = true;                 // sends are non-blocking on a copy
   return work;
 }
@@ -145,7 +146,11 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.schedule = plan::to_string(config.pipeline.schedule);
   run.placement = n > 1 ? plan::to_string(config.pipeline.placement) : "single rank";
   run.plan_text = job.plan_text;
-  if (job.plan.data_parallel > 1) run.plan_text += "data-parallel exchange: " + plan::to_string(job.dp_scheme) + "\n";
+  if (job.plan.data_parallel > 1 && !job.dp_schemes.empty()) {
+    run.plan_text += "data-parallel exchange by stage:";
+    for (plan::DataParallelScheme scheme : job.dp_schemes) run.plan_text += " " + plan::to_string(scheme);
+    run.plan_text += "\n";
+  }
   run.network_source = job.network_source;
   run.ranks = n;
   run.pipeline_stages = pp;

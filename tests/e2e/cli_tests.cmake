@@ -305,12 +305,12 @@ if(TARGET geotrain_runtime)
     set_tests_properties(cli.bad.${case} PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   endforeach()
 endif()
-# --system geotrain: the runtime's own exchange (direct, 25 MiB buckets from
+# --system geotrain: the runtime's own exchange (network.dp_exchange = auto: direct or hierarchical per group, 25 MiB buckets from
 # the last backward, 1F1B over one flush, tied head). On GPT-2 124M over the
 # four-site network the buckets start early and the step is no longer than
 # the same run with the sum after the backward.
 add_gpt2_four_sites_test(cli.simulate.geotrain-system
-  "f='--pp 4 --dp 4 --batch 64 --candidates 200 --seed 3 --json --system geotrain'; \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/geotrain-buckets.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f --gradient-bucket-mb 0 > \"$5/geotrain-after.json\" && \"$4\" -c \"import json,sys; b=json.load(open(sys.argv[1])); a=json.load(open(sys.argv[2])); assert b['gradient_bucket_mb']==25 and a['gradient_bucket_mb']==0, (b['gradient_bucket_mb'], a['gradient_bucket_mb']); assert b['dp_scheme']=='direct' and b['schedule']=='1f1b' and b['lm_head'], b; assert b['iteration_s'] < a['iteration_s'], (b['iteration_s'], a['iteration_s'])\" \"$5/geotrain-buckets.json\" \"$5/geotrain-after.json\"")
+  "f='--pp 4 --dp 4 --batch 64 --candidates 200 --seed 3 --json --system geotrain'; \"$1\" simulate --scenario \"$2\" --model \"$3\" $f > \"$5/geotrain-buckets.json\" && \"$1\" simulate --scenario \"$2\" --model \"$3\" $f --gradient-bucket-mb 0 > \"$5/geotrain-after.json\" && \"$4\" -c \"import json,sys; b=json.load(open(sys.argv[1])); a=json.load(open(sys.argv[2])); assert b['gradient_bucket_mb']==25 and a['gradient_bucket_mb']==0, (b['gradient_bucket_mb'], a['gradient_bucket_mb']); assert b['dp_scheme']=='auto' and b['schedule']=='1f1b' and b['lm_head'], b; assert b['iteration_s'] < a['iteration_s'], (b['iteration_s'], a['iteration_s'])\" \"$5/geotrain-buckets.json\" \"$5/geotrain-after.json\"")
 
 # simulate --flushless: the JSON says so and has no flush to recommend; too
 # few micro-batches for the stream's lead exits 2 naming the flag.

@@ -130,6 +130,23 @@ TEST(FlowSharing, SchemesOnTwoSitesWithAndWithoutAnUplink) {
   EXPECT_DOUBLE_EQ(crossing(DataParallelScheme::hierarchical), 2400);
 }
 
+// auto (the runtime's network.dp_exchange default): per group the faster of
+// direct and hierarchical, from the hand-computed times above.
+TEST(FlowSharing, AutoTakesTheFasterOfDirectAndHierarchicalForEachGroup) {
+  const std::vector<int> g{0, 1, 2, 3};
+  Network net = two_sites();
+  EXPECT_EQ(group_scheme(net, g, 1200, DataParallelScheme::automatic), DataParallelScheme::direct);  // 6 < 7.2 s
+  EXPECT_DOUBLE_EQ(datap_exchange_s(net, g, 1200, DataParallelScheme::automatic), 6.0);
+  net.shared.nic_bytes_per_s.assign(4, 1000.0);
+  net.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 100.0}};
+  EXPECT_EQ(group_scheme(net, g, 1200, DataParallelScheme::automatic), DataParallelScheme::hierarchical);  // 13.2 < 24
+  EXPECT_NEAR(datap_exchange_s(net, g, 1200, DataParallelScheme::automatic), 13.2, 1e-9);
+  // One site's group: the two patterns are the same; direct.
+  EXPECT_EQ(group_scheme(net, {0, 1}, 1200, DataParallelScheme::automatic), DataParallelScheme::direct);
+  // Other schemes are kept as asked.
+  EXPECT_EQ(group_scheme(net, g, 1200, DataParallelScheme::ring), DataParallelScheme::ring);
+}
+
 TEST(FlowSharing, SitesOfUnequalSizesSumThroughTheirLeaders) {
   // A = {0, 1}, B = {2}: 1 -> 0 (1200 B at 1000 B/s: 1.2 s); leaders 0 and 2
   // swap whole buffers (1200/100 = 12 s); 0 -> 1 (1.2 s): 14.4 s.
@@ -328,6 +345,31 @@ TEST(FlowSharing, StageGroupsSummingAtOnceShareAnUplink) {
   // The paper's DATAP knows no shared links.
   w.dp_scheme = DataParallelScheme::paper;
   EXPECT_EQ(simulate(net, plan, w).iteration_s, simulate(two_sites(4, 100.0), plan, w).iteration_s);
+}
+
+// A step under auto is the step of the scheme each group chooses: both
+// stage groups span the two sites, whose shared uplinks make hierarchical
+// the faster (FlowSharing.SchemesOnTwoSitesWithAndWithoutAnUplink).
+TEST(FlowSharing, AutoPricesEachStageGroupByItsOwnChoice) {
+  PipelineWork w = testing::equal_stages(2, 1, 1, 0.0, 0.0, Schedule::one_f_one_b);
+  w.activation_bytes = 0;
+  w.gradient_bytes = {4000.0, 1000.0};
+  Plan plan;
+  plan.pipeline_stages = 2, plan.data_parallel = 4;
+  plan.stages = {{0, 1, 4, 5}, {2, 3, 6, 7}};
+  Network net = two_sites(4, 100.0);
+  net.shared.nic_bytes_per_s.assign(8, 1000.0);
+  net.shared.site_uplink_bytes_per_s = {{"A", 100.0}, {"B", 100.0}};
+  ASSERT_EQ(group_scheme(net, plan.stages[0], 4000.0, DataParallelScheme::automatic), DataParallelScheme::hierarchical);
+  w.dp_scheme = DataParallelScheme::automatic;
+  const double chosen = simulate(net, plan, w).iteration_s;
+  w.dp_scheme = DataParallelScheme::hierarchical;
+  EXPECT_NEAR(chosen, simulate(net, plan, w).iteration_s, 1e-9);
+  w.dp_scheme = DataParallelScheme::direct;
+  EXPECT_LT(chosen, simulate(net, plan, w).iteration_s - 1.0);
+  // The runtime's record of what it ran overrides dp_scheme.
+  w.stage_dp_scheme = {DataParallelScheme::hierarchical, DataParallelScheme::hierarchical};
+  EXPECT_NEAR(simulate(net, plan, w).iteration_s, chosen, 1e-9);
 }
 
 // Sites of `per_site` devices: fast inside (1000 B/s), slow and uneven

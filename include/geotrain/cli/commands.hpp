@@ -78,7 +78,7 @@ struct PlanCommandOptions : ScenarioCommandOptions {
   int micro_batch = 0;             // fixed micro-batch; 0: searched (fixed mode: model file or 1)
   int pipeline_micro_batches = 0;  // fixed flush; 0: searched (GPipe) or one flush
   std::string schedule = "1f1b";   // the runtime's default
-  std::string dp_scheme = "direct";  // geotrain's MPI exchange
+  std::string dp_scheme = "auto";  // geotrain's MPI exchanges as network.dp_exchange = auto chooses them
   std::string recompute = "off";   // the runtime keeps all activations
   std::string activation_storage = "fp32";  // the runtime's device.activation_storage
   std::string lm_head = "on";      // the runtime computes the loss with the tied head (simulate --system geotrain)

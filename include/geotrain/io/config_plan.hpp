@@ -26,6 +26,8 @@ plan::TrainingShape training_shape(const Config& config, const ModelShape& model
 // the last backward, no recomputation, the LM head. Device speed is the
 // caller's (measured or the scenario's).
 plan::SimulationConfig simulation_config(const Config& config, const ModelShape& model, int global_batch_sequences);
+// The simulator's scheme for network.dp_exchange (auto: plan::DataParallelScheme::automatic, chosen per group).
+plan::DataParallelScheme dp_scheme(DataParallelExchange exchange);
 // The placement search as the job runs it (train.seed, pipeline.plan_candidates).
 plan::SearchOptions placement_search_options(const Config& config);
 // The layout search as the job runs it with pipeline.layout = auto: the

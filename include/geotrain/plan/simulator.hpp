@@ -32,7 +32,9 @@ enum class DataParallelScheme {
             // then all-gather 1/D shards straight between every pair, all pairs at once
   hierarchical,  // sum inside each site, across sites (striped over all members when the sites are
                  // of one size, between site leaders otherwise), then spread inside each site
-                 // (exchange_pattern.hpp; the simulator's only: the runtime sums direct)
+                 // (exchange_pattern.hpp; the runtime's job/hierarchical_exchange.hpp)
+  automatic,     // per group, direct or hierarchical: whichever datap_exchange_s predicts faster for
+                 // the group's whole gradient (the runtime's network.dp_exchange = auto)
 };
 
 // Which FLOP count turns an iteration time into reported PFLOPS (the count,
@@ -119,6 +121,9 @@ struct PipelineWork {
   std::vector<double> layer_gradient_bytes;
   Schedule schedule = Schedule::gpipe;
   DataParallelScheme dp_scheme = DataParallelScheme::paper;
+  // Per stage, the scheme its group sums by where the runtime chose one
+  // (overrides dp_scheme); empty: group_scheme of dp_scheme.
+  std::vector<DataParallelScheme> stage_dp_scheme;
   bool overlap_communication = true;
   // Per device of the network (by id): multiplies forward_s and backward_s
   // on that device (reference rate / the device's rate); empty: 1 everywhere.
@@ -236,11 +241,11 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
 // always the DT-FM cost model's DATAP.
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
                         DataParallelScheme scheme);
-// The exchange the runtime runs for network.dp_exchange = auto: hierarchical
-// where datap_exchange_s predicts it faster than direct for the plan's
-// slowest data-parallel group (each member summing `bytes`; units by their
-// first rank), else direct.
-DataParallelScheme faster_runtime_exchange(const Network& network, const Plan& plan, double bytes);
+// The scheme a group sums by: `scheme` itself, or under `automatic`
+// hierarchical where datap_exchange_s predicts it faster than direct for
+// `bytes` (the group's whole gradient), else direct.
+DataParallelScheme group_scheme(const Network& network, const std::vector<int>& members, double bytes,
+                                DataParallelScheme scheme);
 // The same less its latencies: what one bucket adds behind the one before on
 // the same links (a bucketed sum pays the latencies once, after its last).
 double datap_bytes_s(const Network& network, const std::vector<int>& members, double bytes, DataParallelScheme scheme);
@@ -249,7 +254,7 @@ double datap_bytes_s(const Network& network, const std::vector<int>& members, do
 inline constexpr EnumName<DataParallelScheme> kDataParallelSchemeNames[] = {
     {DataParallelScheme::paper, "paper"}, {DataParallelScheme::ring, "ring"},
     {DataParallelScheme::central, "central"}, {DataParallelScheme::direct, "direct"},
-    {DataParallelScheme::hierarchical, "hierarchical"}};
+    {DataParallelScheme::hierarchical, "hierarchical"}, {DataParallelScheme::automatic, "auto"}};
 inline constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
     {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
 

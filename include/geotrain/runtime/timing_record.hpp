@@ -31,7 +31,7 @@ struct JobDescription {
   std::string network_source;   // "probed", a scenario file, or "single rank"
   plan::Plan plan;              // stages[s][r] = rank
   std::string plan_text;
-  plan::DataParallelScheme dp_scheme = plan::DataParallelScheme::direct;  // the exchange MpiCollectives ran
+  std::vector<plan::DataParallelScheme> dp_schemes;  // per stage, the exchange MpiCollectives ran (empty: direct)
 };
 
 // A one-rank job: one stage, one replica, a 1 x 1 network.
