@@ -112,7 +112,7 @@ std::string render_layout_section(const plan::Layout& l, const io::Scenario& sce
       << "\n  micro-batch " << l.micro_batch_sequences << " sequence" << (l.micro_batch_sequences > 1 ? "s" : "")
       << ", " << l.micro_batches << " micro-batches per replica in flushes of " << l.micro_batches_per_flush << " ("
       << plan::to_string(c.schedule) << "), batch " << c.global_batch_sequences << "; " << c.model.name << ", "
-      << c.model.layers << " layers; DP " << plan::to_string(c.dp_scheme)
+      << c.model.layers << " layers; DP " << describe_dp_scheme(c.dp_scheme, res.stage_dp_scheme)
       << (c.gradient_bucket_mb > 0 ? " in " + format_number("%g", c.gradient_bucket_mb) + " MiB buckets" : "") << ", recomputation "
       << (c.recompute ? "on" : "off") << ", LM head " << (c.lm_head ? "on" : "off") << "\n"
       << "  shared links: " << plan::describe_shared_links(net) << "\n"
@@ -190,6 +190,9 @@ void add_layout_json(const plan::Layout& l, const LayoutSettings& s, nlohmann::j
   j["memory_fits"] = l.fits();
   j["schedule"] = plan::to_string(l.config.schedule);
   j["dp_scheme"] = plan::to_string(l.config.dp_scheme);
+  std::vector<std::string> chosen;
+  for (plan::DataParallelScheme scheme : l.simulation.stage_dp_scheme) chosen.push_back(plan::to_string(scheme));
+  j["stage_dp_scheme"] = chosen;
   j["recompute"] = l.config.recompute;
   j["lm_head"] = l.config.lm_head;
   j["memory_reserve_gib"] = s.options.memory.reserved_bytes / plan::kBytesPerGib;

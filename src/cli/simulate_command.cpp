@@ -283,7 +283,7 @@ std::string render_table(const Resolved& r) {
   out << "); schedule " << plan::to_string(c.schedule) << (c.flushless ? " flushless (PipeDream-2BW: a step is the stream's steady advance)" : "") << ", " << res.micro_batches << " micro-batches per replica = "
       << res.flushes << " flush" << (res.flushes > 1 ? "es" : "") << " of " << res.micro_batches_per_flush << "\n"
       << "  communication " << (c.overlap_communication ? "overlapped with compute" : "blocking (batched p2p)")
-      << ", data parallel " << plan::to_string(c.dp_scheme)
+      << ", data parallel " << describe_dp_scheme(c.dp_scheme, res.stage_dp_scheme)
       << (c.gradient_bucket_mb > 0 ? " in buckets of " + format_number("%g", c.gradient_bucket_mb) + " MiB from the last backward"
                                    : std::string(" after the backward"))
       << ", recomputation " << (c.recompute ? "on" : "off") << ", LM head " << head_text(c) << "\n"
@@ -388,6 +388,9 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["stage_forward_s"] = r.work.forward_s;
   j["stage_backward_s"] = r.work.backward_s;
   j["stage_gradient_bytes"] = r.work.gradient_bytes;
+  std::vector<std::string> chosen;
+  for (plan::DataParallelScheme scheme : res.stage_dp_scheme) chosen.push_back(plan::to_string(scheme));
+  j["stage_dp_scheme"] = chosen;
   j["stages"] = r.placed.plan.stages;
   add_extension_json(r, j);
   if (r.show_outer) add_outer_json(r, j);

@@ -19,4 +19,12 @@ std::string device_list(const std::vector<int>& devices) {
   return text;
 }
 
+std::string describe_dp_scheme(plan::DataParallelScheme asked, const std::vector<plan::DataParallelScheme>& chosen) {
+  std::string text = plan::to_string(asked);
+  if (asked != plan::DataParallelScheme::automatic || chosen.empty()) return text;
+  text += " (by stage:";
+  for (plan::DataParallelScheme scheme : chosen) text += " " + plan::to_string(scheme);
+  return text + ")";
+}
+
 }  // namespace geotrain::cli

@@ -4,11 +4,16 @@
 #include <string>
 #include <vector>
 
+#include "geotrain/plan/simulator.hpp"
+
 namespace geotrain::cli {
 
 // One number through a printf pattern ("%.4f", "%8.1f%%").
 std::string format_number(const char* pattern, double value);
 // "4 12 20 28": a stage's devices in replica order, for tables.
 std::string device_list(const std::vector<int>& devices);
+// The data-parallel scheme as asked, and under auto what each stage group
+// chose: "auto (by stage: hierarchical direct)".
+std::string describe_dp_scheme(plan::DataParallelScheme asked, const std::vector<plan::DataParallelScheme>& chosen);
 
 }  // namespace geotrain::cli

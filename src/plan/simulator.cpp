@@ -90,10 +90,29 @@ void add_tied_exchange(const Network& net, const Plan& plan, const PipelineWork&
   result->iteration_s = std::max({result->iteration_s, first_ready + tied.down_s, last_ready + tied.up_s});
 }
 
+// `auto` resolved once per stage group (group_scheme of its whole gradient),
+// so that every part of the step prices the same choice.
+std::vector<DataParallelScheme> chosen_schemes(const Network& net, const Plan& plan, const PipelineWork& w) {
+  std::vector<DataParallelScheme> schemes = w.stage_dp_scheme;
+  for (int s = static_cast<int>(schemes.size()); s < plan.pipeline_stages; ++s) {
+    const bool choose = w.dp_scheme == DataParallelScheme::automatic && plan.data_parallel > 1;
+    schemes.push_back(choose ? group_scheme(net, plan.stages[s], w.gradient_bytes[s], w.dp_scheme) : w.dp_scheme);
+  }
+  return schemes;
+}
+
 }  // namespace
 
-SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWork& w, bool record_trace) {
-  check_plan_fits(net, plan, w);
+SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWork& given, bool record_trace) {
+  check_plan_fits(net, plan, given);
+  PipelineWork resolved;
+  const bool resolve = given.dp_scheme == DataParallelScheme::automatic &&
+                       static_cast<int>(given.stage_dp_scheme.size()) < plan.pipeline_stages;
+  if (resolve) {
+    resolved = given;
+    resolved.stage_dp_scheme = chosen_schemes(net, plan, given);
+  }
+  const PipelineWork& w = resolve ? resolved : given;
   if (w.flushless && (w.schedule != Schedule::one_f_one_b || w.flushes != 1 || w.flushless_ahead < 0 ||
                       w.micro_batches_per_flush < flushless_slots(plan.pipeline_stages, w.flushless_ahead))) {
     throw InputError("a flushless pipeline runs 1F1B in one flush per step of at least (1 + ahead) x "
@@ -103,6 +122,7 @@ SimulationResult simulate(const Network& net, const Plan& plan, const PipelineWo
   }
   const int p = plan.pipeline_stages, d = plan.data_parallel, m = w.micro_batches_per_flush;
   SimulationResult result;
+  result.stage_dp_scheme = chosen_schemes(net, plan, w);
   result.micro_batches = m * w.flushes;
   result.micro_batches_per_flush = m;
   result.flushes = w.flushes;

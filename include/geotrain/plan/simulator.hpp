@@ -211,6 +211,7 @@ struct SimulationResult {
   double cross_site_pipeline_bytes = 0, cross_site_datap_bytes = 0, cross_site_tied_bytes = 0;
   double cross_site_bytes() const { return cross_site_pipeline_bytes + cross_site_datap_bytes + cross_site_tied_bytes; }
   std::vector<double> stage_datap_s;         // exchange time of each stage group (local steps: one sync, whole stage)
+  std::vector<DataParallelScheme> stage_dp_scheme;  // the scheme each stage group sums by (auto: its choice)
   std::vector<double> stage_last_backward_s; // when each group's last backward ends
   int micro_batches = 0;        // per replica per iteration
   int micro_batches_per_flush = 0;
