@@ -15,9 +15,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import geotrain_timing as gt  # noqa: E402
 
-NETWORKS = (("world-wide", "world-wide: Oregon, Virginia, Tokyo, London, 2 ranks each"),
-            ("two-continents", "two continents: Tokyo, London, 4 ranks each"))
-SCHEMES = ("direct", "hierarchical")
+NETWORKS = (("world-wide", "world-wide, pair paths"),
+            ("two-continents", "two continents, pair paths"),
+            ("world-wide-uplink", "world-wide, site uplinks"),
+            ("two-continents-uplink", "two continents, site uplinks"))
+SCHEMES = ("direct", "hierarchical", "auto")
 
 
 def cross_site_bytes(path):
@@ -28,7 +30,15 @@ def cross_site_bytes(path):
 
 
 def losses(run):
-    return [float(x) for x in run.steps["loss"][0]] if "loss" in run.steps else []
+    return [float(x) for x in run.steps["loss"]] if "loss" in run.steps else []
+
+
+def chosen(run):
+    """What the run summed by: the timing file's plan text, "data-parallel exchange by stage: ..."."""
+    for line in run.plan.get("text", "").splitlines():
+        if line.startswith("data-parallel exchange by stage:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
 
 
 def main():
@@ -45,17 +55,22 @@ def main():
             steps = int(gt.config_value(run, "train.steps", s["recorded_steps"]))
             crossing = cross_site_bytes(os.path.join(run_dir, f"{network}-rank-order-{scheme}-traffic.json")) / steps
             per_site = run.ranks / len(set(run.sites))
-            measured[scheme] = (s["measured_iteration_s"], crossing, losses(run))
-            rows.append(f"| {label} | {scheme} | {s['measured_iteration_s']:.3f} | {s['predicted_iteration_s']:.3f} | "
+            measured[scheme] = (s["measured_iteration_s"], crossing, losses(run), chosen(run))
+            ran = scheme if scheme != "auto" else f"auto: {chosen(run)}"
+            rows.append(f"| {label} | {ran} | {s['measured_iteration_s']:.3f} | {s['predicted_iteration_s']:.3f} | "
                         f"{s['prediction_error']:+.0%} | {s['compute_utilisation_mean']:.1%} | "
                         f"{crossing / 1e6:.1f} | {per_site:.0f} |")
-        if len(measured) == 2:
-            (flat_s, flat_bytes, flat_losses), (site_s, site_bytes, site_losses) = measured["direct"], measured["hierarchical"]
-            same = flat_losses == site_losses and len(flat_losses) > 0
-            agreement.append(f"- {label}: bytes between sites / step {flat_bytes / site_bytes:.2f}x fewer, step "
-                             f"{flat_s / site_s:.2f}x faster; losses of the {len(flat_losses)} steps "
-                             f"{'identical bit for bit' if same else 'DIFFER'} (last {flat_losses[-1]:.6f} vs "
-                             f"{site_losses[-1]:.6f}).")
+        if "direct" in measured and "hierarchical" in measured:
+            (flat_s, flat_bytes, flat_losses, _), (site_s, site_bytes, site_losses, _) = (measured["direct"],
+                                                                                           measured["hierarchical"])
+            same = all(m[2] == flat_losses for m in measured.values()) and len(flat_losses) > 0
+            faster = "hierarchical" if site_s < flat_s else "direct"
+            auto = measured.get("auto", (0, 0, [], "not run"))[3]
+            agreement.append(f"- {label}: hierarchical sends {flat_bytes / site_bytes:.2f}x fewer bytes between sites "
+                             f"per step, its step is {flat_s / site_s:.2f}x the speed of direct's; the faster measured: "
+                             f"{faster}, auto chose: {auto}; losses of the {len(flat_losses)} steps of all "
+                             f"{len(measured)} runs {'identical bit for bit' if same else 'DIFFER'} (step 1 "
+                             f"{flat_losses[0]:.6f}, step {len(flat_losses)} {flat_losses[-1]:.6f}).")
     text = [
         "# The hierarchical data-parallel exchange on emulated networks",
         "",

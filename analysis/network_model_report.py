@@ -103,8 +103,9 @@ def main():
         "CPU time on the 2 cores (beside 8 ranks) the model does not see, and TCP's losses at the 50 ms "
         "drop-tail (7 senders into one NIC) cost it more than the fluid share.",
         "",
-        "Not yet measured here: more than 8 ranks (the 2 cores limit the emulation) and the hierarchical "
-        "exchange (the simulator prices it, the runtime does not run it yet). What the default NICs change "
+        "Not yet measured here: more than 8 ranks (the 2 cores limit the emulation). The hierarchical "
+        "exchange (`network.dp_exchange`), measured on the emulated world-wide and two-continent networks "
+        "against the flat one: analysis/results/hierarchical_exchange.md. What the default NICs change "
         "in the plans of the shipped scenarios: analysis/results/default_nics.md. The paper-scale plans of "
         "160-1,024 GPUs (simulated): analysis/results/planner_scale.md.",
         "",

@@ -427,24 +427,6 @@ int choose_layout(Job& job, bool talk, std::ostream& text) {
   return 0;
 }
 
-// Rank 0's choice for network.dp_exchange = auto, per stage: the group's
-// predicted sum of its fp32 gradient (plan::group_scheme).
-std::vector<std::uint8_t> faster_exchanges(const Job& job) {
-  const ModelShape& model = job.setup.inputs.model;
-  std::vector<std::uint8_t> hierarchical;
-  for (int s = 0; s < job.plan.pipeline_stages; ++s) {
-    const model::StageSpec& spec = job.setup.stages[static_cast<std::size_t>(s)];
-    const double bytes = sizeof(float) * plan::stage_parameters_per_rank(model, spec.last_layer - spec.first_layer,
-                                                                         spec.has_embedding, spec.has_head,
-                                                                         std::max(1, job.plan.tensor_parallel));
-    std::vector<int> members;
-    for (int unit : job.plan.stages[static_cast<std::size_t>(s)]) members.push_back(job.plan.ranks_of_unit(unit).front());
-    hierarchical.push_back(plan::group_scheme(job.network, members, bytes, plan::DataParallelScheme::automatic) ==
-                           plan::DataParallelScheme::hierarchical);
-  }
-  return hierarchical;
-}
-
 // 3b. The data-parallel exchange of each stage's group (network.dp_exchange):
 // auto is decided on rank 0, which holds the whole network, and broadcast.
 int choose_dp_exchange(Job& job, bool talk, std::ostream& text) {
@@ -463,9 +445,14 @@ int choose_dp_exchange(Job& job, bool talk, std::ostream& text) {
   if (config.network.dp_exchange == DataParallelExchange::hierarchical) {
     job.dp_exchange.assign(pp, plan::DataParallelScheme::hierarchical);
   } else if (config.network.dp_exchange == DataParallelExchange::automatic && sites && job.plan.data_parallel > 1) {
-    const std::vector<std::uint8_t> hierarchical = broadcast_bytes(
-        MPI_COMM_WORLD, job.rank == 0 ? faster_exchanges(job) : std::vector<std::uint8_t>{}, 0, job.deadline_s,
-        "sharing network.dp_exchange");
+    std::vector<std::uint8_t> mine;
+    if (job.rank == 0) {
+      for (plan::DataParallelScheme scheme : faster_exchanges(job.network, job.plan, job.setup.inputs.model, job.setup.stages)) {
+        mine.push_back(scheme == plan::DataParallelScheme::hierarchical);
+      }
+    }
+    const std::vector<std::uint8_t> hierarchical =
+        broadcast_bytes(MPI_COMM_WORLD, mine, 0, job.deadline_s, "sharing network.dp_exchange");
     for (std::size_t s = 0; s < pp && s < hierarchical.size(); ++s) {
       if (hierarchical[s]) job.dp_exchange[s] = plan::DataParallelScheme::hierarchical;
     }

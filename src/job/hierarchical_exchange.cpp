@@ -11,17 +11,17 @@ namespace {
 
 // On the site's communicator, apart from the tags the lane's and the whole
 // group's exchanges use on theirs.
-constexpr int kGatherTag = 1, kSpreadTag = 3;
+constexpr int kSiteGatherTag = 1, kSiteSpreadTag = 3;
 
-int checked_count(std::size_t count, const ExchangeGroup& group) {
+int float_count(std::size_t count, const ExchangeGroup& group) {
   if (count > static_cast<std::size_t>(INT_MAX)) abort_all(group.what + ": over 2^31 elements in one message");
   return static_cast<int>(count);
 }
 
-void post(bool send, float* data, std::size_t count, int peer, int tag, const ExchangeGroup& group,
+void post_floats(bool send, float* data, std::size_t count, int peer, int tag, const ExchangeGroup& group,
           std::vector<MPI_Request>& requests) {
   requests.emplace_back();
-  const int n = checked_count(count, group);
+  const int n = float_count(count, group);
   if (send) {
     GT_MPI_CHECK(MPI_Isend(data, n, MPI_FLOAT, peer, tag, group.comm, &requests.back()));
   } else {
@@ -74,15 +74,15 @@ void HierarchicalInFlight::start(const SiteLanes& lanes, int tag_base, float* da
 // stripe from all the others.
 void HierarchicalInFlight::post_gather() {
   const SiteLanes& l = *lanes_;
-  const int tag = tag_base_ + kGatherTag;
+  const int tag = tag_base_ + kSiteGatherTag;
   for (int stripe = 0; stripe < l.lanes; ++stripe) {
-    if (stripe != l.place) post(true, data_ + stripe_begin(stripe), stripe_begin(stripe + 1) - stripe_begin(stripe), stripe, tag, l.site, requests_);
+    if (stripe != l.place) post_floats(true, data_ + stripe_begin(stripe), stripe_begin(stripe + 1) - stripe_begin(stripe), stripe, tag, l.site, requests_);
   }
   if (l.place >= l.lanes) return;
   const std::size_t own = stripe_begin(l.place + 1) - stripe_begin(l.place);
   copies_.resize(own * static_cast<std::size_t>(site_size_));
   for (int member = 0; member < site_size_; ++member) {
-    if (member != l.place) post(false, copies_.data() + own * static_cast<std::size_t>(member), own, member, tag, l.site, requests_);
+    if (member != l.place) post_floats(false, copies_.data() + own * static_cast<std::size_t>(member), own, member, tag, l.site, requests_);
   }
 }
 
@@ -102,14 +102,14 @@ void HierarchicalInFlight::add_site_copies() {
 // receives the stripes it does not own.
 void HierarchicalInFlight::post_spread() {
   const SiteLanes& l = *lanes_;
-  const int tag = tag_base_ + kSpreadTag;
+  const int tag = tag_base_ + kSiteSpreadTag;
   for (int stripe = 0; stripe < l.lanes; ++stripe) {
-    if (stripe != l.place) post(false, data_ + stripe_begin(stripe), stripe_begin(stripe + 1) - stripe_begin(stripe), stripe, tag, l.site, requests_);
+    if (stripe != l.place) post_floats(false, data_ + stripe_begin(stripe), stripe_begin(stripe + 1) - stripe_begin(stripe), stripe, tag, l.site, requests_);
   }
   if (l.place >= l.lanes) return;
   const std::size_t begin = stripe_begin(l.place), own = stripe_begin(l.place + 1) - begin;
   for (int member = 0; member < site_size_; ++member) {
-    if (member != l.place) post(true, data_ + begin, own, member, tag, l.site, requests_);
+    if (member != l.place) post_floats(true, data_ + begin, own, member, tag, l.site, requests_);
   }
 }
 

@@ -302,4 +302,20 @@ std::string idle_reason(const JobLayout& l, int rank) {
   return line;
 }
 
+std::vector<plan::DataParallelScheme> faster_exchanges(const plan::Network& network, const plan::Plan& plan,
+                                                       const ModelShape& model,
+                                                       const std::vector<model::StageSpec>& stages) {
+  std::vector<plan::DataParallelScheme> schemes;
+  for (int s = 0; s < plan.pipeline_stages; ++s) {
+    const model::StageSpec& spec = stages.at(static_cast<std::size_t>(s));
+    const double bytes = sizeof(float) * plan::stage_parameters_per_rank(model, spec.last_layer - spec.first_layer,
+                                                                         spec.has_embedding, spec.has_head,
+                                                                         std::max(1, plan.tensor_parallel));
+    std::vector<int> members;
+    for (int unit : plan.stages[static_cast<std::size_t>(s)]) members.push_back(plan.ranks_of_unit(unit).front());
+    schemes.push_back(plan::group_scheme(network, members, bytes, plan::DataParallelScheme::automatic));
+  }
+  return schemes;
+}
+
 }  // namespace geotrain::runtime

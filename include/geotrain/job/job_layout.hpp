@@ -9,6 +9,7 @@
 #include "geotrain/common/model_shape.hpp"
 #include "geotrain/io/config.hpp"
 #include "geotrain/kernels/backend.hpp"
+#include "geotrain/model/gpt.hpp"
 #include "geotrain/plan/network.hpp"
 #include "geotrain/plan/plan.hpp"
 #include "geotrain/plan/simulator.hpp"
@@ -54,6 +55,13 @@ JobLayout plan_file_layout(const io::Config& config, const ModelShape& model, do
 // Rank 0's part: the file checked against the job. Throws
 // std::invalid_argument naming the file and the field.
 JobLayout read_plan_file(const io::Config& config, const ModelShape& model, int ranks);
+
+// network.dp_exchange = auto, rank 0's part: per stage, the scheme its group
+// sums by (plan::group_scheme on the group's fp32 gradient; units by their
+// first rank).
+std::vector<plan::DataParallelScheme> faster_exchanges(const plan::Network& network, const plan::Plan& plan,
+                                                       const ModelShape& model,
+                                                       const std::vector<model::StageSpec>& stages);
 
 // Rank 0's log lines: the chosen layout, the measured speeds, idle ranks.
 std::string describe(const JobLayout& layout);
