@@ -37,8 +37,9 @@ def scenario(n):
 def main():
     geotrain = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build", "release", "geotrain")
     sizes = [int(a) for a in sys.argv[2:]] or [160, 400, 640, 1024]
-    print("| GPUs | plan (tp x pp x dp, devices used) | predicted step | DP exchange (exposed) | utilisation | planner wall time |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("| GPUs | plan (tp x pp x dp, devices used) | predicted step | DP exchange (exposed) | scheme (auto, by stage) "
+          "| utilisation | planner wall time |")
+    print("|---:|---|---:|---:|---|---:|---:|")
     with tempfile.TemporaryDirectory() as folder:
         for n in sizes:
             path = os.path.join(folder, f"geo-a100-{n}.toml")
@@ -54,10 +55,11 @@ def main():
             layout = re.search(r"Layout: ((?:tp \d+ x )?pp \d+ x dp \d+ = \d+ of \d+ devices)", done.stdout)
             step = re.search(r"Predicted iteration: ([0-9.]+) s .*DP exchange ([0-9.]+) s, utilisation ([0-9.]+)%",
                              done.stdout)
-            if not layout or not step:
+            scheme = re.search(r"DP auto \(by stage: ([a-z ]+)\)", done.stdout)
+            if not layout or not step or not scheme:
                 sys.exit(f"planner_scale.py: {n} GPUs: no layout or prediction in:\n{done.stdout}")
             print(f"| {n} | {layout.group(1)} | {float(step.group(1)):.3f} s | {float(step.group(2)):.3f} s "
-                  f"| {step.group(3)}% | {wall:.1f} s |", flush=True)
+                  f"| {scheme.group(1)} | {step.group(3)}% | {wall:.1f} s |", flush=True)
 
 
 if __name__ == "__main__":
