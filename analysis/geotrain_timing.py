@@ -223,3 +223,13 @@ def data_parallel_exchanges(run):
                      "measured_s": float(np.median(measured)) if measured else float("nan"),
                      "latency_bandwidth_s": slowest if d == 2 else 2 * slowest})
     return rows
+
+
+def router_cross_site_bytes(path):
+    """Bytes the emulated router carried between ranks of different sites, from the JSON
+    `jobs/emulate/emulate.py run --traffic-out` writes."""
+    import json
+    with open(path) as f:
+        traffic = json.load(f)
+    sites = traffic["sites"]
+    return sum(b for a, row in enumerate(traffic["bytes"]) for c, b in enumerate(row) if sites[a] != sites[c])

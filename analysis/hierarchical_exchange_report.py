@@ -7,7 +7,6 @@ agree bit for bit.
 
 usage: hierarchical_exchange_report.py RUN_DIR OUT.md
 """
-import json
 import os
 import platform
 import sys
@@ -21,13 +20,6 @@ NETWORKS = (("world-wide", "world-wide, pair paths"),
             ("world-wide-uplink", "world-wide, site uplinks"),
             ("two-continents-uplink", "two continents, site uplinks"))
 SCHEMES = ("direct", "hierarchical", "auto")
-
-
-def cross_site_bytes(path):
-    with open(path) as f:
-        traffic = json.load(f)
-    sites = traffic["sites"]
-    return sum(b for a, row in enumerate(traffic["bytes"]) for c, b in enumerate(row) if sites[a] != sites[c])
 
 
 def losses(run):
@@ -57,7 +49,7 @@ def main():
             run = gt.load(path)
             s = gt.summarize(run)
             steps = int(gt.config_value(run, "train.steps", s["recorded_steps"]))
-            crossing = cross_site_bytes(os.path.join(run_dir, f"{network}-rank-order-{scheme}-traffic.json")) / steps
+            crossing = gt.router_cross_site_bytes(os.path.join(run_dir, f"{network}-rank-order-{scheme}-traffic.json")) / steps
             per_site = run.ranks / len(set(run.sites))
             measured[scheme] = (s["measured_iteration_s"], crossing, losses(run), chosen(run))
             ran = scheme if scheme != "auto" else f"auto: {chosen(run)}"

@@ -7,7 +7,6 @@ sites per step.
 
 usage: network_model_report.py RUN_DIR OUT.md
 """
-import json
 import os
 import platform
 import sys
@@ -22,13 +21,6 @@ RUNS = (("shared", "NICs 2 + uplink {} Gbit/s", "told (flow model)"),
         ("nics-pair-only", "NICs 2 Gbit/s", "not told (pair-only model)"))
 
 
-def cross_site_bytes(path):
-    with open(path) as f:
-        traffic = json.load(f)
-    sites = traffic["sites"]
-    return sum(b for a, row in enumerate(traffic["bytes"]) for c, b in enumerate(row) if sites[a] != sites[c])
-
-
 def main():
     run_dir, out = sys.argv[1:3]
     rows, errors = [], {}
@@ -41,7 +33,7 @@ def main():
             run = gt.load(path)
             s = gt.summarize(run)
             steps = int(gt.config_value(run, "train.steps", s["recorded_steps"]))
-            crossing = cross_site_bytes(os.path.join(run_dir, f"{name}-traffic.json")) / max(steps, 1)
+            crossing = gt.router_cross_site_bytes(os.path.join(run_dir, f"{name}-traffic.json")) / max(steps, 1)
             errors[name] = s["prediction_error"]
             rows.append(f"| {shape} | {emulated.format(uplink)} | {planner} | {s['measured_iteration_s']:.3f} | "
                         f"{s['predicted_iteration_s']:.3f} | {s['prediction_error']:+.0%} | "

@@ -45,19 +45,14 @@ SiteLanes site_lanes(const Topology& t, double deadline_s) {
   return l;
 }
 
-HierarchicalInFlight::~HierarchicalInFlight() {
-  // Only on an exception path: the requests must not outlive their buffers.
-  for (MPI_Request& request : requests_) {
-    if (request != MPI_REQUEST_NULL) {
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-    }
-  }
-}
+// Only on an exception path: the requests must not outlive their buffers.
+HierarchicalInFlight::~HierarchicalInFlight() { cancel_pending(requests_); }
 
 std::size_t HierarchicalInFlight::stripe_begin(int stripe) const {
   return count_ * static_cast<std::size_t>(stripe) / static_cast<std::size_t>(lanes_->lanes);
 }
+
+std::size_t HierarchicalInFlight::stripe_count(int stripe) const { return stripe_begin(stripe + 1) - stripe_begin(stripe); }
 
 void HierarchicalInFlight::start(const SiteLanes& lanes, int tag_base, float* data, std::size_t count, double* values,
                                  int value_count, const WireCodec* codec, EncodedSumState* state) {
@@ -76,10 +71,10 @@ void HierarchicalInFlight::post_gather() {
   const SiteLanes& l = *lanes_;
   const int tag = tag_base_ + kSiteGatherTag;
   for (int stripe = 0; stripe < l.lanes; ++stripe) {
-    if (stripe != l.place) post_floats(true, data_ + stripe_begin(stripe), stripe_begin(stripe + 1) - stripe_begin(stripe), stripe, tag, l.site, requests_);
+    if (stripe != l.place) post_floats(true, data_ + stripe_begin(stripe), stripe_count(stripe), stripe, tag, l.site, requests_);
   }
   if (l.place >= l.lanes) return;
-  const std::size_t own = stripe_begin(l.place + 1) - stripe_begin(l.place);
+  const std::size_t own = stripe_count(l.place);
   copies_.resize(own * static_cast<std::size_t>(site_size_));
   for (int member = 0; member < site_size_; ++member) {
     if (member != l.place) post_floats(false, copies_.data() + own * static_cast<std::size_t>(member), own, member, tag, l.site, requests_);
@@ -89,7 +84,7 @@ void HierarchicalInFlight::post_gather() {
 // The owner's stripe: its site's copies added in rank order.
 void HierarchicalInFlight::add_site_copies() {
   const SiteLanes& l = *lanes_;
-  const std::size_t begin = stripe_begin(l.place), own = stripe_begin(l.place + 1) - begin;
+  const std::size_t begin = stripe_begin(l.place), own = stripe_count(l.place);
   std::copy(data_ + begin, data_ + begin + own, copies_.data() + own * static_cast<std::size_t>(l.place));
   for (std::size_t i = 0; i < own; ++i) {
     float partial = copies_[i];
@@ -104,10 +99,10 @@ void HierarchicalInFlight::post_spread() {
   const SiteLanes& l = *lanes_;
   const int tag = tag_base_ + kSiteSpreadTag;
   for (int stripe = 0; stripe < l.lanes; ++stripe) {
-    if (stripe != l.place) post_floats(false, data_ + stripe_begin(stripe), stripe_begin(stripe + 1) - stripe_begin(stripe), stripe, tag, l.site, requests_);
+    if (stripe != l.place) post_floats(false, data_ + stripe_begin(stripe), stripe_count(stripe), stripe, tag, l.site, requests_);
   }
   if (l.place >= l.lanes) return;
-  const std::size_t begin = stripe_begin(l.place), own = stripe_begin(l.place + 1) - begin;
+  const std::size_t begin = stripe_begin(l.place), own = stripe_count(l.place);
   for (int member = 0; member < site_size_; ++member) {
     if (member != l.place) post_floats(true, data_ + begin, own, member, tag, l.site, requests_);
   }
@@ -122,7 +117,7 @@ void HierarchicalInFlight::advance() {
       if (l.place < l.lanes) {
         add_site_copies();
         const std::size_t begin = stripe_begin(l.place);
-        across_.start(l.lane, tag_base_, data_ + begin, stripe_begin(l.place + 1) - begin, nullptr, 0, codec_, state_);
+        across_.start(l.lane, tag_base_, data_ + begin, stripe_count(l.place), nullptr, 0, codec_, state_);
       }
       return;
     case Phase::across:

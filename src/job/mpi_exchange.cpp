@@ -105,15 +105,8 @@ void ensure_feedback(std::vector<ErrorFeedback>& feedback, std::size_t count, co
 
 }  // namespace
 
-ExchangeInFlight::~ExchangeInFlight() {
-  // Only on an exception path: the requests must not outlive their buffers.
-  for (MPI_Request& request : requests_) {
-    if (request != MPI_REQUEST_NULL) {
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-    }
-  }
-}
+// Only on an exception path: the requests must not outlive their buffers.
+ExchangeInFlight::~ExchangeInFlight() { cancel_pending(requests_); }
 
 std::size_t ExchangeInFlight::shard_begin(int shard) const {
   return count_ * static_cast<std::size_t>(shard) / static_cast<std::size_t>(size_);

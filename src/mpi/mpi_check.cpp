@@ -206,6 +206,15 @@ void wait_until_deadline(std::span<MPI_Request> requests, std::span<const int> p
 
 }  // namespace
 
+void cancel_pending(std::span<MPI_Request> requests) {
+  for (MPI_Request& request : requests) {
+    if (request != MPI_REQUEST_NULL) {
+      MPI_Cancel(&request);
+      MPI_Request_free(&request);
+    }
+  }
+}
+
 void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const std::string& what, int peer,
                        double spin_s, std::span<const int> members) {
   const int peers[1] = {peer};

@@ -52,6 +52,7 @@ class HierarchicalInFlight {
  private:
   enum class Phase { done, gather, across, spread };
   std::size_t stripe_begin(int stripe) const;
+  std::size_t stripe_count(int stripe) const;
   void post_gather();
   void add_site_copies();
   void post_spread();

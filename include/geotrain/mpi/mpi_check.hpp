@@ -53,6 +53,10 @@ inline void check_mpi(int code, const char* call, const char* file, int line) {
   if (code != MPI_SUCCESS) call_failed({"MPI", call, file, line}, mpi_error_text(code));
 }
 
+// Cancels and frees every request still pending (on an exception path,
+// before the buffers they point at go away).
+void cancel_pending(std::span<MPI_Request> requests);
+
 // Waits until every request completes or `deadline_s` seconds (steady
 // clock, from the call) pass. On the deadline: one line on stderr,
 //   geotrain: rank R (host H): no answer from rank P within D s while <what>; aborting
