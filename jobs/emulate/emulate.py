@@ -22,7 +22,11 @@ any core, mpirun binds it as usual), so a rank cannot
 borrow the cores its idle neighbours leave, as a GPU cannot. Keep F x ranks
 below the machine's cores: the emulator's packet delay and the kernel's
 networking need the rest. `device` runs COMMAND alone under the same cap,
-on core 0 (the calibration of a device).
+on core 0 (the calibration of a device). --device-gflops G (run, device)
+makes every rank a device of G GFLOPS at the calibration model's shapes
+instead, the same device on every machine: the share of a core comes from
+training --calibration-model alone on core 0, uncapped and then capped
+(docs/emulation.md); --device-out writes the device as JSON.
 
 --matrix-out writes the emulated network at rank level in the scenario
 format (what a perfect probe would measure), for `network.matrix`.
@@ -466,6 +470,62 @@ def write_text(path, value):
         f.write(value)
 
 
+def calibration_gflops(args, cpus=None):
+    """The rate (GFLOPS, the trainer's own count) of one rank training --calibration-model alone,
+    --calibration-micro-batch sequences a micro-batch, on core 0, uncapped or capped at `cpus` of it: the
+    median of its steps after the first."""
+    if not os.access(args.geotrain, os.X_OK):
+        raise EmulationError(f"--device-gflops: {args.geotrain} is not an executable geotrain (--geotrain PATH)")
+    train = [args.geotrain, "train", os.path.join(REPO, "inputs", "quickstart.toml"),
+             f"--model.file={args.calibration_model}", "--pipeline.stages=1",
+             f"--train.micro_batch_sequences={args.calibration_micro_batch}", "--train.gradient_accumulation=2",
+             "--train.steps=6", "--optimizer.warmup_steps=1", "--train.log_every_steps=1",
+             "--train.eval_every_steps=0", "--train.eval_batches=1", "--checkpoint.dir=", "--timing.file="]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    procs = capped_groups(["calibration"], cpus)[0]["calibration"] if cpus else None
+    try:
+        join = f'echo $$ > "{procs}" && ' if procs else ""
+        done = subprocess.run(["sh", "-c", f'{join}exec taskset -c 0 "$@"', "calibration", *train],
+                              capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        if procs:
+            remove_capped_groups()
+    output = done.stdout + done.stderr
+    rates = [float(x) for x in re.findall(r"^step +\d+/\d+ .*?([0-9.]+) GFLOPS", output, re.M)][1:]
+    if done.returncode != 0 or not rates:
+        raise EmulationError(f"--device-gflops: the calibration run failed (exit {done.returncode}): "
+                             f"{(output.strip().splitlines() or ['no output'])[-1]}")
+    return sorted(rates)[len(rates) // 2]
+
+
+def device_cap(args, cores, log):
+    """--cpus-per-rank as given, or the share of a core that trains at --device-gflops: one core's
+    calibrated rate gives a first share; a second calibration under that cap corrects it for what the
+    quota costs beyond its share (its periods, the caches). With --device-out, the device as JSON."""
+    if args.device_gflops is None:
+        return args.cpus_per_rank
+    if args.cpus_per_rank is not None:
+        raise EmulationError("--device-gflops and --cpus-per-rank: give one")
+    if not args.device_gflops > 0:
+        raise EmulationError("--device-gflops must be > 0")
+    core = calibration_gflops(args)
+    cpus = args.device_gflops / core
+    if not 0.001 <= cpus <= 1:
+        raise EmulationError(f"--device-gflops {args.device_gflops:g}: a core here trains "
+                             f"{args.calibration_model} at {core:.3g} GFLOPS; a device must be slower than one core")
+    capped = calibration_gflops(args, cpus)
+    cpus = min(1.0, cpus * args.device_gflops / capped)
+    print(f"emulate: every rank a device of {args.device_gflops:g} GFLOPS: {cpus:.3f} of a core that trains "
+          f"{os.path.basename(args.calibration_model)} (micro-batch {args.calibration_micro_batch}) at "
+          f"{core:.3g} GFLOPS alone", file=log, flush=True)
+    if args.device_out:
+        with open(args.device_out, "w") as f:
+            json.dump({"device_gflops": args.device_gflops, "core_gflops": core, "first_share_gflops": capped,
+                       "cpus_per_rank": cpus, "calibration_model": args.calibration_model,
+                       "calibration_micro_batch": args.calibration_micro_batch, "cores": cores}, f)
+    return cpus
+
+
 def run_device(cpus, command, timeout_s):
     """COMMAND alone in one cgroup capped at `cpus` of a core."""
     procs = capped_groups(["device"], cpus)[0]["device"]
@@ -564,6 +624,16 @@ def main():
     parser.add_argument("--traffic-out", help="run: write the bytes sent between every pair of ranks (JSON) here")
     parser.add_argument("--cpus-per-rank", type=float,
                         help="run, device: cap every rank at this many cores (a device of fixed speed)")
+    parser.add_argument("--device-gflops", type=float,
+                        help="run, device: cap every rank at this rate instead, the same on every machine: "
+                             "the share of a core that gives it, from a calibration run at start-up")
+    parser.add_argument("--calibration-model", default=os.path.join(REPO, "inputs", "models", "emulation.toml"),
+                        help="--device-gflops: the model the calibration trains (the job's, for its GEMM shapes)")
+    parser.add_argument("--calibration-micro-batch", type=int, default=2,
+                        help="--device-gflops: sequences per micro-batch in the calibration (the job's)")
+    parser.add_argument("--geotrain", default=os.path.join(REPO, "build", "release", "geotrain"),
+                        help="--device-gflops: the geotrain binary the calibration runs")
+    parser.add_argument("--device-out", help="--device-gflops: write the device's rate and cap here (JSON)")
     args, rest = parser.parse_known_args()
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -572,9 +642,14 @@ def main():
     cores = os.cpu_count() or 1
     if args.cpus_per_rank is not None and not 0.001 <= args.cpus_per_rank <= cores:
         sys.exit(f"emulate.py: error: --cpus-per-rank must be in [0.001, {cores}] (this machine's cores)")
+    if args.action in ("run", "device"):
+        try:
+            args.cpus_per_rank = device_cap(args, cores, sys.stderr)
+        except (EmulationError, OSError, subprocess.TimeoutExpired) as error:
+            sys.exit(f"emulate.py: error: {error}")
     if args.action == "device":
         if not (rest and args.cpus_per_rank):
-            sys.exit("emulate.py: error: device needs --cpus-per-rank F -- COMMAND ...")
+            sys.exit("emulate.py: error: device needs --cpus-per-rank F or --device-gflops G -- COMMAND ...")
         try:
             return run_device(args.cpus_per_rank, rest, args.timeout)
         except EmulationError as error:
