@@ -437,8 +437,8 @@ int choose_dp_exchange(Job& job, bool talk, std::ostream& text) {
   if (config.network.dp_exchange == DataParallelExchange::hierarchical && !sites) {
     if (job.rank == 0) {
       std::cerr << "geotrain: error: " << config.origin_of("network.dp_exchange")
-                << ": hierarchical needs sites (give network.matrix a scenario with [sites], or probe: sites are host "
-                   "names)\n";
+                << ": network.dp_exchange: hierarchical needs sites (give network.matrix a scenario with [sites], or "
+                   "probe: sites are host names)\n";
     }
     return kExitInputError;
   }

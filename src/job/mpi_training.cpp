@@ -160,7 +160,7 @@ void MpiCollectives::sum_data_parallel_with_values(float* data, std::size_t coun
 }
 
 void MpiCollectives::start_data_parallel_bucket(float* data, std::size_t count, double* values, int value_count) {
-  start_bucket(buckets_.size(), data, count, values, value_count);
+  start_bucket(buckets_.size() + site_buckets_.size(), data, count, values, value_count);
 }
 
 // Local steps exchange no gradient buckets: a fragment takes the bucket slot

@@ -123,7 +123,7 @@ TEST(HierarchicalExchange, Fp32GivesTheSiteOrderFoldAndTheFlatExchangesBits) {
 // feedback): every member ends with the same bits, near the exact sum.
 TEST(HierarchicalExchange, BucketsInFlightTogetherEqualOneWholeSum) {
   const std::size_t cuts[] = {0, 5, 700, 701, 2049, 4099};
-  for (const Layout& layout : {layouts()[1], layouts()[3]}) {
+  for (const Layout& layout : {layouts()[0], layouts()[1], layouts()[3]}) {
     plan::Plan p;
     p.pipeline_stages = 1;
     p.data_parallel = static_cast<int>(layout.replicas.size());
