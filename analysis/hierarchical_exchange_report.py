@@ -103,7 +103,7 @@ def main():
         "exchange on all four networks from the job's own prediction. Compute utilisation is low in every row "
         "by construction: the model is small and the network slow, so the sum is nearly the whole step.",
         "",
-        "The predictions under site uplinks are 37-57% short of the measured step: 8 ranks' TCP flows through "
+        "The predictions under site uplinks are 35-56% short of the measured step: 8 ranks' TCP flows through "
         "one 50 Mbit/s drop-tail FIFO (1 Gbit/s x0.05) fill it far less than the fluid model's fair shares, "
         "and more so with more flows (direct: 12 and 16 flows out of each site at once, hierarchical: 6 and 4)"
         ". The order of the two schemes, which is what `auto` needs, holds in every case. Left out: "
