@@ -190,9 +190,7 @@ void add_layout_json(const plan::Layout& l, const LayoutSettings& s, nlohmann::j
   j["memory_fits"] = l.fits();
   j["schedule"] = plan::to_string(l.config.schedule);
   j["dp_scheme"] = plan::to_string(l.config.dp_scheme);
-  std::vector<std::string> chosen;
-  for (plan::DataParallelScheme scheme : l.simulation.stage_dp_scheme) chosen.push_back(plan::to_string(scheme));
-  j["stage_dp_scheme"] = chosen;
+  j["stage_dp_scheme"] = scheme_names(l.simulation.stage_dp_scheme);
   j["recompute"] = l.config.recompute;
   j["lm_head"] = l.config.lm_head;
   j["memory_reserve_gib"] = s.options.memory.reserved_bytes / plan::kBytesPerGib;

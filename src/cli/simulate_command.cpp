@@ -388,9 +388,7 @@ std::string render_json(const Resolved& r, const SimulateCommandOptions& o) {
   j["stage_forward_s"] = r.work.forward_s;
   j["stage_backward_s"] = r.work.backward_s;
   j["stage_gradient_bytes"] = r.work.gradient_bytes;
-  std::vector<std::string> chosen;
-  for (plan::DataParallelScheme scheme : res.stage_dp_scheme) chosen.push_back(plan::to_string(scheme));
-  j["stage_dp_scheme"] = chosen;
+  j["stage_dp_scheme"] = scheme_names(res.stage_dp_scheme);
   j["stages"] = r.placed.plan.stages;
   add_extension_json(r, j);
   if (r.show_outer) add_outer_json(r, j);

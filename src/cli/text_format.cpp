@@ -20,11 +20,15 @@ std::string device_list(const std::vector<int>& devices) {
 }
 
 std::string describe_dp_scheme(plan::DataParallelScheme asked, const std::vector<plan::DataParallelScheme>& chosen) {
-  std::string text = plan::to_string(asked);
+  const std::string text = plan::to_string(asked);
   if (asked != plan::DataParallelScheme::automatic || chosen.empty()) return text;
-  text += " (by stage:";
-  for (plan::DataParallelScheme scheme : chosen) text += " " + plan::to_string(scheme);
-  return text + ")";
+  return text + " (by stage: " + plan::to_string(chosen) + ")";
+}
+
+std::vector<std::string> scheme_names(const std::vector<plan::DataParallelScheme>& schemes) {
+  std::vector<std::string> names;
+  for (plan::DataParallelScheme scheme : schemes) names.push_back(plan::to_string(scheme));
+  return names;
 }
 
 }  // namespace geotrain::cli

@@ -15,5 +15,7 @@ std::string device_list(const std::vector<int>& devices);
 // The data-parallel scheme as asked, and under auto what each stage group
 // chose: "auto (by stage: hierarchical direct)".
 std::string describe_dp_scheme(plan::DataParallelScheme asked, const std::vector<plan::DataParallelScheme>& chosen);
+// The same as a JSON list of names.
+std::vector<std::string> scheme_names(const std::vector<plan::DataParallelScheme>& schemes);
 
 }  // namespace geotrain::cli

@@ -458,9 +458,8 @@ int choose_dp_exchange(Job& job, bool talk, std::ostream& text) {
     }
   }
   if (talk && job.plan.data_parallel > 1) {
-    text << "data-parallel sums (network.dp_exchange = " << to_string(config.network.dp_exchange) << "):";
-    for (plan::DataParallelScheme scheme : job.dp_exchange) text << " " << plan::to_string(scheme);
-    text << " (by stage)\n";
+    text << "data-parallel sums (network.dp_exchange = " << to_string(config.network.dp_exchange)
+         << "): " << plan::to_string(job.dp_exchange) << " (by stage)\n";
   }
   return 0;
 }

@@ -133,12 +133,7 @@ void HierarchicalInFlight::advance() {
 
 bool HierarchicalInFlight::progress() {
   while (phase_ != Phase::done) {
-    int complete = 1;
-    if (!requests_.empty()) {
-      GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, MPI_STATUSES_IGNORE));
-    }
-    if (!complete) return false;
-    requests_.clear();
+    if (!requests_complete(requests_)) return false;
     if (phase_ == Phase::across && !across_.progress()) return false;
     advance();
   }

@@ -66,25 +66,15 @@ void post_bytes(const ExchangeGroup& group, int peer, const std::vector<std::uin
                          &requests.back()));
 }
 
-// The members grouped by site, sites in order of their first member; no
-// sites: one group of all.
+// The members grouped by site (ExchangeGroup::site_of_member numbers the
+// sites in order of their first member); no sites: one group of all.
 std::vector<std::vector<int>> members_by_site(const std::vector<int>& site_of_member, int size) {
-  if (static_cast<int>(site_of_member.size()) != size) {
-    std::vector<int> all(static_cast<std::size_t>(size));
-    for (int m = 0; m < size; ++m) all[static_cast<std::size_t>(m)] = m;
-    return {all};
-  }
-  std::vector<int> site_order;
+  const bool given = static_cast<int>(site_of_member.size()) == size;
   std::vector<std::vector<int>> sites;
   for (int m = 0; m < size; ++m) {
-    const int site = site_of_member[static_cast<std::size_t>(m)];
-    const auto at = std::find(site_order.begin(), site_order.end(), site);
-    if (at == site_order.end()) {
-      site_order.push_back(site);
-      sites.push_back({m});
-    } else {
-      sites[static_cast<std::size_t>(at - site_order.begin())].push_back(m);
-    }
+    const auto site = given ? static_cast<std::size_t>(site_of_member[static_cast<std::size_t>(m)]) : 0;
+    if (sites.size() <= site) sites.resize(site + 1);
+    sites[site].push_back(m);
   }
   return sites;
 }
@@ -179,12 +169,7 @@ void ExchangeInFlight::post_encoded_shards() {
 
 bool ExchangeInFlight::progress() {
   while (phase_ != Phase::done) {
-    int complete = 1;
-    if (!requests_.empty()) {
-      GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, MPI_STATUSES_IGNORE));
-    }
-    if (!complete) return false;
-    requests_.clear();
+    if (!requests_complete(requests_)) return false;
     advance();
   }
   return true;

@@ -215,6 +215,15 @@ void cancel_pending(std::span<MPI_Request> requests) {
   }
 }
 
+bool requests_complete(std::vector<MPI_Request>& requests) {
+  int complete = 1;
+  if (!requests.empty()) {
+    GT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &complete, MPI_STATUSES_IGNORE));
+  }
+  if (complete) requests.clear();
+  return complete != 0;
+}
+
 void wait_all_or_abort(std::span<MPI_Request> requests, double deadline_s, const std::string& what, int peer,
                        double spin_s, std::span<const int> members) {
   const int peers[1] = {peer};

@@ -69,7 +69,7 @@ void add_outer_sync(const Network& net, const Plan& plan, const PipelineWork& w,
   double exposed = 0, slowest_exchange = 0;
   for (int s = 0; s < plan.pipeline_stages; ++s) {
     const std::vector<int>& group = plan.stages[s];
-    const DataParallelScheme scheme = stage_scheme(net, group, w, s);
+    const DataParallelScheme scheme = stage_scheme(w, s);
     const double whole = datap_exchange_s(net, group, w.gradient_bytes[s], scheme);
     result->stage_datap_s.push_back(whole);
     slowest_exchange = std::max(slowest_exchange, whole);

@@ -37,7 +37,7 @@ struct Flow {
 // when it ends (datap_end_s's schedule), each priced by the scheme's phases.
 void add_stage_jobs(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
                     double finish, std::vector<Job>* jobs) {
-  const DataParallelScheme scheme = stage_scheme(net, group, w, s);
+  const DataParallelScheme scheme = stage_scheme(w, s);
   auto job = [&](double ready, double bytes) {
     Job j;
     j.stage = s, j.next = ready;

@@ -132,7 +132,7 @@ BucketSchedule bucket_schedule(const std::vector<int>& group, double total, cons
 
 double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
                    double finish) {
-  const DataParallelScheme scheme = stage_scheme(net, group, w, s);
+  const DataParallelScheme scheme = stage_scheme(w, s);
   if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, scheme);
   const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
   // Shared links: the loads over the capacities grow with the bytes, so one

@@ -38,10 +38,10 @@ struct BucketSchedule {
   std::vector<double> ready;
   double sent = 0;
 };
-// The scheme stage s's group sums by (PipelineWork::stage_dp_scheme, else group_scheme).
-inline DataParallelScheme stage_scheme(const Network& net, const std::vector<int>& group, const PipelineWork& w, int s) {
-  if (static_cast<int>(w.stage_dp_scheme.size()) > s) return w.stage_dp_scheme[static_cast<std::size_t>(s)];
-  return group_scheme(net, group, w.gradient_bytes[static_cast<std::size_t>(s)], w.dp_scheme);
+// The scheme stage s's group sums by: PipelineWork::stage_dp_scheme, which
+// simulate() fills under auto (each group's choice, made once), else dp_scheme.
+inline DataParallelScheme stage_scheme(const PipelineWork& w, int s) {
+  return static_cast<int>(w.stage_dp_scheme.size()) > s ? w.stage_dp_scheme[static_cast<std::size_t>(s)] : w.dp_scheme;
 }
 inline bool sums_in_buckets(const PipelineWork& w, int s) {
   return w.bucket_bytes > 0 && static_cast<int>(w.layer_gradient_bytes.size()) > s;

@@ -42,7 +42,7 @@ void add_cross_site_traffic(const Network& net, const Plan& plan, const Pipeline
   const double exchanges_per_step = w.outer.enabled() ? 1.0 / w.outer.local_steps : 1.0;
   for (int s = 0; s < p; ++s) {
     result->cross_site_datap_bytes +=
-        exchanges_per_step * datap_cross_site_bytes(net, plan.stages[s], w.gradient_bytes[s], stage_scheme(net, plan.stages[s], w, s));
+        exchanges_per_step * datap_cross_site_bytes(net, plan.stages[s], w.gradient_bytes[s], stage_scheme(w, s));
   }
 }
 

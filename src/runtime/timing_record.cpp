@@ -147,9 +147,7 @@ io::TimingRun make_timing_run(const io::Config& config, const ModelShape& model,
   run.placement = n > 1 ? plan::to_string(config.pipeline.placement) : "single rank";
   run.plan_text = job.plan_text;
   if (job.plan.data_parallel > 1 && !job.dp_schemes.empty()) {
-    run.plan_text += "data-parallel exchange by stage:";
-    for (plan::DataParallelScheme scheme : job.dp_schemes) run.plan_text += " " + plan::to_string(scheme);
-    run.plan_text += "\n";
+    run.plan_text += "data-parallel exchange by stage: " + plan::to_string(job.dp_schemes) + "\n";
   }
   run.network_source = job.network_source;
   run.ranks = n;

@@ -14,6 +14,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "geotrain/common/check.hpp"
 
@@ -56,6 +57,10 @@ inline void check_mpi(int code, const char* call, const char* file, int line) {
 // Cancels and frees every request still pending (on an exception path,
 // before the buffers they point at go away).
 void cancel_pending(std::span<MPI_Request> requests);
+
+// Without blocking: true, with `requests` emptied, once every one has
+// completed (true at once when there are none); false while any is pending.
+bool requests_complete(std::vector<MPI_Request>& requests);
 
 // Waits until every request completes or `deadline_s` seconds (steady
 // clock, from the call) pass. On the deadline: one line on stderr,

@@ -260,6 +260,12 @@ inline constexpr EnumName<FlopsFormula> kFlopsFormulaNames[] = {
     {FlopsFormula::paper, "paper"}, {FlopsFormula::megatron, "megatron"}, {FlopsFormula::executed, "executed"}};
 
 inline std::string to_string(DataParallelScheme scheme) { return name_in(kDataParallelSchemeNames, scheme); }
+// One scheme per stage as reports print them: "hierarchical direct".
+inline std::string to_string(const std::vector<DataParallelScheme>& schemes) {
+  std::string text;
+  for (DataParallelScheme scheme : schemes) text += (text.empty() ? "" : " ") + to_string(scheme);
+  return text;
+}
 inline std::string to_string(FlopsFormula formula) { return name_in(kFlopsFormulaNames, formula); }
 inline bool parse_dp_scheme(const std::string& text, DataParallelScheme* out) {
   return parse_name_in(kDataParallelSchemeNames, text, out);
