@@ -6,14 +6,9 @@
 namespace geotrain::plan {
 namespace {
 
-// Every ordered pair of `members` sends `bytes`, all at once.
 ExchangePhase all_pairs(const std::vector<int>& members, double bytes) {
   ExchangePhase phase;
-  for (int u : members) {
-    for (int v : members) {
-      if (u != v) phase.transfers.push_back({u, v, bytes});
-    }
-  }
+  if (members.size() > 1) phase.all_pairs.push_back({members, bytes});
   return phase;
 }
 
@@ -67,9 +62,11 @@ void run_together(std::vector<ExchangePhase>* into, const std::vector<std::vecto
   for (size_t k = 0; k < longest; ++k) {
     ExchangePhase together;
     for (const auto& p : parts) {
-      if (k < p.size()) together.transfers.insert(together.transfers.end(), p[k].transfers.begin(), p[k].transfers.end());
+      if (k >= p.size()) continue;
+      together.transfers.insert(together.transfers.end(), p[k].transfers.begin(), p[k].transfers.end());
+      together.all_pairs.insert(together.all_pairs.end(), p[k].all_pairs.begin(), p[k].all_pairs.end());
     }
-    if (!together.transfers.empty()) into->push_back(std::move(together));
+    if (!together.transfers.empty() || !together.all_pairs.empty()) into->push_back(std::move(together));
   }
 }
 
@@ -142,7 +139,7 @@ double phases_s(const Network& net, const std::vector<ExchangePhase>& phases, bo
       for (const Transfer& t : phase.transfers) seconds += with_latency ? net.latency(t.from, t.to) : 0.0;
       if (!drained.empty()) seconds += *std::max_element(drained.begin(), drained.end());
     } else {
-      seconds = fluid_bound_s(net, phase.transfers, with_latency);
+      seconds = phase_bound_s(net, phase, with_latency);
     }
     total += phase.repeat * seconds;
   }
@@ -156,6 +153,13 @@ double phases_latency_s(const Network& net, const std::vector<ExchangePhase>& ph
     for (const Transfer& t : phase.transfers) {
       const double latency = net.latency(t.from, t.to);
       seconds = phase.pipelined_chain ? seconds + latency : std::max(seconds, latency);
+    }
+    for (const AllPairs& group : phase.all_pairs) {
+      for (int u : group.members) {
+        for (int v : group.members) {
+          if (u != v) seconds = std::max(seconds, net.latency(u, v));
+        }
+      }
     }
     total += phase.repeat * seconds;
   }

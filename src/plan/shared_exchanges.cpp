@@ -116,14 +116,15 @@ class JointExchanges {
       return;
     }
     const ExchangePhase& phase = j.phases[j.phase];
+    const std::vector<Transfer> transfers = phase_transfers(phase);
     ++j.repeat;
     j.next = kNever;
     // A pipelined chain's hops add their latencies; other transfers each its own.
     double chain = 0;
-    for (const Transfer& t : phase.transfers) chain += phase.pipelined_chain ? net_.latency(t.from, t.to) : 0.0;
+    for (const Transfer& t : transfers) chain += phase.pipelined_chain ? net_.latency(t.from, t.to) : 0.0;
     arrival_[k] = now;
     bool any = false;
-    for (const Transfer& t : phase.transfers) {
+    for (const Transfer& t : transfers) {
       const double after = phase.pipelined_chain ? chain : net_.latency(t.from, t.to);
       if (t.bytes > 0) {
         flows_.push_back({k, t, t.bytes, after});

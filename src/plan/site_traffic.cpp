@@ -1,12 +1,28 @@
 // Bytes crossing sites per step: what a geo-distributed run pays for, and
 // what local steps divide (the data-parallel part) by H.
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "geotrain/plan/exchange_pattern.hpp"
 #include "simulator_internal.hpp"
 
 namespace geotrain::plan::simulation {
 namespace {
+
+// Ordered pairs of `members` at different sites: d^2 less each site's m^2.
+long long cross_site_pairs(const Network& net, const std::vector<int>& members) {
+  std::vector<std::pair<const std::string*, long long>> count;  // sites in order of first member
+  for (int u : members) {
+    const std::string& site = net.site(u);
+    auto it = std::find_if(count.begin(), count.end(), [&](const auto& c) { return *c.first == site; });
+    if (it == count.end()) count.push_back({&site, 1}); else ++it->second;
+  }
+  long long pairs = static_cast<long long>(members.size()) * static_cast<long long>(members.size());
+  for (const auto& [site, m] : count) pairs -= m * m;
+  return pairs;
+}
 
 // Bytes each stage group's exchange sends between members of different
 // sites, once: the pattern datap_exchange_s prices.
@@ -17,6 +33,7 @@ double datap_cross_site_bytes(const Network& net, const std::vector<int>& g, dou
     for (const Transfer& t : phase.transfers) {
       if (net.site(t.from) != net.site(t.to)) crossing += t.bytes;
     }
+    for (const AllPairs& group : phase.all_pairs) crossing += group.bytes * static_cast<double>(cross_site_pairs(net, group.members));
     total += phase.repeat * crossing;
   }
   return total;

@@ -121,7 +121,7 @@ TEST(FlowSharing, SchemesOnTwoSitesWithAndWithoutAnUplink) {
   auto crossing = [&](DataParallelScheme scheme) {
     double bytes = 0;
     for (const auto& phase : exchange_phases(net, g, 1200, scheme)) {
-      for (const auto& t : phase.transfers) bytes += net.site(t.from) != net.site(t.to) ? phase.repeat * t.bytes : 0;
+      for (const auto& t : phase_transfers(phase)) bytes += net.site(t.from) != net.site(t.to) ? phase.repeat * t.bytes : 0;
     }
     return bytes;
   };
@@ -394,6 +394,53 @@ Network sites_network(std::mt19937* rng, int sites, int per_site) {
   return net;
 }
 
+// A direct sum's phases are kept as groups whose every ordered pair sends
+// (ExchangePhase::all_pairs) and priced without writing the pairs out: the
+// price must be the fluid bound of the transfers written out, to the bit,
+// with latencies or without, NICs and uplinks or not, some sites without an
+// uplink, groups that leave devices out, and no bytes.
+TEST(FlowSharing, AllPairsPhasesArePricedAsTheirTransfersWrittenOut) {
+  std::mt19937 rng(29);
+  int phases = 0;
+  for (int trial = 0; trial < 48; ++trial) {
+    Network net = sites_network(&rng, 1 + trial % 4, 1 + trial % 5);
+    if (trial % 3 == 1) net.shared.nic_bytes_per_s.clear();
+    if (trial % 4 == 2) net.shared.site_uplink_bytes_per_s.erase("A");
+    if (trial % 6 == 5) net.shared.site_uplink_bytes_per_s.clear();
+    std::vector<int> g(net.device_count);
+    for (int k = 0; k < net.device_count; ++k) g[k] = k;
+    std::shuffle(g.begin(), g.end(), rng);
+    if (trial % 2 == 1 && g.size() > 2) g.pop_back();
+    for (double bytes : {1e4, 0.0}) {
+      for (auto scheme : {DataParallelScheme::direct, DataParallelScheme::hierarchical}) {
+        for (const ExchangePhase& phase : exchange_phases(net, g, bytes, scheme)) {
+          const std::vector<Transfer> written = phase_transfers(phase);
+          for (bool latency : {true, false}) {
+            EXPECT_EQ(phase_bound_s(net, phase, latency), fluid_bound_s(net, written, latency))
+                << to_string(scheme) << " trial " << trial << " bytes " << bytes << " latency " << latency;
+          }
+          phases += phase.all_pairs.empty() ? 0 : 1;
+        }
+      }
+    }
+  }
+  EXPECT_GT(phases, 100);
+  // Groups that share a device, and groups beside written-out transfers: the
+  // pairs they repeat add up, as the transfers written out do.
+  std::mt19937 again(3);
+  const Network net = sites_network(&again, 2, 3);
+  ExchangePhase overlapping;
+  overlapping.all_pairs = {{{0, 1, 3}, 500.0}, {{1, 3, 4}, 700.0}};
+  ExchangePhase mixed = overlapping;
+  mixed.all_pairs.pop_back();
+  mixed.transfers = {{0, 1, 300.0}, {5, 2, 100.0}};
+  for (const ExchangePhase& phase : {overlapping, mixed}) {
+    EXPECT_EQ(phase_bound_s(net, phase), fluid_bound_s(net, phase_transfers(phase)));
+  }
+  EXPECT_EQ(phase_transfers(overlapping).size(), 12u);
+  EXPECT_EQ(phase_transfers(mixed).size(), 8u);
+}
+
 // The fluid bound's drain never exceeds max-min's (no schedule beats a
 // resource's capacity). On the phases of the exchange patterns (direct, ring,
 // hierarchical) over uneven sites with NICs and uplinks they agree, which is
@@ -411,9 +458,9 @@ TEST(FlowSharing, FluidBoundIsALowerBoundThatSymmetricTransfersReach) {
     std::shuffle(g.begin(), g.end(), rng);
     for (auto scheme : {DataParallelScheme::direct, DataParallelScheme::ring, DataParallelScheme::hierarchical}) {
       for (const ExchangePhase& phase : exchange_phases(net, g, 1e4, scheme)) {
-        const auto drained = drain_times_s(flows_on(net, phase.transfers));
+        const auto drained = drain_times_s(flows_on(net, phase_transfers(phase)));
         const double exact = drained.empty() ? 0.0 : *std::max_element(drained.begin(), drained.end());
-        const double bound = fluid_bound_s(net, phase.transfers);
+        const double bound = fluid_bound_s(net, phase_transfers(phase));
         EXPECT_LE(bound, exact * (1 + 1e-9)) << to_string(scheme) << " trial " << trial;
         worst = std::max(worst, exact / bound);
       }
@@ -430,9 +477,9 @@ TEST(FlowSharing, FluidBoundIsALowerBoundThatSymmetricTransfersReach) {
     std::shuffle(g.begin(), g.end(), rng);
     for (auto scheme : {DataParallelScheme::direct, DataParallelScheme::ring, DataParallelScheme::hierarchical}) {
       for (const ExchangePhase& phase : exchange_phases(net, g, 1e4, scheme)) {
-        const auto arrived = arrival_times_s(net, phase.transfers);
+        const auto arrived = arrival_times_s(net, phase_transfers(phase));
         const double exact = arrived.empty() ? 0.0 : *std::max_element(arrived.begin(), arrived.end());
-        const double bound = fluid_bound_s(net, phase.transfers);
+        const double bound = fluid_bound_s(net, phase_transfers(phase));
         EXPECT_LE(bound, exact * (1 + 1e-9)) << to_string(scheme) << " trial " << trial;
         if (bound > 0) worst_latency = std::max(worst_latency, exact / bound);
       }
@@ -463,8 +510,8 @@ TEST(FlowSharing, FluidBoundIsALowerBoundThatSymmetricTransfersReach) {
   equal.shared.nic_bytes_per_s.assign(6, 300.0);
   const auto phases = exchange_phases(equal, {0, 1, 2, 3, 4, 5}, 600, DataParallelScheme::direct);
   for (const ExchangePhase& phase : phases) {
-    const auto drained = drain_times_s(flows_on(equal, phase.transfers));
-    EXPECT_NEAR(fluid_bound_s(equal, phase.transfers), *std::max_element(drained.begin(), drained.end()), 1e-9);
+    const auto drained = drain_times_s(flows_on(equal, phase_transfers(phase)));
+    EXPECT_NEAR(fluid_bound_s(equal, phase_transfers(phase)), *std::max_element(drained.begin(), drained.end()), 1e-9);
   }
 }
 

@@ -9,8 +9,17 @@
 
 namespace geotrain::plan {
 
+// Every ordered pair of `members` sends `bytes`: a direct sum's phase, kept
+// in this form so that pricing it builds no list of d*(d-1) transfers (the
+// layout search at 1,000+ devices prices millions of them).
+struct AllPairs {
+  std::vector<int> members;
+  double bytes = 0;
+};
+
 struct ExchangePhase {
   std::vector<Transfer> transfers;  // all at once
+  std::vector<AllPairs> all_pairs;  // at once with them; no device in two
   int repeat = 1;                   // the same phase this many times in a row
   // A chain pipelined in small chunks (central): every hop carries the whole
   // buffer at once and the hops' latencies add up.
@@ -21,6 +30,12 @@ struct ExchangePhase {
 // order. `paper` is priced by its own formula; its pattern is direct's.
 std::vector<ExchangePhase> exchange_phases(const Network& network, const std::vector<int>& members, double bytes,
                                            DataParallelScheme scheme);
+
+// Everything the phase sends, all_pairs written out as transfers.
+std::vector<Transfer> phase_transfers(const ExchangePhase& phase);
+// fluid_bound_s of phase_transfers(phase), without writing them out where
+// the phase is all_pairs alone.
+double phase_bound_s(const Network& network, const ExchangePhase& phase, bool with_latency = true);
 
 // Seconds for the phases on `network`, each after the one before.
 double phases_s(const Network& network, const std::vector<ExchangePhase>& phases, bool with_latency = true);
