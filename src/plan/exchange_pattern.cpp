@@ -18,7 +18,9 @@ std::vector<ExchangePhase> direct(const std::vector<int>& g, double bytes) {
   const auto d = static_cast<double>(g.size());
   if (g.size() <= 1) return {};
   if (g.size() == 2) return {all_pairs(g, bytes)};
-  return {all_pairs(g, bytes / d), all_pairs(g, bytes / d)};
+  ExchangePhase shards = all_pairs(g, bytes / d);
+  shards.repeat = 2;  // the reduce-scatter, then the all-gather: the same transfers
+  return {shards};
 }
 
 std::vector<ExchangePhase> ring(const std::vector<int>& g, double bytes) {
@@ -55,14 +57,33 @@ std::vector<std::vector<int>> by_site(const Network& net, const std::vector<int>
   return sites;
 }
 
-// Phases of the per-site parts run at once: phase k of every site together.
-void run_together(std::vector<ExchangePhase>* into, const std::vector<std::vector<ExchangePhase>>& parts) {
+// Phases of the per-site parts run at once: phase k of every part together.
+// Parts whose phases repeat differently are first written out one repeat
+// at a time.
+void run_together(std::vector<ExchangePhase>* into, std::vector<std::vector<ExchangePhase>> parts) {
+  const auto& first = parts.front();
+  const bool alike = std::all_of(parts.begin(), parts.end(), [&](const auto& p) {
+    return p.size() == first.size() &&
+           std::equal(p.begin(), p.end(), first.begin(), [](const auto& a, const auto& b) { return a.repeat == b.repeat; });
+  });
+  if (!alike) {
+    for (auto& p : parts) {
+      std::vector<ExchangePhase> once;
+      for (ExchangePhase& phase : p) {
+        const int repeat = phase.repeat;
+        phase.repeat = 1;
+        once.insert(once.end(), static_cast<size_t>(repeat), phase);
+      }
+      p = std::move(once);
+    }
+  }
   size_t longest = 0;
   for (const auto& p : parts) longest = std::max(longest, p.size());
   for (size_t k = 0; k < longest; ++k) {
     ExchangePhase together;
     for (const auto& p : parts) {
       if (k >= p.size()) continue;
+      together.repeat = p[k].repeat;
       together.transfers.insert(together.transfers.end(), p[k].transfers.begin(), p[k].transfers.end());
       together.all_pairs.insert(together.all_pairs.end(), p[k].all_pairs.begin(), p[k].all_pairs.end());
     }

@@ -1,6 +1,7 @@
 #include "geotrain/plan/open_path.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "geotrain/common/errors.hpp"
@@ -28,22 +29,27 @@ Path open_path_exact(const std::vector<double>& dist, int k) {
   best.assign(subsets * k, inf);
   previous.assign(subsets * k, -1);
   for (int j = 0; j < k; ++j) best[(size_t{1} << j) * k + j] = 0;
+  // Set bits walked lowest first, the same order as testing every j and
+  // next: the same ties broken the same way, without a branch per bit.
+  const size_t everyone = subsets - 1;
   for (size_t mask = 1; mask < subsets; ++mask) {
-    for (int j = 0; j < k; ++j) {
+    for (size_t ends = mask; ends != 0; ends &= ends - 1) {
+      const int j = std::countr_zero(ends);
       const double here = best[mask * k + j];
-      if (!(mask >> j & 1) || here == inf) continue;
-      for (int next = 0; next < k; ++next) {
-        if (mask >> next & 1) continue;
-        const size_t grown = mask | (size_t{1} << next);
-        const double candidate = here + dist[j * k + next];
-        if (candidate < best[grown * k + next]) {
-          best[grown * k + next] = candidate;
-          previous[grown * k + next] = static_cast<signed char>(j);
+      if (here == inf) continue;
+      const double* row = &dist[static_cast<size_t>(j) * k];
+      for (size_t outside = everyone & ~mask; outside != 0; outside &= outside - 1) {
+        const int next = std::countr_zero(outside);
+        const size_t slot = (mask | (size_t{1} << next)) * k + next;
+        const double candidate = here + row[next];
+        if (candidate < best[slot]) {
+          best[slot] = candidate;
+          previous[slot] = static_cast<signed char>(j);
         }
       }
     }
   }
-  const size_t full = subsets - 1;
+  const size_t full = everyone;
   int end = 0;
   for (int j = 1; j < k; ++j) {
     if (best[full * k + j] < best[full * k + end]) end = j;
