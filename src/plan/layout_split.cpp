@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "geotrain/plan/exchange_cost.hpp"
 #include "layout_internal.hpp"
 
 namespace geotrain::plan::layout {
@@ -144,6 +145,7 @@ std::vector<int> flush_choices(const Context& ctx, int micro_batches) {
 Context make_context(const Network& net, const SimulationConfig& base, const LayoutOptions& options) {
   Context ctx{net, base, options, net.device_memory_bytes(options.untyped_memory_bytes)};
   ctx.base.device_tflops = net.device_tflops(base.peak_tflops);
+  ctx.base.exchange_costs = std::make_shared<ExchangeCostCache>();
   for (double& bytes : ctx.memory) {
     if (!(bytes > 0)) bytes = kInf;
   }

@@ -96,7 +96,7 @@ std::vector<DataParallelScheme> chosen_schemes(const Network& net, const Plan& p
   std::vector<DataParallelScheme> schemes = w.stage_dp_scheme;
   for (int s = static_cast<int>(schemes.size()); s < plan.pipeline_stages; ++s) {
     const bool choose = w.dp_scheme == DataParallelScheme::automatic && plan.data_parallel > 1;
-    schemes.push_back(choose ? group_scheme(net, plan.stages[s], w.gradient_bytes[s], w.dp_scheme) : w.dp_scheme);
+    schemes.push_back(choose ? group_scheme(net, plan.stages[s], w.gradient_bytes[s], w.dp_scheme, w.exchange_costs.get()) : w.dp_scheme);
   }
   return schemes;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "geotrain/plan/exchange_cost.hpp"
 #include "geotrain/plan/exchange_pattern.hpp"
 #include "geotrain/plan/simulator.hpp"
 #include "simulator_internal.hpp"
@@ -33,16 +34,28 @@ bool priced_by_phases(const Network& net, DataParallelScheme scheme) {
   return scheme != DataParallelScheme::paper && (net.shared.any() || scheme == DataParallelScheme::hierarchical);
 }
 
+// The group's cost from the cache where one is given and the scheme is
+// priced by the fluid bound of its phases; null: price it on this call.
+std::shared_ptr<const ExchangeCost> cached_cost(const Network& net, const std::vector<int>& g, DataParallelScheme scheme,
+                                                ExchangeCostCache* costs) {
+  const bool bound = scheme == DataParallelScheme::direct || scheme == DataParallelScheme::ring ||
+                     scheme == DataParallelScheme::hierarchical;
+  if (!costs || g.size() <= 1 || !bound || !priced_by_phases(net, scheme)) return nullptr;
+  return costs->get(net, g, scheme);
+}
+
 }  // namespace
 
-double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
+double datap_exchange_s(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme,
+                        ExchangeCostCache* costs) {
   const int d = static_cast<int>(g.size());
   if (d <= 1) return 0.0;
   if (scheme == DataParallelScheme::paper) return paper_datap_s(net, g, bytes);
   if (scheme == DataParallelScheme::automatic) {
-    return std::min(datap_exchange_s(net, g, bytes, DataParallelScheme::direct),
-                    datap_exchange_s(net, g, bytes, DataParallelScheme::hierarchical));
+    return std::min(datap_exchange_s(net, g, bytes, DataParallelScheme::direct, costs),
+                    datap_exchange_s(net, g, bytes, DataParallelScheme::hierarchical, costs));
   }
+  if (const auto cost = cached_cost(net, g, scheme, costs)) return cost->seconds(bytes);
   if (priced_by_phases(net, scheme)) return phases_s(net, exchange_phases(net, g, bytes, scheme));
   // Each transfer alone on its pair link: the phases' closed forms.
   const double shard = bytes / d;
@@ -88,11 +101,13 @@ double datap_exchange_s(const Network& net, const std::vector<int>& g, double by
 // loads over the capacities alone: the difference of two exchanges would
 // take the slowest pair's latency off a NIC's or uplink's time that never
 // held it.
-DataParallelScheme group_scheme(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme) {
+DataParallelScheme group_scheme(const Network& net, const std::vector<int>& g, double bytes, DataParallelScheme scheme,
+                                ExchangeCostCache* costs) {
   if (scheme != DataParallelScheme::automatic) return scheme;
-  const double hierarchical_s = datap_exchange_s(net, g, bytes, DataParallelScheme::hierarchical);
-  return hierarchical_s < datap_exchange_s(net, g, bytes, DataParallelScheme::direct) ? DataParallelScheme::hierarchical
-                                                                                      : DataParallelScheme::direct;
+  const double hierarchical_s = datap_exchange_s(net, g, bytes, DataParallelScheme::hierarchical, costs);
+  return hierarchical_s < datap_exchange_s(net, g, bytes, DataParallelScheme::direct, costs)
+             ? DataParallelScheme::hierarchical
+             : DataParallelScheme::direct;
 }
 
 double datap_bytes_s(const Network& net, const std::vector<int>& group, double bytes, DataParallelScheme scheme) {
@@ -133,13 +148,16 @@ BucketSchedule bucket_schedule(const std::vector<int>& group, double total, cons
 double datap_end_s(const Network& net, const std::vector<int>& group, double total, const PipelineWork& w, int s,
                    double finish) {
   const DataParallelScheme scheme = stage_scheme(w, s);
-  if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, scheme);
+  if (!sums_in_buckets(w, s)) return finish + datap_exchange_s(net, group, total, scheme, w.exchange_costs.get());
   const BucketSchedule buckets = bucket_schedule(group, total, w, s, finish);
   // Shared links: the loads over the capacities grow with the bytes, so one
   // build of the phases prices the latencies, every bucket and the rest.
   const bool linear = priced_by_phases(net, scheme);
   double latency = 0, per_byte_s = 0;
-  if (linear) {
+  if (const auto cost = cached_cost(net, group, scheme, w.exchange_costs.get())) {
+    latency = cost->latency_s();
+    per_byte_s = cost->bytes_s(1.0);
+  } else if (linear) {
     const std::vector<ExchangePhase> phases = exchange_phases(net, group, 1.0, scheme);
     latency = phases_latency_s(net, phases);
     per_byte_s = phases_s(net, phases, false);

@@ -200,6 +200,7 @@ PipelineWork pipeline_work(const SimulationConfig& c, int stages, int data_paral
   w.flushless = c.flushless;
   w.flushless_ahead = c.flushless_ahead;
   w.dp_scheme = c.dp_scheme;
+  w.exchange_costs = c.exchange_costs;
   w.overlap_communication = c.overlap_communication;
   const double b = c.micro_batch_sequences;
   const double rate = c.peak_tflops * 1e12 * c.efficiency;  // FLOP/s

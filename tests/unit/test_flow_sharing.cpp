@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "geotrain/plan/exchange_cost.hpp"
 #include "geotrain/plan/exchange_pattern.hpp"
 #include "geotrain/plan/flow_sharing.hpp"
 #include "geotrain/plan/simulator.hpp"
@@ -439,6 +440,39 @@ TEST(FlowSharing, AllPairsPhasesArePricedAsTheirTransfersWrittenOut) {
   }
   EXPECT_EQ(phase_transfers(overlapping).size(), 12u);
   EXPECT_EQ(phase_transfers(mixed).size(), 8u);
+}
+
+// A group's exchange cost built once (ExchangeCost: per phase, the lines
+// bytes x load per byte / capacity + latency above all others) read at any
+// size must be what pricing the phases of that size gives: with latencies,
+// without, and the latencies alone; for direct, ring and hierarchical (even
+// and uneven sites, whose gather and spread go through the transfers'
+// resources), with NICs and uplinks or without. The cache hands back the
+// cost it built for the same group and scheme.
+TEST(FlowSharing, AnExchangeCostBuiltOnceIsThePriceOfThePhasesAtEverySize) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 40; ++trial) {
+    Network net = sites_network(&rng, 1 + trial % 4, 1 + trial % 5);
+    if (trial % 3 == 1) net.shared.nic_bytes_per_s.clear();
+    if (trial % 4 == 2) net.shared.site_uplink_bytes_per_s.erase("A");
+    std::vector<int> g(net.device_count);
+    for (int k = 0; k < net.device_count; ++k) g[k] = k;
+    std::shuffle(g.begin(), g.end(), rng);
+    if (trial % 2 == 1 && g.size() > 2) g.pop_back();  // uneven sites
+    if (g.size() < 2) continue;
+    ExchangeCostCache cache;
+    for (auto scheme : {DataParallelScheme::direct, DataParallelScheme::ring, DataParallelScheme::hierarchical}) {
+      const auto cost = cache.get(net, g, scheme);
+      EXPECT_EQ(cache.get(net, g, scheme), cost);
+      EXPECT_NEAR(cost->latency_s(), phases_latency_s(net, exchange_phases(net, g, 1.0, scheme)), 1e-15);
+      for (double bytes : {0.0, 1.0, 3e3, 1e4, 1e6, 1e9}) {
+        const auto phases = exchange_phases(net, g, bytes, scheme);
+        const double priced = phases_s(net, phases), unlatent = phases_s(net, phases, false);
+        EXPECT_NEAR(cost->seconds(bytes), priced, 1e-12 * priced) << to_string(scheme) << " trial " << trial << " " << bytes;
+        EXPECT_NEAR(cost->bytes_s(bytes), unlatent, 1e-12 * unlatent) << to_string(scheme) << " trial " << trial;
+      }
+    }
+  }
 }
 
 // The fluid bound's drain never exceeds max-min's (no schedule beats a

@@ -12,6 +12,7 @@
 // Model, units and assumptions: src/plan/README.md, "Simulator".
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@
 #include "geotrain/plan/workload.hpp"
 
 namespace geotrain::plan {
+
+class ExchangeCostCache;  // exchange_cost.hpp
 
 enum class DataParallelScheme {
   paper,    // the paper's DATAP (§2.2): each member swaps a 1/D shard with every other member
@@ -97,6 +100,9 @@ struct SimulationConfig {
   int tensor_parallel = 1;
   std::vector<double> tensor_latency_s;
   std::vector<double> tensor_bandwidth_bytes_per_s;
+  // Set by a search that prices the same groups again and again: their
+  // exchanges' costs, built once per group (null: priced on every call).
+  std::shared_ptr<ExchangeCostCache> exchange_costs;
 };
 
 // What one replica's pipeline does per iteration, in seconds and bytes: the
@@ -151,6 +157,7 @@ struct PipelineWork {
   // during the next step (it only has to fit in one).
   bool flushless = false;
   int flushless_ahead = 0;  // pipeline.flushless_ahead
+  std::shared_ptr<ExchangeCostCache> exchange_costs;  // SimulationConfig::exchange_costs
 };
 inline constexpr int kFlushlessSteps = 4;
 
@@ -241,12 +248,12 @@ SimulationResult simulate(const Network& network, const Plan& plan, const Simula
 // flow_sharing.hpp); without, each runs at its pair's full rate. `paper` is
 // always the DT-FM cost model's DATAP.
 double datap_exchange_s(const Network& network, const std::vector<int>& members, double bytes,
-                        DataParallelScheme scheme);
+                        DataParallelScheme scheme, ExchangeCostCache* costs = nullptr);
 // The scheme a group sums by: `scheme` itself, or under `automatic`
 // hierarchical where datap_exchange_s predicts it faster than direct for
 // `bytes` (the group's whole gradient), else direct.
 DataParallelScheme group_scheme(const Network& network, const std::vector<int>& members, double bytes,
-                                DataParallelScheme scheme);
+                                DataParallelScheme scheme, ExchangeCostCache* costs = nullptr);
 // The same less its latencies: what one bucket adds behind the one before on
 // the same links (a bucketed sum pays the latencies once, after its last).
 double datap_bytes_s(const Network& network, const std::vector<int>& members, double bytes, DataParallelScheme scheme);
