@@ -6,7 +6,7 @@ N GPUs, each GPU's NIC at 15 Gbit/s), OPT-350 (inputs/models/opt-350-like.toml),
 a global batch of 1,024 sequences; for each N: the plan, its predicted step,
 utilisation, and the planner's wall time on this machine.
 
-usage: bench/planner_scale.py [GEOTRAIN] [N ...]   (default: build/release/geotrain 160 400 640 1024)
+usage: bench/planner_scale.py [GEOTRAIN] [N ...]   (default: build/release/geotrain 160 400 640 1024 4096)
 """
 import os
 import re
@@ -36,7 +36,7 @@ def scenario(n):
 
 def main():
     geotrain = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build", "release", "geotrain")
-    sizes = [int(a) for a in sys.argv[2:]] or [160, 400, 640, 1024]
+    sizes = [int(a) for a in sys.argv[2:]] or [160, 400, 640, 1024, 4096]
     print("| GPUs | plan (tp x pp x dp, devices used) | predicted step | DP exchange (exposed) | scheme (auto, by stage) "
           "| utilisation | planner wall time |")
     print("|---:|---|---:|---:|---|---:|---:|")
