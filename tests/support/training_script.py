@@ -45,3 +45,29 @@ def wait_for_exit(job, seconds):
     except subprocess.TimeoutExpired:
         return None
     return out, err, time.monotonic() - start
+
+
+class TrainingRun:
+    """What a `geotrain train` run with train.log_json left: its JSON records (stdout holds nothing
+    else), the step losses, the end record and the text on stderr."""
+
+    def __init__(self, records, stderr):
+        self.records, self.stderr = records, stderr
+        self.losses = [r["loss"] for r in records if r["event"] == "step"]
+        ends = [r for r in records if r["event"] == "end"]
+        self.end = ends[0] if len(ends) == 1 else None
+
+
+def train_records(command, steps=None, cwd=None, timeout=600):
+    """Runs `command` (a geotrain train with train.log_json). Exits FAILED with the command and its
+    output when it exits non-zero, or, given `steps`, when it did not log that many steps and one end."""
+    import json
+    import subprocess
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    if done.returncode != 0:
+        sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    run = TrainingRun([json.loads(line) for line in done.stdout.splitlines() if line.strip()], done.stderr)
+    if steps is not None and (len(run.losses) != steps or run.end is None):
+        sys.exit(f"FAILED: {len(run.losses)} step records and {'one' if run.end else 'no'} end record, "
+                 f"expected {steps} and one, from {' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return run

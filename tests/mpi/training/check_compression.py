@@ -23,14 +23,12 @@ copies diverged").
 usage: check_compression.py GEOTRAIN CONFIG FORMATS -- MPIRUN...
   FORMATS: "int8,int4,topk" (gradients; activations: those of int8, int4)
 """
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
-from training_script import arguments_and_mpirun, short_fixture, short_run_flags  # noqa: E402
+from training_script import arguments_and_mpirun, short_fixture, short_run_flags, train_records  # noqa: E402
 
 STEPS = 12
 # pp x dp, gradient buckets in MiB (None: the default, one bucket for this model; 0.25: several
@@ -41,15 +39,8 @@ CLOSE_TO_FP32 = {"int8": 0.01, "int4": 0.02, "topk": 0.10}
 
 
 def run(command):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
-    records = [json.loads(line) for line in done.stdout.splitlines()]
-    losses = [r["loss"] for r in records if r["event"] == "step"]
-    end = [r for r in records if r["event"] == "end"]
-    if len(losses) != STEPS or len(end) != 1:
-        sys.exit(f"FAILED: {len(losses)} step records, {len(end)} end records from {' '.join(command)}")
-    return losses, end[0]
+    done = train_records(command, STEPS)
+    return done.losses, done.end
 
 
 def main():

@@ -11,7 +11,6 @@ with one line naming the key.
 
 usage: check_dp_exchange.py GEOTRAIN CONFIG -- MPIRUN...
 """
-import json
 import os
 import re
 import subprocess
@@ -20,7 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
 from conclude import conclude  # noqa: E402
-from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
+from training_script import arguments_and_mpirun, short_run_flags, train_records  # noqa: E402
 
 STEPS = 6
 SITES = os.path.join(HERE, "scenarios", "nodes-2x2.toml")
@@ -28,17 +27,11 @@ NO_SITES = os.path.join(HERE, "..", "..", "..", "inputs", "scenarios", "asymmetr
 
 
 def run(command):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    losses = [r["loss"] for r in records if r["event"] == "step"]
-    end = [r for r in records if r["event"] == "end"]
+    done = train_records(command, STEPS)
     chosen = re.search(r"^data-parallel sums \(network.dp_exchange = (\w+)\): ([a-z ]+) \(by stage\)", done.stderr, re.M)
-    if len(losses) != STEPS or len(end) != 1 or not chosen:
-        sys.exit(f"FAILED: no {STEPS} steps, end record and exchange line from {' '.join(command)}\n{done.stdout}\n"
-                 f"{done.stderr}")
-    return losses + [end[0]["final_validation_loss"]], chosen.group(2).split(), end[0]
+    if not chosen:
+        sys.exit(f"FAILED: no exchange line from {' '.join(command)}\n{done.stderr}")
+    return done.losses + [done.end["final_validation_loss"]], chosen.group(2).split(), done.end
 
 
 def main():

@@ -25,14 +25,13 @@ and the gradients are one update stale.
 
 usage: check_flushless.py GEOTRAIN CONFIG -- MPIRUN...
 """
-import json
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
-from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
+from training_script import arguments_and_mpirun, short_run_flags, train_records  # noqa: E402
 
 TOLERANCE = 1e-5
 initial = []  # every run's validation loss before training
@@ -41,19 +40,15 @@ GLOBAL_MICRO_BATCHES = 8
 
 
 def run(command, expect=0):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode != expect:
-        sys.exit(f"FAILED (exit {done.returncode}, expected {expect}): {' '.join(command)}\n"
-                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     if expect != 0:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if done.returncode != expect:
+            sys.exit(f"FAILED (exit {done.returncode}, expected {expect}): {' '.join(command)}\n"
+                     f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return done.stderr
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    losses = [r["loss"] for r in records if r["event"] == "step"]
-    final = [r["final_validation_loss"] for r in records if r["event"] == "end"]
-    initial.extend(r["initial_validation_loss"] for r in records if r["event"] == "end")
-    if len(losses) != STEPS or len(final) != 1:
-        sys.exit(f"FAILED: expected {STEPS} step records and an end record from {' '.join(command)}\n{done.stdout}")
-    return losses, final[0]
+    finished = train_records(command, STEPS)
+    initial.append(finished.end["initial_validation_loss"])
+    return finished.losses, finished.end["final_validation_loss"]
 
 
 def worst_difference(run_a, run_b):

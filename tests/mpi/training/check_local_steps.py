@@ -39,17 +39,15 @@
 
 usage: check_local_steps.py GEOTRAIN CONFIG -- MPIRUN...   (a Python with h5py)
 """
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
-from training_script import arguments_and_mpirun, short_fixture, short_run_flags  # noqa: E402
+from training_script import arguments_and_mpirun, short_fixture, short_run_flags, train_records  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = 6
@@ -57,11 +55,8 @@ MICRO_BATCHES = 4  # global, per step
 
 
 def run(command, cwd):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=cwd)
-    if done.returncode != 0:
-        sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    return records, done.stderr
+    done = train_records(command, cwd=cwd)
+    return done.records, done.stderr
 
 
 def losses(records, event, key):

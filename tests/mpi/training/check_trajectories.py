@@ -24,15 +24,13 @@ usage: check_trajectories.py GEOTRAIN CONFIG CASES [TRAIN FLAGS...] -- MPIRUN...
   TRAIN FLAGS go to every run
   (e.g. --model.lm_head=untied)
 """
-import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from conclude import conclude  # noqa: E402
-from training_script import arguments_and_mpirun, short_run_flags  # noqa: E402
+from training_script import arguments_and_mpirun, short_run_flags, train_records  # noqa: E402
 
 TOLERANCE = 1e-5
 GLOBAL_MICRO_BATCHES = 4
@@ -40,17 +38,9 @@ STEPS = 10
 
 
 def run(command):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"FAILED (exit {done.returncode}): {' '.join(command)}\n{done.stdout}\n{done.stderr}")
-    # train.log_json: stdout holds JSON lines only, the text (the plan) is on stderr.
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    losses = [r["loss"] for r in records if r["event"] == "step"]
-    final = [r["final_validation_loss"] for r in records if r["event"] == "end"]
+    done = train_records(command, STEPS)  # the text (the plan) is on stderr
     pipelines = re.findall(r"^  pipeline \d+: ranks (.*)$", done.stderr, re.M)
-    if len(losses) != STEPS or len(final) != 1:
-        sys.exit(f"FAILED: expected {STEPS} step records and an end record from {' '.join(command)}\n{done.stdout}")
-    return losses, final[0], pipelines
+    return done.losses, done.end["final_validation_loss"], pipelines
 
 
 def relative(a, b):
