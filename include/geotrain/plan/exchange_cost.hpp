@@ -36,7 +36,6 @@ class ExchangeCost {
     std::vector<Line> lines;  // per_byte ascending, latency descending: none under another everywhere
   };
   static void keep(std::vector<Line>* lines, Line line);
-  void add_all_pairs(const Network& network, const ExchangePhase& phase, Phase* into) const;
   std::vector<Phase> phases_;
 };
 
