@@ -1,6 +1,7 @@
 #include "geotrain/plan/flow_sharing.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <functional>
 #include <map>
@@ -289,30 +290,50 @@ double concurrent_transfers_s(const Network& network, const std::vector<Transfer
   return arrival.empty() ? 0.0 : *std::max_element(arrival.begin(), arrival.end());
 }
 
-double fan_in_capacity(const std::vector<double>& pair_rates, double bytes_each, double seconds) {
-  double alone = 0, sum = 0;
-  for (double rate : pair_rates) alone = std::max(alone, bytes_each / rate), sum += rate;
-  if (pair_rates.empty() || !(seconds > 1.05 * alone)) return sum;
-  auto drain_s = [&](double capacity) {  // one shared resource (id 0) and each flow's pair link
-    FlowProblem problem;
-    problem.capacity = {capacity};
-    for (std::size_t f = 0; f < pair_rates.size(); ++f) {
-      problem.capacity.push_back(pair_rates[f]);
-      problem.path.push_back({0, static_cast<int>(f) + 1});
-      problem.bytes.push_back(bytes_each);
-    }
+double binding_capacity(const Network& network, const std::vector<Transfer>& transfers, double seconds) {
+  const double unlimited = std::numeric_limits<double>::infinity();
+  if (transfers.empty()) return unlimited;
+  FlowProblem problem = flows_on(network, transfers);
+  const int extra = static_cast<int>(problem.capacity.size());
+  for (auto& path : problem.path) path.push_back(extra);
+  double total = 0;
+  for (const Transfer& t : transfers) total += t.bytes;
+  auto drain_s = [&](double capacity) {
+    problem.capacity.resize(static_cast<size_t>(extra));
+    problem.capacity.push_back(capacity);
     const std::vector<double> ends = drain_times_s(problem);
     return *std::max_element(ends.begin(), ends.end());
   };
-  // The drain time falls as the capacity grows: from all the bytes at the
-  // capacity (below the smallest pair rate) to `alone` (at the sum).
-  double low = bytes_each * static_cast<double>(pair_rates.size()) / seconds, high = sum;
-  if (drain_s(high) >= seconds) return high;
-  for (int step = 0; step < 60 && high - low > 1e-9 * high; ++step) {
+  // Without the resource: as fast as the transfers' own links let them.
+  // The resource alone takes at least total / C, so C >= total / seconds.
+  const double alone = drain_s(std::numeric_limits<double>::max());
+  if (!(seconds > 1.05 * alone)) return unlimited;
+  double low = total / seconds, high = 2 * low;
+  while (drain_s(high) > seconds) low = high, high *= 2;
+  // The drain time falls as the capacity grows: bisect between the two.
+  for (int step = 0; step < 100 && high - low > 1e-9 * high; ++step) {
     const double middle = 0.5 * (low + high);
     (drain_s(middle) > seconds ? low : high) = middle;
   }
   return 0.5 * (low + high);
+}
+
+double fan_in_capacity(const std::vector<double>& pair_rates, double bytes_each, double seconds) {
+  double sum = 0;
+  for (double rate : pair_rates) sum += rate;
+  // Device 0 receives from devices 1..n, each over its pair's rate.
+  const int n = static_cast<int>(pair_rates.size()) + 1;
+  Network star;
+  star.device_count = n;
+  star.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
+  star.bandwidth_bytes_per_s.assign(static_cast<size_t>(n) * n, std::numeric_limits<double>::max());
+  std::vector<Transfer> fan_in;
+  for (int f = 1; f < n; ++f) {
+    star.bandwidth_bytes_per_s[static_cast<size_t>(f) * n] = pair_rates[f - 1];
+    fan_in.push_back({f, 0, bytes_each});
+  }
+  const double capacity = binding_capacity(star, fan_in, seconds);
+  return std::isinf(capacity) ? sum : capacity;
 }
 
 }  // namespace geotrain::plan

@@ -1,6 +1,8 @@
 #include "geotrain/plan/network.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 
 #include "geotrain/common/errors.hpp"
@@ -119,6 +121,36 @@ std::vector<double> Network::device_memory_bytes(double untyped_bytes) const {
   std::vector<double> bytes(device_count, untyped_bytes);
   for (int d = 0; d < device_count && typed(); ++d) bytes[d] = device_type(d)->memory_bytes;
   return bytes;
+}
+
+std::vector<int> sites_by_latency(const Network& network) {
+  const int n = network.device_count;
+  auto apart = [&](int u, int v) { return std::max(network.latency(u, v), network.latency(v, u)); };
+  std::vector<double> latencies;
+  for (int u = 0; u < n; ++u) {
+    for (int v = u + 1; v < n; ++v) latencies.push_back(apart(u, v));
+  }
+  std::sort(latencies.begin(), latencies.end());
+  double gap = std::numeric_limits<double>::infinity();
+  for (size_t k = 1; k < latencies.size() && !std::isfinite(gap); ++k) {
+    const double below = latencies[k - 1], above = latencies[k];
+    if (above >= kSiteMinLatencyS && above >= kSiteLatencyStep * below) gap = below > 0 ? std::sqrt(below * above) : 0.5 * above;
+  }
+  // Single linkage under the gap: a device joins the site of any device it is close to.
+  std::vector<int> site(static_cast<size_t>(n), -1);
+  int sites = 0;
+  for (int first = 0; first < n; ++first) {
+    if (site[first] >= 0) continue;
+    std::vector<int> reached{first};
+    site[first] = sites;
+    for (size_t k = 0; k < reached.size(); ++k) {
+      for (int v = 0; v < n; ++v) {
+        if (site[v] < 0 && apart(reached[k], v) < gap) site[v] = sites, reached.push_back(v);
+      }
+    }
+    ++sites;
+  }
+  return site;
 }
 
 }  // namespace geotrain::plan

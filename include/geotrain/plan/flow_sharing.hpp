@@ -32,6 +32,12 @@ std::vector<double> max_min_rates(const FlowProblem& problem, const std::vector<
 // rates recomputed each time one ends (seconds).
 std::vector<double> drain_times_s(const FlowProblem& problem);
 
+// One transfer of `bytes` from device `from` to device `to`.
+struct Transfer {
+  int from = 0, to = 0;
+  double bytes = 0;
+};
+
 // A NIC rate from a fan-in (geotrain probe): flows of `bytes_each` at once
 // into one device, each capped by its pair's rate (`pair_rates`, bytes/s),
 // took `seconds` until the last byte. Returns the capacity C at which the
@@ -41,11 +47,14 @@ std::vector<double> drain_times_s(const FlowProblem& problem);
 // rates is returned: the NIC carried at least that.
 double fan_in_capacity(const std::vector<double>& pair_rates, double bytes_each, double seconds);
 
-// One transfer of `bytes` from device `from` to device `to`.
-struct Transfer {
-  int from = 0, to = 0;
-  double bytes = 0;
-};
+// The capacity of one more resource that every transfer crosses (what
+// geotrain probe infers: a site's uplink when its ranks send at once, a
+// NIC's receiving side in a fan-in) at which the flow model on `network`
+// takes `seconds` to drain them, all starting at once (no latencies: the
+// probe times the difference of two sizes). Bisection on the exact drain
+// time. Infinity where they drained no slower than without it (within 5%):
+// nothing was seen to bind.
+double binding_capacity(const Network& network, const std::vector<Transfer>& transfers, double seconds);
 
 // The resources `transfers` cross on `network` (network.hpp: SharedLinks).
 FlowProblem flows_on(const Network& network, const std::vector<Transfer>& transfers);

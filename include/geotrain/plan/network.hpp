@@ -102,6 +102,17 @@ SharedLinks nics_at_fastest_link(const Network& network);
 // link where none are given, unless NicSource::unlimited was asked for.
 void assume_nics_where_unstated(Network& network);
 
+// Sites in a measured network (geotrain probe; its host names are nodes,
+// not sites): devices whose one-way latency, the larger direction, stays
+// under a gap are one site. The gap is the lowest step between consecutive
+// pair latencies (sorted) of at least kSiteLatencyStep x onto a latency of
+// at least kSiteMinLatencyS: inside a cluster latencies are tens of
+// microseconds, between sites milliseconds. No such step: one site. Sites
+// numbered in order of their first device.
+inline constexpr double kSiteLatencyStep = 3.0;
+inline constexpr double kSiteMinLatencyS = 1e-3;
+std::vector<int> sites_by_latency(const Network& network);
+
 // What the network's transfers share, in words (the capacities the
 // simulator assumes), for reports.
 std::string describe_shared_links(const Network& network);
