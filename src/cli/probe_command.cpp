@@ -72,6 +72,14 @@ void print_summary(const plan::Network& net, const std::vector<runtime::DeviceMe
     std::cout << "  NIC (fan-in) min / median / max: "
               << summary(net.shared.nic_bytes_per_s, 1.0 / plan::kBytesPerGbit, 2) << " Gbit/s\n";
   }
+  std::vector<std::string> sites;
+  for (const std::string& site : net.site_of_device) {
+    if (std::find(sites.begin(), sites.end(), site) == sites.end()) sites.push_back(site);
+  }
+  std::cout << "  sites (by latency): " << sites.size() << "\n";
+  for (const auto& [site, rate] : net.shared.site_uplink_bytes_per_s) {
+    std::cout << "  uplink of " << site << ": " << std::setprecision(3) << rate / plan::kBytesPerGbit << " Gbit/s\n";
+  }
   for (std::size_t r = 0; r < devices.size(); ++r) {
     const plan::DeviceType& type = net.device_types[static_cast<std::size_t>(net.type_of_device[r])];
     std::cout << "  rank " << r << ": " << std::setprecision(4) << devices[r].tflops << " TFLOPS (GEMM, " << o.precision

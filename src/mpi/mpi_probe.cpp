@@ -13,6 +13,7 @@
 #include "geotrain/plan/flow_sharing.hpp"
 #include "geotrain/plan/tournament.hpp"
 #include "geotrain/mpi/mpi_check.hpp"
+#include "probe_uplinks.hpp"
 
 namespace geotrain::runtime {
 
@@ -260,9 +261,21 @@ plan::Network network_from_rows(const std::vector<double>& rows, std::size_t row
     const char* name = hosts.data() + host_size * u;
     const std::size_t length = strnlen(name, host_size);
     if (length == 0 || length == host_size) abort_all("probe: host name of rank " + std::to_string(u) + " is malformed");
-    net.site_of_device.emplace_back(name, length);
+    net.site_of_device.emplace_back(name, length);  // the host, until the sites are known
   }
   return net;
+}
+
+// Each site named by its first rank's host.
+void name_sites_by_first_host(plan::Network& net, const std::vector<int>& site_of_rank) {
+  std::vector<std::string> names;
+  for (std::size_t r = 0; r < site_of_rank.size(); ++r) {
+    if (site_of_rank[r] != static_cast<int>(names.size())) continue;
+    std::string name = net.site_of_device[r];  // hosts of one name at two sites (containers): told apart
+    if (std::find(names.begin(), names.end(), name) != names.end()) name += "-site" + std::to_string(names.size());
+    names.push_back(name);
+  }
+  for (std::size_t r = 0; r < site_of_rank.size(); ++r) net.site_of_device[r] = names[site_of_rank[r]];
 }
 
 // Each rank's NIC from its fan-in (the last entry of its row): the rate at
@@ -287,7 +300,7 @@ void set_probed_nics(plan::Network& net, const std::vector<double>& rows, std::s
 
 plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
   if (o.small_bytes < 1 || o.large_bytes < 1 || o.large_bytes > (1ll << 30) || o.latency_repeats < 1 ||
-      o.bandwidth_repeats < 1 || o.warmup_round_trips < 0 || !(o.deadline_s > 0)) {
+      o.bandwidth_repeats < 1 || o.warmup_round_trips < 0 || o.uplink_repeats < 0 || !(o.deadline_s > 0)) {
     abort_all("probe_network: invalid options (sizes, repeats and the deadline must be positive, at most 1 GiB)");
   }
   int rank = 0, size = 1;
@@ -339,12 +352,26 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
   // Rank 0 may be done while others still measure: it waits longest.
   wait_collective_or_abort(requests, comm, 0, 2 * o.deadline_s, "gathering the probed rows on rank 0");
 
-  if (rank != 0) return plan::Network{};
-  plan::Network net = network_from_rows(rows, row.size(), hosts, sizeof host);
-  if (fans_in) {
-    set_probed_nics(net, rows, row.size(), static_cast<double>(fan_in_chunk(o, size) / 2));
-  } else {
-    plan::assume_nics_where_unstated(net);  // what a device sends at once shares its fastest link
+  plan::Network net;
+  std::vector<int> site_of_rank(static_cast<std::size_t>(size), 0);
+  if (rank == 0) {
+    net = network_from_rows(rows, row.size(), hosts, sizeof host);
+    site_of_rank = plan::sites_by_latency(net);
+    name_sites_by_first_host(net, site_of_rank);
+    if (fans_in) {
+      set_probed_nics(net, rows, row.size(), static_cast<double>(fan_in_chunk(o, size) / 2));
+    } else {
+      plan::assume_nics_where_unstated(net);  // what a device sends at once shares its fastest link
+    }
+  }
+  MPI_Request request;
+  GT_MPI_CHECK(MPI_Ibcast(site_of_rank.data(), size, MPI_INT, 0, comm, &request));
+  wait_collective_or_abort({&request, 1}, comm, 0, 2 * o.deadline_s, "sending the sites to every rank");
+  const bool sites = std::any_of(site_of_rank.begin(), site_of_rank.end(), [](int s) { return s > 0; });
+  if (sites && o.uplink_repeats > 0) {
+    const std::vector<probe::UplinkTimes> times = probe::uplink_times(comm, site_of_rank, o);
+    const double bytes_each = static_cast<double>(probe::uplink_chunk(o, site_of_rank) / 2);
+    if (rank == 0) probe::set_probed_uplinks(net, site_of_rank, times, bytes_each);
   }
   return net;
 }

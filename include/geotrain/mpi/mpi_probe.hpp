@@ -24,8 +24,15 @@
 // pair rates). Each rank's row
 // (its outgoing links) is then gathered to rank 0 with MPI_Igather and
 // validated there (finite, latency >= 0, bandwidth > 0), as are the host
-// names, which become the site names. Every wait has a deadline: a rank
-// that stops answering makes the others abort, naming it (mpi_check.hpp).
+// names. Sites are the ranks under the first wide latency gap of a
+// millisecond or more (plan::sites_by_latency), each named by its first
+// rank's host. With two or more sites, each site's ranks send to other
+// sites' ranks at once, and one of them alone, then the same inbound (full
+// and half chunks, `uplink_repeats` times; probe_uplinks.hpp): a site whose
+// ranks together took 5% longer than one alone gets the uplink that their
+// bytes took, the others their ranks' NICs together. Every wait has a
+// deadline: a rank that stops answering makes the others abort, naming it
+// (mpi_check.hpp).
 #pragma once
 #include <mpi.h>
 
@@ -42,13 +49,14 @@ struct ProbeOptions {
   int bandwidth_repeats = 4;
   int warmup_round_trips = 3;
   int fan_in_repeats = 2;  // 0: no fan-in; NICs are then assumed at each rank's fastest link
+  int uplink_repeats = 3;  // 0: no site uplinks measured
   double deadline_s = 30;  // per wait (round r of R waits D * (1 + r / 2R); see the .cpp)
   // Tests only: this rank answers the roll call, then never again.
   int silent_rank_for_testing = -1;
 };
 
 // Collective over `comm`. Returns the full network on rank 0 of `comm`
-// (device d = rank d, site = host name) and an empty Network elsewhere.
+// (device d = rank d, sites by latency) and an empty Network elsewhere.
 // Options must be the same on every rank.
 plan::Network probe_network(MPI_Comm comm, const ProbeOptions& options);
 
