@@ -17,6 +17,7 @@ import geotrain_timing as gt  # noqa: E402
 LAYOUTS = (("dp8", "1 stage x 8 replicas", "0.5"), ("pp2-dp4", "2 stages x 4 replicas", "0.1"))
 RUNS = (("shared", "NICs 2 + uplink {} Gbit/s", "told (flow model)"),
         ("pair-only", "NICs 2 + uplink {} Gbit/s", "not told (pair-only model)"),
+        ("probed", "NICs 2 + uplink {} Gbit/s", "probed (flow model on `geotrain probe`'s network)"),
         ("nics", "NICs 2 Gbit/s", "told (flow model)"),
         ("nics-pair-only", "NICs 2 Gbit/s", "not told (pair-only model)"))
 
@@ -59,9 +60,11 @@ def main():
         "activations (262 KB per micro-batch) cross at once, through a 0.1 Gbit/s uplink. Every rank's NIC is "
         "emulated at its fastest link, 2 Gbit/s each way (what geotrain assumes where a scenario gives no NIC "
         "rate): in the 1 x 8 sum each rank sends to 7 peers at once, 8 Gbit/s of pair rates through it. "
-        "Each layout four times: uplink and NICs emulated, the planner told of both (flow model) or told "
-        "`nic_gbps = \"unlimited\"` and no uplink (pair-only model); NICs alone emulated, the planner told of "
-        "them or not. The prediction is the job's "
+        "Each layout five times: uplink and NICs emulated, the planner told of both (flow model) or told "
+        "`nic_gbps = \"unlimited\"` and no uplink (pair-only model), or given the network `geotrain probe` "
+        "measured inside the same emulation (its pair rates, NICs by fan-in, sites and uplinks: what a user "
+        "who probes before planning gets); NICs alone emulated, the planner told of them or not. The "
+        "prediction is the job's "
         "own (the timing file's `predicted_iteration_s`: the simulator on the network the planner was given, "
         "compute calibrated from the run's measured medians). The peer beside the flow model is the pair-only "
         "model (geotrain's model before shared links, the DT-FM paper's) on the same emulated network.",
@@ -81,6 +84,9 @@ def main():
             text.append(f"- {shape}, uplink {uplink} Gbit/s and NICs: told of both, the job predicts its step "
                         f"{shared:+.0%} off; the pair-only model, on the same emulated network, {pair_only:+.0%}. "
                         f"NICs alone: told of them {nics:+.0%}, the pair-only model {nics_pair_only:+.0%}.")
+            probed = errors.get(f"{layout}-probed")
+            if probed is not None:
+                text.append(f"  On the network `geotrain probe` measured in the same emulation: {probed:+.0%}.")
     text += [
         "",
         "What the flow model leaves out, seen here: TCP through a shared drop-tail buffer does not fill it "

@@ -14,8 +14,10 @@
 #   pair-only       the uplink emulated, the planner told nic_gbps = "unlimited" and no uplink (the pair-only model)
 #   nics            no uplink, the planner told of the NICs (the flow model)
 #   nics-pair-only  no uplink, the planner told "unlimited" (the pair-only model)
+#   probed          the uplink emulated, the planner given what geotrain probe measured in it
+#                   (pair rates, NICs, sites, uplinks: a user who probes before planning)
 # Then analysis/network_model_report.py writes analysis/results/network_model.md.
-# Root; ~6 minutes on 2 cores.
+# Root; ~9 minutes on 2 cores.
 #
 #   bash jobs/emulate/shared_links.sh [STEPS]
 set -euo pipefail
@@ -57,6 +59,10 @@ for layout in "dp8 1 0.5" "pp2-dp4 2 0.1"; do
   sed 's/^nic_gbps = .*/nic_gbps = "unlimited"/' "$out/$name-matrix-nics.toml" >"$out/$name-matrix-pair-only.toml"
   grep -q '^nic_gbps = "unlimited"' "$out/$name-matrix-pair-only.toml" || { echo "$0: no nic_gbps in the emulated matrix" >&2; exit 1; }
   one_run "$name-pair-only" "$out/$name-uplink.toml" "$out/$name-matrix-pair-only.toml" "$stages"
+  echo "== $name-probe"
+  python3 jobs/emulate/emulate.py run "$out/$name-uplink.toml" --timeout 900 -- "$PWD/build/release/geotrain" probe \
+    --out "$PWD/$out/$name-probed.toml" --device none | grep -E "^(  sites|  uplink|  NIC|probed|emulate:)" || true
+  one_run "$name-probed" "$out/$name-uplink.toml" "$out/$name-probed.toml" "$stages"
   one_run "$name-nics" "$out/two-sites.toml" "$out/$name-matrix-nics.toml" "$stages"
   one_run "$name-nics-pair-only" "$out/two-sites.toml" "$out/$name-matrix-pair-only.toml" "$stages"
 done
