@@ -135,20 +135,38 @@ std::pair<double, double> measure_pair(const Pair& pair, bool leader, const Prob
   return {latency_s, bandwidth};
 }
 
-// The fan-in bytes each sender sends: 4 MiB (large_bytes) where the
-// target's buffer stays within 16 MiB.
-std::int64_t fan_in_chunk(const ProbeOptions& o, int size) {
-  return std::max<std::int64_t>(1, std::min<std::int64_t>(o.large_bytes, (std::int64_t{16} << 20) / (size - 1)));
+// Who sends in the fan-in to `target`: the ranks of its site where it has
+// two or more others (a fan-in from other sites would also cross the
+// sites' uplinks, which would hold the far senders below what the NIC
+// allows and hide it), else every other rank.
+std::vector<int> fan_in_peers(const std::vector<int>& site_of_rank, int target) {
+  std::vector<int> near, all;
+  for (int r = 0; r < static_cast<int>(site_of_rank.size()); ++r) {
+    if (r == target) continue;
+    all.push_back(r);
+    if (site_of_rank[r] == site_of_rank[target]) near.push_back(r);
+  }
+  return near.size() >= 2 ? near : all;
 }
 
-// One fan-in to `target`: it posts its receives and tells every other rank
-// to go; they send `bytes` each at once. The target returns the seconds from
-// its go to the last byte; the senders return 0.
-double fan_in_once(MPI_Comm comm, int rank, int size, int target, int bytes, std::vector<char>& buffer,
-                   double deadline_s) {
+// The fan-in bytes each sender sends: 4 MiB (large_bytes) where the
+// target's buffer stays within 16 MiB.
+std::int64_t fan_in_chunk(const ProbeOptions& o, const std::vector<int>& site_of_rank) {
+  std::size_t most = 1;
+  for (int t = 0; t < static_cast<int>(site_of_rank.size()); ++t) most = std::max(most, fan_in_peers(site_of_rank, t).size());
+  const std::int64_t fits = (std::int64_t{16} << 20) / static_cast<std::int64_t>(most);
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(o.large_bytes, fits));
+}
+
+// One fan-in to `target`: it posts its receives and tells its peers to go;
+// they send `bytes` each at once. The target returns the seconds from its
+// go to the last byte; the others return 0.
+double fan_in_once(MPI_Comm comm, int rank, int target, const std::vector<int>& senders, int bytes,
+                   std::vector<char>& buffer, double deadline_s) {
   char go = 1;
   const std::string what = "the fan-in to rank " + std::to_string(target) + " (network probe)";
   if (rank != target) {
+    if (std::find(senders.begin(), senders.end(), rank) == senders.end()) return 0;
     MPI_Request request;
     GT_MPI_CHECK(MPI_Irecv(&go, 1, MPI_BYTE, target, kFanGo, comm, &request));
     wait_all_or_abort({&request, 1}, deadline_s, what, target, kSpinS);
@@ -158,15 +176,14 @@ double fan_in_once(MPI_Comm comm, int rank, int size, int target, int bytes, std
   }
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
-  for (int peer = 0, slot = 0; peer < size; ++peer) {
-    if (peer == target) continue;
+  std::size_t slot = 0;
+  for (int peer : senders) {
     requests.emplace_back();
     peers.push_back(peer);
-    GT_MPI_CHECK(MPI_Irecv(buffer.data() + static_cast<std::size_t>(slot++) * bytes, bytes, MPI_BYTE, peer, kFanData,
-                           comm, &requests.back()));
+    GT_MPI_CHECK(MPI_Irecv(buffer.data() + slot++ * bytes, bytes, MPI_BYTE, peer, kFanData, comm, &requests.back()));
   }
   const double start = MPI_Wtime();
-  for (int peer : std::vector<int>(peers)) {
+  for (int peer : senders) {
     requests.emplace_back();
     peers.push_back(peer);
     GT_MPI_CHECK(MPI_Isend(&go, 1, MPI_BYTE, peer, kFanGo, comm, &requests.back()));
@@ -175,20 +192,23 @@ double fan_in_once(MPI_Comm comm, int rank, int size, int target, int bytes, std
   return MPI_Wtime() - start;
 }
 
-// 4. Fan-in, to each rank in turn: every other rank sends to it at once,
-// full and half chunks alternately; the difference of the fastest of each
-// is the time of half a chunk each, free of the go's and the last byte's
-// latency. Returns that time where this rank was the target (rank 0 turns
-// it into a NIC rate: plan::fan_in_capacity).
-double fan_in_seconds(MPI_Comm comm, int rank, int size, const ProbeOptions& o) {
-  const std::int64_t chunk = fan_in_chunk(o, size);
-  std::vector<char> buffer(static_cast<std::size_t>(chunk) * (size - 1), 'f');
+// 4. Fan-in, to each rank in turn: its peers (fan_in_peers) send to it at
+// once, full and half chunks alternately; the difference of the fastest of
+// each is the time of half a chunk each, free of the go's and the last
+// byte's latency. Returns that time where this rank was the target (rank 0
+// turns it into a NIC rate: plan::fan_in_capacity).
+double fan_in_seconds(MPI_Comm comm, int rank, const std::vector<int>& site_of_rank, const ProbeOptions& o) {
+  const std::int64_t chunk = fan_in_chunk(o, site_of_rank);
+  std::vector<char> buffer(static_cast<std::size_t>(chunk) * site_of_rank.size(), 'f');
   double own = 0;
-  for (int target = 0; target < size; ++target) {
+  for (int target = 0; target < static_cast<int>(site_of_rank.size()); ++target) {
+    const std::vector<int> senders = fan_in_peers(site_of_rank, target);
     double full = std::numeric_limits<double>::infinity(), half = full;
     for (int repeat = 0; repeat < o.fan_in_repeats; ++repeat) {
-      full = std::min(full, fan_in_once(comm, rank, size, target, static_cast<int>(chunk), buffer, o.deadline_s));
-      half = std::min(half, fan_in_once(comm, rank, size, target, static_cast<int>(chunk / 2), buffer, o.deadline_s));
+      for (const std::int64_t bytes : {chunk, chunk / 2}) {
+        const double took = fan_in_once(comm, rank, target, senders, static_cast<int>(bytes), buffer, o.deadline_s);
+        (bytes == chunk ? full : half) = std::min(bytes == chunk ? full : half, took);
+      }
     }
     if (rank == target) own = full - half;
   }
@@ -278,38 +298,25 @@ void name_sites_by_first_host(plan::Network& net, const std::vector<int>& site_o
   for (std::size_t r = 0; r < site_of_rank.size(); ++r) net.site_of_device[r] = names[site_of_rank[r]];
 }
 
-// Each rank's NIC from its fan-in (the last entry of its row): the rate at
-// which the flow model takes the measured time, rounded as the pairs are.
-void set_probed_nics(plan::Network& net, const std::vector<double>& rows, std::size_t row_size, double bytes_each) {
+// Each rank's NIC from its fan-in: the rate at which the flow model takes
+// the measured time, rounded as the pairs are.
+void set_probed_nics(plan::Network& net, const std::vector<double>& seconds, const std::vector<int>& site_of_rank,
+                     double bytes_each) {
   const int size = net.device_count;
   net.shared.nics = plan::NicSource::probed;
   net.shared.nic_bytes_per_s.assign(size, 0.0);
   for (int target = 0; target < size; ++target) {
     std::vector<double> pair_rates;
-    for (int from = 0; from < size; ++from) {
-      if (from != target) pair_rates.push_back(net.bandwidth(from, target));
-    }
-    const double seconds = rows[row_size * target + row_size - 1];
-    const double rate = plan::fan_in_capacity(pair_rates, bytes_each, seconds);
+    for (int from : fan_in_peers(site_of_rank, target)) pair_rates.push_back(net.bandwidth(from, target));
+    const double rate = plan::fan_in_capacity(pair_rates, bytes_each, seconds[target]);
     const double scale = std::pow(10.0, std::floor(std::log10(rate)) - 3);
     net.shared.nic_bytes_per_s[target] = std::round(rate / scale) * scale;
   }
 }
 
-}  // namespace
-
-plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
-  if (o.small_bytes < 1 || o.large_bytes < 1 || o.large_bytes > (1ll << 30) || o.latency_repeats < 1 ||
-      o.bandwidth_repeats < 1 || o.warmup_round_trips < 0 || o.uplink_repeats < 0 || !(o.deadline_s > 0)) {
-    abort_all("probe_network: invalid options (sizes, repeats and the deadline must be positive, at most 1 GiB)");
-  }
-  int rank = 0, size = 1;
-  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
-  roll_call(comm, rank, size, o.deadline_s);
-
-  // Row of this rank: [latency_s x N, bandwidth x N]; the diagonal is 0 / 0
-  // here and normalised by the Network's users.
+// 1-3. This rank's row, [latency_s x N, bandwidth x N], over the tournament's
+// rounds; the diagonal is 0 / 0 here and normalised by the Network's users.
+std::vector<double> measure_row(MPI_Comm comm, int rank, int size, const ProbeOptions& o) {
   std::vector<double> row(2 * static_cast<std::size_t>(size), 0.0);
   std::vector<char> large(static_cast<std::size_t>(o.large_bytes), 'g'), small(o.small_bytes, 's'),
       small_in(o.small_bytes, 0);
@@ -334,12 +341,13 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
     const double scale = std::pow(10.0, std::floor(std::log10(gbps)) - 3);
     row[size + peer] = std::round(gbps / scale) * scale * plan::kBytesPerGbit;
   }
+  return row;
+}
 
-  // Two ranks: the pair is all there is.
-  const bool fans_in = size > 2 && o.fan_in_repeats > 0 && spans_hosts(comm, o.deadline_s);
-  row.push_back(fans_in ? fan_in_seconds(comm, rank, size, o) : 0.0);
-
-  // Gather rows and host names; rank 0 checks what it received.
+// Rank 0: every rank's row and host name as the network, sites by latency;
+// every rank: the site of each rank.
+std::vector<int> gather_network(MPI_Comm comm, int rank, int size, const std::vector<double>& row, double deadline_s,
+                                plan::Network* net) {
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   std::strncpy(host, host_name().c_str(), sizeof host - 1);
   std::vector<double> rows(rank == 0 ? row.size() * size : 0);
@@ -350,23 +358,45 @@ plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
   GT_MPI_CHECK(MPI_Igather(host, static_cast<int>(sizeof host), MPI_CHAR, hosts.data(), static_cast<int>(sizeof host),
                            MPI_CHAR, 0, comm, &requests[1]));
   // Rank 0 may be done while others still measure: it waits longest.
-  wait_collective_or_abort(requests, comm, 0, 2 * o.deadline_s, "gathering the probed rows on rank 0");
-
-  plan::Network net;
+  wait_collective_or_abort(requests, comm, 0, 2 * deadline_s, "gathering the probed rows on rank 0");
   std::vector<int> site_of_rank(static_cast<std::size_t>(size), 0);
   if (rank == 0) {
-    net = network_from_rows(rows, row.size(), hosts, sizeof host);
-    site_of_rank = plan::sites_by_latency(net);
-    name_sites_by_first_host(net, site_of_rank);
-    if (fans_in) {
-      set_probed_nics(net, rows, row.size(), static_cast<double>(fan_in_chunk(o, size) / 2));
-    } else {
-      plan::assume_nics_where_unstated(net);  // what a device sends at once shares its fastest link
-    }
+    *net = network_from_rows(rows, row.size(), hosts, sizeof host);
+    site_of_rank = plan::sites_by_latency(*net);
+    name_sites_by_first_host(*net, site_of_rank);
   }
   MPI_Request request;
   GT_MPI_CHECK(MPI_Ibcast(site_of_rank.data(), size, MPI_INT, 0, comm, &request));
-  wait_collective_or_abort({&request, 1}, comm, 0, 2 * o.deadline_s, "sending the sites to every rank");
+  wait_collective_or_abort({&request, 1}, comm, 0, 2 * deadline_s, "sending the sites to every rank");
+  return site_of_rank;
+}
+
+}  // namespace
+
+plan::Network probe_network(MPI_Comm comm, const ProbeOptions& o) {
+  if (o.small_bytes < 1 || o.large_bytes < 1 || o.large_bytes > (1ll << 30) || o.latency_repeats < 1 ||
+      o.bandwidth_repeats < 1 || o.warmup_round_trips < 0 || o.uplink_repeats < 0 || !(o.deadline_s > 0)) {
+    abort_all("probe_network: invalid options (sizes, repeats and the deadline must be positive, at most 1 GiB)");
+  }
+  int rank = 0, size = 1;
+  GT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  roll_call(comm, rank, size, o.deadline_s);
+  plan::Network net;
+  const std::vector<int> site_of_rank = gather_network(comm, rank, size, measure_row(comm, rank, size, o), o.deadline_s, &net);
+
+  // Two ranks: the pair is all there is.
+  const bool fans_in = size > 2 && o.fan_in_repeats > 0 && spans_hosts(comm, o.deadline_s);
+  if (fans_in) {
+    const double own = fan_in_seconds(comm, rank, site_of_rank, o);
+    std::vector<double> seconds(rank == 0 ? size : 0);
+    MPI_Request request;
+    GT_MPI_CHECK(MPI_Igather(&own, 1, MPI_DOUBLE, seconds.data(), 1, MPI_DOUBLE, 0, comm, &request));
+    wait_collective_or_abort({&request, 1}, comm, 0, 2 * o.deadline_s, "gathering the fan-in times on rank 0");
+    if (rank == 0) set_probed_nics(net, seconds, site_of_rank, static_cast<double>(fan_in_chunk(o, site_of_rank) / 2));
+  } else if (rank == 0) {
+    plan::assume_nics_where_unstated(net);  // what a device sends at once shares its fastest link
+  }
   const bool sites = std::any_of(site_of_rank.begin(), site_of_rank.end(), [](int s) { return s > 0; });
   if (sites && o.uplink_repeats > 0) {
     const std::vector<probe::UplinkTimes> times = probe::uplink_times(comm, site_of_rank, o);

@@ -116,15 +116,18 @@ std::vector<UplinkTimes> uplink_times(MPI_Comm comm, const std::vector<int>& sit
 
 void set_probed_uplinks(plan::Network& net, const std::vector<int>& site_of_rank, const std::vector<UplinkTimes>& times,
                         double bytes_each) {
-  std::vector<double> uplink(static_cast<std::size_t>(site_count(site_of_rank)), std::numeric_limits<double>::infinity());
+  // The larger of the two directions where both bind: the model keeps one
+  // rate per site, and a run that lost packets in a queue only ever reads slower.
+  std::vector<double> uplink(static_cast<std::size_t>(site_count(site_of_rank)), 0.0);
   for (std::size_t s = 0; s < uplink.size(); ++s) {
     for (bool outbound : {true, false}) {
       const UplinkTimes& t = times[2 * s + (outbound ? 0 : 1)];
       const auto senders = uplink_pairs(site_of_rank, static_cast<int>(s), outbound).size();
       if (senders > 1 && t.alone_s > 0 && t.together_s > kBinds * t.alone_s) {
-        uplink[s] = std::min(uplink[s], static_cast<double>(senders) * bytes_each / t.together_s);
+        uplink[s] = std::max(uplink[s], static_cast<double>(senders) * bytes_each / t.together_s);
       }
     }
+    if (uplink[s] == 0) uplink[s] = std::numeric_limits<double>::infinity();  // neither direction binds
   }
   if (std::none_of(uplink.begin(), uplink.end(), [](double u) { return std::isfinite(u); })) return;
   for (int r = 0; r < static_cast<int>(site_of_rank.size()); ++r) {

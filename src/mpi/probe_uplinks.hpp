@@ -40,9 +40,9 @@ struct UplinkTimes {
 // 2s + 1; empty elsewhere.
 std::vector<UplinkTimes> uplink_times(MPI_Comm comm, const std::vector<int>& site_of_rank, const ProbeOptions& options);
 
-// Rank 0: each site's uplink, the smaller of its two directions', where the
-// ranks together took over 5% longer than one alone: their bytes over their
-// time; rounded to 4 digits. When some site has one, the others get their
+// Rank 0: each site's uplink where its ranks together took over 5% longer
+// than one alone: their bytes over their time (the larger of the two
+// directions where both bind), rounded to 4 digits. When some site has one, the others get their
 // ranks' NICs together (what they carried at least, never binding beyond
 // them); when none has, nothing is written.
 void set_probed_uplinks(plan::Network& net, const std::vector<int>& site_of_rank, const std::vector<UplinkTimes>& times,
