@@ -216,6 +216,9 @@ Layout describe(const Context& ctx, const Plan& plan, const Split& split) {
   layout.config.micro_batches_per_flush = split.flush;
   layout.config.layers_per_stage = split.layers;
   layout.simulation = simulate(ctx.net, plan, layout.config);
+  // The cache holds this search's network's costs by member ids: a layout
+  // mapped onto devices (tensor parallelism) means other devices by them.
+  layout.config.exchange_costs = nullptr;
   return layout;
 }
 
