@@ -17,24 +17,29 @@
 #   probed          the uplink emulated, the planner given what geotrain probe measured in it
 #                   (pair rates, NICs, sites, uplinks: a user who probes before planning)
 # Then analysis/network_model_report.py writes analysis/results/network_model.md.
-# Root; ~9 minutes on 2 cores.
+# RATE_SCALE (default 1) multiplies every rate (links, NICs, uplinks), to see
+# whether an error follows the emulator's packet rate (it writes
+# runs/shared-links-xSCALE and network_model-xSCALE.md). Root; ~9 minutes on
+# 2 cores at 1.
 #
-#   bash jobs/emulate/shared_links.sh [STEPS]
+#   [RATE_SCALE=0.25] bash jobs/emulate/shared_links.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source jobs/emulate/run_emulated.sh
-start_experiment runs/shared-links 10 "$@"
+scale=${RATE_SCALE:-1}
+rate() { python3 -c "print(round($1 * $scale, 6))"; }
+start_experiment "runs/shared-links${RATE_SCALE:+-x$RATE_SCALE}" 10 "$@"
 site_pair() {  # FILE UPLINK_GBPS (empty: none)
   cat >"$1" <<TOML
 [sites]
 names = ["A", "B"]
 devices = [4, 4]
 intra_latency_ms = 0.5
-intra_bandwidth_gbps = 2
+intra_bandwidth_gbps = $(rate 2)
 inter_latency_ms = 10
-inter_bandwidth_gbps = 0.5
+inter_bandwidth_gbps = $(rate 0.5)
 TOML
-  [[ -z $2 ]] || echo "uplink_gbps = $2" >>"$1"
+  [[ -z $2 ]] || echo "uplink_gbps = $(rate "$2")" >>"$1"
 }
 one_run() {  # NAME EMULATED_SCENARIO PLANNER_MATRIX STAGES [EMULATE OPTIONS]
   local name=$1 file=$2 matrix=$3 stages=$4
@@ -67,4 +72,4 @@ for layout in "dp8 1 0.5" "pp2-dp4 2 0.1"; do
   one_run "$name-nics-pair-only" "$out/two-sites.toml" "$out/$name-matrix-pair-only.toml" "$stages"
 done
 for python in python3 /usr/bin/python3; do "$python" -c 'import h5py' 2>/dev/null && break; done
-"$python" analysis/network_model_report.py "$out" analysis/results/network_model.md
+"$python" analysis/network_model_report.py "$out" analysis/results/network_model${RATE_SCALE:+-x$RATE_SCALE}.md
