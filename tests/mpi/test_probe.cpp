@@ -9,13 +9,17 @@
 #include <fstream>
 #include <string>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 #include "geotrain/io/scenario.hpp"
 #include "geotrain/mpi/mpi_check.hpp"
 #include "geotrain/mpi/mpi_probe.hpp"
+#include "probe_uplinks.hpp"
 
 namespace {
 
+namespace probe = geotrain::runtime::probe;
 using geotrain::runtime::ProbeOptions;
 using geotrain::runtime::probe_network;
 
@@ -68,6 +72,49 @@ TEST(Probe, CompleteFinitePositiveMatrixThatLoadsAsAScenario) {
       EXPECT_NEAR(scenario.network.bandwidth(u, v), net.bandwidth(u, v), 1e-12 * net.bandwidth(u, v));
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The uplink experiment's pairs and what rank 0 makes of its times, by hand
+// (pure: every rank checks the same).
+TEST(Probe, AnUplinkWhereASitesRanksTogetherTakeLongerThanOneAlone) {
+  using Pairs = std::vector<std::pair<int, int>>;
+  const std::vector<int> interleaved{0, 1, 0, 1};  // mpirun by node: A, B, A, B
+  EXPECT_EQ(probe::uplink_pairs(interleaved, 0, true), (Pairs{{0, 1}, {2, 3}}));
+  EXPECT_EQ(probe::uplink_pairs(interleaved, 0, false), (Pairs{{1, 0}, {3, 2}}));
+  EXPECT_EQ(probe::uplink_pairs({0, 0, 0, 1}, 0, true), (Pairs{{0, 3}, {1, 3}, {2, 3}}));
+  EXPECT_TRUE(probe::uplink_pairs({0, 0}, 0, true).empty());
+  ProbeOptions options;
+  options.large_bytes = 8 << 20;
+  EXPECT_EQ(probe::uplink_chunk(options, interleaved), 8 << 20);
+  EXPECT_EQ(probe::uplink_chunk(options, {0, 0, 0, 1}), (16 << 20) / 3);  // rank 3 receives three
+
+  geotrain::plan::Network net;
+  net.device_count = 4;
+  net.latency_s.assign(16, 0.0);
+  net.bandwidth_bytes_per_s.assign(16, 50.0);
+  net.site_of_device = {"A", "B", "A", "B"};
+  net.shared.nic_bytes_per_s = {100, 100, 100, 100};
+  // A: two ranks of 8 bytes each. Outbound together 0.64 s against 0.32 s
+  // alone: 16 bytes / 0.64 s = 25 B/s; inbound 0.40 s (> 1.05 x 0.32):
+  // 40 B/s; the larger is kept. B: within 5% of alone both ways: it gets
+  // its ranks' NICs, 100 + 100.
+  const std::vector<probe::UplinkTimes> times{{0.64, 0.32}, {0.40, 0.32}, {0.33, 0.32}, {0.31, 0.32}};
+  geotrain::plan::Network probed = net;
+  probe::set_probed_uplinks(probed, interleaved, times, 8.0);
+  EXPECT_NEAR(probed.shared.site_uplink_bytes_per_s.at("A"), 40.0, 1e-9);
+  EXPECT_NEAR(probed.shared.site_uplink_bytes_per_s.at("B"), 200.0, 1e-9);
+  // No site binds: no uplinks at all (the file then says nothing of them).
+  probed = net;
+  probe::set_probed_uplinks(probed, interleaved, {{0.33, 0.32}, {0.32, 0.32}, {0.30, 0.32}, {0.32, 0.32}}, 8.0);
+  EXPECT_TRUE(probed.shared.site_uplink_bytes_per_s.empty());
+  // One sender per direction cannot share anything: never an uplink.
+  probed = net;
+  probe::set_probed_uplinks(probed, {0, 1}, {{1.0, 0.1}, {1.0, 0.1}, {1.0, 0.1}, {1.0, 0.1}}, 8.0);
+  EXPECT_TRUE(probed.shared.site_uplink_bytes_per_s.empty());
 }
 
 }  // namespace
