@@ -193,24 +193,25 @@ double fan_in_once(MPI_Comm comm, int rank, int target, const std::vector<int>& 
 }
 
 // 4. Fan-in, to each rank in turn: its peers (fan_in_peers) send to it at
-// once, full and half chunks alternately; the difference of the fastest of
-// each is the time of half a chunk each, free of the go's and the last
-// byte's latency. Returns that time where this rank was the target (rank 0
-// turns it into a NIC rate: plan::fan_in_capacity).
+// once, a full and a half chunk each time; per time the difference is the
+// time of half a chunk each, free of the go's and the last byte's latency,
+// and the median over the times is kept (one run that meets a lost packet
+// or a busy core reads slow; a minimum of each size took one such run for
+// the rate). Returns that time where this rank was the target (rank 0 turns
+// it into a NIC rate: plan::fan_in_capacity).
 double fan_in_seconds(MPI_Comm comm, int rank, const std::vector<int>& site_of_rank, const ProbeOptions& o) {
   const std::int64_t chunk = fan_in_chunk(o, site_of_rank);
   std::vector<char> buffer(static_cast<std::size_t>(chunk) * site_of_rank.size(), 'f');
   double own = 0;
   for (int target = 0; target < static_cast<int>(site_of_rank.size()); ++target) {
     const std::vector<int> senders = fan_in_peers(site_of_rank, target);
-    double full = std::numeric_limits<double>::infinity(), half = full;
+    std::vector<double> differences;
     for (int repeat = 0; repeat < o.fan_in_repeats; ++repeat) {
-      for (const std::int64_t bytes : {chunk, chunk / 2}) {
-        const double took = fan_in_once(comm, rank, target, senders, static_cast<int>(bytes), buffer, o.deadline_s);
-        (bytes == chunk ? full : half) = std::min(bytes == chunk ? full : half, took);
-      }
+      const double full = fan_in_once(comm, rank, target, senders, static_cast<int>(chunk), buffer, o.deadline_s);
+      const double half = fan_in_once(comm, rank, target, senders, static_cast<int>(chunk / 2), buffer, o.deadline_s);
+      differences.push_back(full - half);
     }
-    if (rank == target) own = full - half;
+    if (rank == target) own = median(differences);
   }
   return own;
 }

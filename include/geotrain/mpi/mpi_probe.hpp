@@ -18,7 +18,7 @@
 // The lower-ranked partner times the RTTs and sends its latency to the other;
 // each direction's bandwidth is timed by its sender. Then, with 3 or more
 // ranks on more than one host, each rank's NIC: to each rank in turn every other rank sends at
-// once (full and half chunks, `fan_in_repeats` times each); the rate at which
+// once (full and half chunks, `fan_in_repeats` times each, the median difference); the rate at which
 // the flow model's max-min sharing takes the measured time is the rank's NIC
 // (plan::fan_in_capacity; where nothing was seen to bind, the sum of its
 // pair rates). Each rank's row
@@ -48,7 +48,7 @@ struct ProbeOptions {
   int latency_repeats = 20;
   int bandwidth_repeats = 4;
   int warmup_round_trips = 3;
-  int fan_in_repeats = 2;  // 0: no fan-in; NICs are then assumed at each rank's fastest link
+  int fan_in_repeats = 3;  // 0: no fan-in; NICs are then assumed at each rank's fastest link
   int uplink_repeats = 3;  // 0: no site uplinks measured
   double deadline_s = 30;  // per wait (round r of R waits D * (1 + r / 2R); see the .cpp)
   // Tests only: this rank answers the roll call, then never again.
