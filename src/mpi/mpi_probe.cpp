@@ -19,15 +19,9 @@ namespace geotrain::runtime {
 
 namespace {
 
-enum Tag : int { kRollCall = 1001, kGo, kWarm, kLatency, kLatencyResult, kBulk, kAck, kFanGo, kFanData };
-
-constexpr double kSpinS = 0.05;  // timed waits spin (yielding) this long before sleeping
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using enum probe::Tag;
+using probe::kSpinS;
+using probe::median;
 
 struct Pair {
   MPI_Comm comm;

@@ -10,8 +10,6 @@
 namespace geotrain::runtime::probe {
 namespace {
 
-constexpr int kUplinkData = 1201;  // beside mpi_probe.cpp's tags (1001...)
-constexpr double kSpinS = 0.05;
 constexpr double kBinds = 1.05;  // together this much slower than alone: something shared binds
 
 int site_count(const std::vector<int>& site_of_rank) {
@@ -46,12 +44,13 @@ double run_once(MPI_Comm comm, int rank, const std::vector<std::pair<int, int>>&
   return MPI_Wtime() - start;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 }  // namespace
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 std::vector<std::pair<int, int>> uplink_pairs(const std::vector<int>& site_of_rank, int s, bool outbound) {
   std::vector<int> inside, elsewhere;

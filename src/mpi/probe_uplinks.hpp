@@ -17,6 +17,14 @@
 
 namespace geotrain::runtime::probe {
 
+// The probe's message tags, one list for all its parts.
+enum Tag : int { kRollCall = 1001, kGo, kWarm, kLatency, kLatencyResult, kBulk, kAck, kFanGo, kFanData, kUplinkData = 1201 };
+
+inline constexpr double kSpinS = 0.05;  // timed waits spin (yielding) this long before sleeping
+
+// The middle value (the mean of the two middle ones for an even count).
+double median(std::vector<double> values);
+
 // Site s's experiment as (sender, receiver) ranks: outbound, its i-th rank
 // sends to the (i mod k)-th of the k ranks elsewhere (a rank each where
 // there are as many); inbound, the reverse of that.

@@ -41,22 +41,6 @@ std::vector<ExchangePhase> central(const std::vector<int>& g, double bytes) {
   return {reduce, broadcast};
 }
 
-// Members by site, sites in order of first appearance.
-std::vector<std::vector<int>> by_site(const Network& net, const std::vector<int>& g) {
-  std::vector<std::string> names;
-  std::vector<std::vector<int>> sites;
-  for (int u : g) {
-    const auto it = std::find(names.begin(), names.end(), net.site(u));
-    if (it == names.end()) {
-      names.push_back(net.site(u));
-      sites.push_back({u});
-    } else {
-      sites[it - names.begin()].push_back(u);
-    }
-  }
-  return sites;
-}
-
 // Phases of the per-site parts run at once: phase k of every part together.
 // Parts whose phases repeat differently are first written out one repeat
 // at a time.
@@ -92,7 +76,7 @@ void run_together(std::vector<ExchangePhase>* into, std::vector<std::vector<Exch
 }
 
 std::vector<ExchangePhase> hierarchical(const Network& net, const std::vector<int>& g, double bytes) {
-  const auto sites = by_site(net, g);
+  const auto sites = members_by_site(net, g);
   const size_t k = sites.front().size();
   const bool even = std::all_of(sites.begin(), sites.end(), [&](const auto& s) { return s.size() == k; });
   if (sites.size() == 1 || (even && k == 1)) return direct(g, bytes);
@@ -131,6 +115,21 @@ std::vector<ExchangePhase> hierarchical(const Network& net, const std::vector<in
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> members_by_site(const Network& net, const std::vector<int>& g) {
+  std::vector<std::string> names;
+  std::vector<std::vector<int>> sites;
+  for (int u : g) {
+    const auto it = std::find(names.begin(), names.end(), net.site(u));
+    if (it == names.end()) {
+      names.push_back(net.site(u));
+      sites.push_back({u});
+    } else {
+      sites[it - names.begin()].push_back(u);
+    }
+  }
+  return sites;
+}
 
 std::vector<ExchangePhase> exchange_phases(const Network& net, const std::vector<int>& g, double bytes,
                                            DataParallelScheme scheme) {

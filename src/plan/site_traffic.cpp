@@ -1,8 +1,6 @@
 // Bytes crossing sites per step: what a geo-distributed run pays for, and
 // what local steps divide (the data-parallel part) by H.
-#include <algorithm>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "geotrain/plan/exchange_pattern.hpp"
@@ -13,14 +11,8 @@ namespace {
 
 // Ordered pairs of `members` at different sites: d^2 less each site's m^2.
 long long cross_site_pairs(const Network& net, const std::vector<int>& members) {
-  std::vector<std::pair<const std::string*, long long>> count;  // sites in order of first member
-  for (int u : members) {
-    const std::string& site = net.site(u);
-    auto it = std::find_if(count.begin(), count.end(), [&](const auto& c) { return *c.first == site; });
-    if (it == count.end()) count.push_back({&site, 1}); else ++it->second;
-  }
   long long pairs = static_cast<long long>(members.size()) * static_cast<long long>(members.size());
-  for (const auto& [site, m] : count) pairs -= m * m;
+  for (const auto& site : members_by_site(net, members)) pairs -= static_cast<long long>(site.size() * site.size());
   return pairs;
 }
 

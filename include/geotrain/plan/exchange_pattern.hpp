@@ -31,6 +31,9 @@ struct ExchangePhase {
 std::vector<ExchangePhase> exchange_phases(const Network& network, const std::vector<int>& members, double bytes,
                                            DataParallelScheme scheme);
 
+// `members` grouped by site, sites in order of their first member.
+std::vector<std::vector<int>> members_by_site(const Network& network, const std::vector<int>& members);
+
 // Everything the phase sends, all_pairs written out as transfers.
 std::vector<Transfer> phase_transfers(const ExchangePhase& phase);
 // fluid_bound_s of phase_transfers(phase), without writing them out where
