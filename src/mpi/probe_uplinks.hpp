@@ -1,7 +1,7 @@
 // geotrain probe's site uplinks (mpi_probe.cpp). With ranks at two or more
 // sites (plan::sites_by_latency), each site's ranks send to other sites'
 // ranks all at once, then one of them alone, and the same inbound. Ranks
-// that together take longer than one alone (by 5%) share something beyond
+// that together take longer than one alone (by 20%) share something beyond
 // their pair links: the site's uplink, at the rate their bytes went through.
 // The pair matrix cannot tell it: the tournament measures pairs of the
 // same round at once, so two pairs crossing one uplink each see half of it.
@@ -48,7 +48,7 @@ struct UplinkTimes {
 // 2s + 1; empty elsewhere.
 std::vector<UplinkTimes> uplink_times(MPI_Comm comm, const std::vector<int>& site_of_rank, const ProbeOptions& options);
 
-// Rank 0: each site's uplink where its ranks together took over 5% longer
+// Rank 0: each site's uplink where its ranks together took over 20% longer
 // than one alone: their bytes over their time (the larger of the two
 // directions where both bind), rounded to 4 digits. When some site has one, the others get their
 // ranks' NICs together (what they carried at least, never binding beyond

@@ -29,7 +29,7 @@
 // rank's host. With two or more sites, each site's ranks send to other
 // sites' ranks at once, and one of them alone, then the same inbound (full
 // and half chunks, `uplink_repeats` times; probe_uplinks.hpp): a site whose
-// ranks together took 5% longer than one alone gets the uplink that their
+// ranks together took 20% longer than one alone gets the uplink that their
 // bytes took, the others their ranks' NICs together. Every wait has a
 // deadline: a rank that stops answering makes the others abort, naming it
 // (mpi_check.hpp).
